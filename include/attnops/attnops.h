@@ -1,0 +1,10 @@
+/* attnops: fused transformer attention operators (C API). Include this one header. */
+#ifndef ATTNOPS_ATTNOPS_H
+#define ATTNOPS_ATTNOPS_H
+
+#include "attnops/flash_attention_score.h"
+#include "attnops/runtime.h"
+#include "attnops/status.h"
+#include "attnops/tensor.h"
+
+#endif

@@ -1,0 +1,17 @@
+/* Symbol visibility for the attnops shared library. */
+#ifndef ATTNOPS_EXPORT_H
+#define ATTNOPS_EXPORT_H
+
+#if defined(ATTNOPS_STATIC_DEFINE)
+#define ATTNOPS_API
+#elif defined(_WIN32)
+#ifdef ATTNOPS_BUILDING
+#define ATTNOPS_API __declspec(dllexport)
+#else
+#define ATTNOPS_API __declspec(dllimport)
+#endif
+#else
+#define ATTNOPS_API __attribute__((visibility("default")))
+#endif
+
+#endif

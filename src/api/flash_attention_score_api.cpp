@@ -1,0 +1,150 @@
+// C API of FlashAttentionScore: unpack arguments, check, plan (cached per device), hand back the
+// executor; no maths here.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "attnops/flash_attention_score.h"
+#include "core/error.hpp"
+#include "core/handles.hpp"
+#include "core/philox.hpp"
+#include "ops/flash_attention_score/check.hpp"
+#include "ops/flash_attention_score/forward.hpp"
+#include "ops/flash_attention_score/plan.hpp"
+#include "runtime/device.hpp"
+#include "runtime/executor_registry.hpp"
+
+using namespace attnops;
+
+namespace {
+
+// Geometry of a dropout-mask request: fixed (batch, S1, S2) or TND arrays.
+fa::Sequences dropMaskSequences(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen,
+                                const attnopsIntArray* qArr, const attnopsIntArray* kvArr) {
+    if (headNum <= 0) invalidArgument("headNum", headNum, "must be > 0");
+    qArr = liveIntArrayOrNull(qArr, "actualSeqQLen");
+    kvArr = liveIntArrayOrNull(kvArr, "actualSeqKvLen");
+    if ((qArr == nullptr) != (kvArr == nullptr))
+        nullArgument(qArr ? "actualSeqKvLen" : "actualSeqQLen", "both TND arrays are given, or neither");
+    if (qArr) {
+        if (batch != 0 || qSeqLen != 0 || kvSeqLen != 0)
+            invalidArgument("batch/qSeqLen/kvSeqLen", fmt::format("{}/{}/{}", batch, qSeqLen, kvSeqLen),
+                            "must be 0 when the TND arrays are given");
+        const int64_t big = int64_t(1) << 62;
+        return fa::tndSequences(*qArr, *kvArr, big, big, headNum);
+    }
+    if (batch < 0) invalidArgument("batch", batch, "must be >= 0");
+    if (qSeqLen < 0) invalidArgument("qSeqLen", qSeqLen, "must be >= 0");
+    if (kvSeqLen < 0) invalidArgument("kvSeqLen", kvSeqLen, "must be >= 0");
+    return fa::fixedSequences(batch, qSeqLen, kvSeqLen, headNum);
+}
+
+}  // namespace
+
+extern "C" {
+
+attnopsStatus attnopsFlashAttentionScoreGetWorkspaceSize(
+    const attnopsTensor* query, const attnopsTensor* key, const attnopsTensor* value,
+    const attnopsTensor* realShiftOptional, const attnopsTensor* dropMaskOptional,
+    const attnopsTensor* paddingMaskOptional, const attnopsTensor* attenMaskOptional,
+    const attnopsIntArray* prefixOptional, const attnopsIntArray* actualSeqQLenOptional,
+    const attnopsIntArray* actualSeqKvLenOptional, const attnopsIntArray* qStartIdxOptional,
+    const attnopsIntArray* kvStartIdxOptional, const attnopsTensor* sinkOptional, double scaleValue,
+    double keepProb, int64_t preTokens, int64_t nextTokens, int64_t headNum, const char* inputLayout,
+    int64_t innerPrecise, int64_t sparseMode, int64_t pseType, int64_t seed, int64_t offset,
+    const attnopsTensor* softmaxMaxOut, const attnopsTensor* softmaxSumOut, const attnopsTensor* softmaxOutOut,
+    const attnopsTensor* attentionOutOut, uint64_t* workspaceSize, attnopsExecutor** executor) {
+    return guarded([&] {
+        if (workspaceSize == nullptr) nullArgument("workspaceSize");
+        if (executor == nullptr) nullArgument("executor");
+        *executor = nullptr;
+        *workspaceSize = 0;
+        fa::ForwardArgs args;
+        args.query = query;
+        args.key = key;
+        args.value = value;
+        args.realShift = realShiftOptional;
+        args.dropMask = dropMaskOptional;
+        args.paddingMask = paddingMaskOptional;
+        args.attenMask = attenMaskOptional;
+        args.prefix = prefixOptional;
+        args.actualSeqQLen = actualSeqQLenOptional;
+        args.actualSeqKvLen = actualSeqKvLenOptional;
+        args.qStartIdx = qStartIdxOptional;
+        args.kvStartIdx = kvStartIdxOptional;
+        args.sink = sinkOptional;
+        args.scaleValue = scaleValue;
+        args.keepProb = keepProb;
+        args.preTokens = preTokens;
+        args.nextTokens = nextTokens;
+        args.headNum = headNum;
+        args.inputLayout = inputLayout;
+        args.innerPrecise = innerPrecise;
+        args.sparseMode = sparseMode;
+        args.pseType = pseType;
+        args.seed = seed;
+        args.offset = offset;
+        args.softmaxMax = softmaxMaxOut;
+        args.softmaxSum = softmaxSumOut;
+        args.softmaxOut = softmaxOutOut;
+        args.attentionOut = attentionOutOut;
+
+        Runtime& rt = Runtime::get();
+        Device& device = rt.currentDevice();
+        fa::ForwardParams params = fa::checkForward(args, device.index());
+        const int32_t threads = device.threads();
+        const std::string forced = envString("ATTNOPS_FORCE_IMPL");
+        auto plan = device.planCache().getOrMake<fa::ForwardPlan>(
+            fa::forwardPlanKey(params, threads, forced),
+            [&] { return fa::makeForwardPlan(params, threads, platform(), forced); });
+        auto exec = std::make_unique<fa::ForwardExecutor>(std::move(params), std::move(plan));
+        exec->device = device.index();
+        *workspaceSize = exec->workspaceBytes;
+        *executor = registerExecutor(std::move(exec));
+    });
+}
+
+attnopsStatus attnopsFlashAttentionScore(void* workspace, uint64_t workspaceSize, attnopsExecutor* executor,
+                                         attnopsStream* stream) {
+    return guarded([&] { launchExecutor(takeExecutor(executor, "executor"), workspace, workspaceSize, stream); });
+}
+
+attnopsStatus attnopsFlashAttentionDropMaskBytes(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen,
+                                                 const attnopsIntArray* actualSeqQLenOptional,
+                                                 const attnopsIntArray* actualSeqKvLenOptional, uint64_t* bytes) {
+    return guarded([&] {
+        if (bytes == nullptr) nullArgument("bytes");
+        const fa::Sequences seq =
+            dropMaskSequences(batch, headNum, qSeqLen, kvSeqLen, actualSeqQLenOptional, actualSeqKvLenOptional);
+        *bytes = uint64_t((seq.totalElements + 7) / 8);
+    });
+}
+
+attnopsStatus attnopsFlashAttentionGenDropMask(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen,
+                                               const attnopsIntArray* actualSeqQLenOptional,
+                                               const attnopsIntArray* actualSeqKvLenOptional, double keepProb,
+                                               int64_t seed, int64_t offset, const attnopsTensor* dropMaskOut) {
+    return guarded([&] {
+        const attnopsTensor& out = requireTensor(dropMaskOut, "dropMaskOut");
+        if (!(keepProb > 0.0 && keepProb <= 1.0)) invalidArgument("keepProb", keepProb, "must be in (0, 1]");
+        const fa::Sequences seq =
+            dropMaskSequences(batch, headNum, qSeqLen, kvSeqLen, actualSeqQLenOptional, actualSeqKvLenOptional);
+        const int64_t bytes = (seq.totalElements + 7) / 8;
+        if (out.dtype != DType::U8) invalidArgument("dropMaskOut.dtype", attnopsDataTypeName(attnopsDataType(int(out.dtype))), "must be uint8");
+        if (out.rank != 1 || out.strides[0] != 1)
+            invalidArgument("dropMaskOut.shape", shapeString(out), "must be a contiguous 1-D tensor");
+        if (out.shape[0] < bytes) invalidArgument("dropMaskOut.shape", shapeString(out), "must hold at least {} bytes", bytes);
+        auto* dst = static_cast<uint8_t*>(out.data);
+        std::memset(dst, 0, size_t(out.shape[0]));
+        const DropoutBits bits{uint64_t(seed), uint64_t(offset), float(keepProb)};
+        uint8_t flags[64];
+        for (int64_t first = 0; first < seq.totalElements; first += 64) {
+            const int64_t n = std::min<int64_t>(64, seq.totalElements - first);
+            bits.fill(uint64_t(first), n, flags);
+            for (int64_t e = 0; e < n; ++e)
+                if (flags[e]) dst[(first + e) >> 3] |= uint8_t(1u << ((first + e) & 7));
+        }
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,46 @@
+// Tensor and int-array handle registries and helpers.
+#include "core/handles.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace attnops {
+
+HandleRegistry<attnopsTensor>& tensorRegistry() {
+    static HandleRegistry<attnopsTensor> registry;
+    return registry;
+}
+
+HandleRegistry<attnopsIntArray>& intArrayRegistry() {
+    static HandleRegistry<attnopsIntArray> registry;
+    return registry;
+}
+
+std::string dimsText(const int64_t* dims, size_t count) {
+    return fmt::format("[{}]", fmt::join(dims, dims + count, ","));
+}
+
+std::string shapeString(const attnopsTensor& t) { return dimsText(t.shape.data(), size_t(t.rank)); }
+
+const attnopsTensor* liveTensorOrNull(const attnopsTensor* t, const char* argument) {
+    if (t == nullptr) return nullptr;
+    if (!tensorRegistry().contains(t))
+        invalidArgument(argument, fmt::format("{}", static_cast<const void*>(t)),
+                        "not a live tensor handle (destroyed, or not made by attnopsCreateTensor)");
+    return t;
+}
+
+const attnopsTensor& requireTensor(const attnopsTensor* t, const char* argument) {
+    if (t == nullptr) nullArgument(argument);
+    return *liveTensorOrNull(t, argument);
+}
+
+const attnopsIntArray* liveIntArrayOrNull(const attnopsIntArray* a, const char* argument) {
+    if (a == nullptr) return nullptr;
+    if (!intArrayRegistry().contains(a))
+        invalidArgument(argument, fmt::format("{}", static_cast<const void*>(a)),
+                        "not a live int-array handle (destroyed, or not made by attnopsCreateIntArray)");
+    return a;
+}
+
+}  // namespace attnops

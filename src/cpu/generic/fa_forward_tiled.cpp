@@ -1,0 +1,244 @@
+// The tiled flash-attention forward kernel in portable C++: query blocks against key blocks
+// with an online softmax, fp32 accumulation, O(block) scratch per thread. It is compiled three
+// times from one body (x86-64 baseline, AVX2+FMA, AVX-512) through target attributes, so the
+// compiler vectorises the inner loops for each ISA; the ISA probe picks the entry.
+//
+// Per score row the order of every reduction is fixed (head dim ascending for Q.K, keys
+// ascending for the softmax sums and P.V), so results depend on neither threads nor scheduling.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "cpu/generic/fast_exp.hpp"
+#include "cpu/isa.hpp"
+#include "ops/flash_attention_score/kernel.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
+
+namespace attnops::fa {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kAlignFloats = 16;  // 64-byte alignment of scratch arrays
+
+int64_t alignUp(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+// Scratch arrays of one thread, carved from its workspace slice.
+struct Scratch {
+    float* q;     // [queryRows][d]
+    float* kt;    // [d][keyRows]   (transposed so a score row is a vectorisable axpy over keys)
+    float* v;     // [keyRows][dv]
+    float* acc;   // [queryRows][dv]
+    float* s;     // [keyRows] scores of one row
+    float* m;     // [queryRows] running max
+    float* l;     // [queryRows] running sum
+    uint8_t* kept;  // [keyRows]
+    uint8_t* keep;  // [keyRows] dropout keep flags
+
+    static int64_t floats(const ForwardParams& p, TileShape t) {
+        return alignUp(t.queryRows * p.d) + alignUp(p.d * t.keyRows) + alignUp(t.keyRows * p.dv) +
+               alignUp(t.queryRows * p.dv) + alignUp(t.keyRows) + 2 * alignUp(t.queryRows) +
+               2 * alignUp(t.keyRows);  // byte arrays rounded up generously
+    }
+
+    Scratch(const ForwardParams& p, TileShape t, void* base) {
+        float* f = static_cast<float*>(base);
+        auto take = [&](int64_t n) {
+            float* r = f;
+            f += alignUp(n);
+            return r;
+        };
+        q = take(t.queryRows * p.d);
+        kt = take(p.d * t.keyRows);
+        v = take(t.keyRows * p.dv);
+        acc = take(t.queryRows * p.dv);
+        s = take(t.keyRows);
+        m = take(t.queryRows);
+        l = take(t.queryRows);
+        kept = reinterpret_cast<uint8_t*>(take(t.keyRows));
+        keep = reinterpret_cast<uint8_t*>(take(t.keyRows));
+    }
+};
+
+TileShape chooseTile(const ForwardParams& p, const PlatformInfo&) {
+    TileShape t;
+    t.queryRows = 64;
+    // Keep the transposed key block (d x keyRows floats) within about half of L1.
+    t.keyRows = p.d <= 128 ? 64 : (p.d <= 256 ? 32 : 16);
+    return t;
+}
+
+uint64_t scratchBytes(const ForwardParams& p, TileShape t) { return uint64_t(Scratch::floats(p, t)) * sizeof(float); }
+
+// --- steps of one work unit, always inlined into the ISA-specific entry points ---
+
+#define ATTNOPS_INLINE inline __attribute__((always_inline))
+
+ATTNOPS_INLINE void loadQueryBlock(const ForwardParams& p, const WorkUnit& u, int64_t n1, float* q) {
+    const int64_t rowBase = p.seq.qStart[size_t(u.b)];
+    for (int64_t r = 0; r < u.q1 - u.q0; ++r)
+        for (int64_t c = 0; c < p.d; ++c) q[r * p.d + c] = p.q.load(u.b, n1, rowBase + u.q0 + r, c);
+}
+
+ATTNOPS_INLINE void loadKeyValueBlock(const ForwardParams& p, const WorkUnit& u, int64_t k0, int64_t nk,
+                                      int64_t keyRows, float* kt, float* v) {
+    const int64_t rowBase = p.seq.kvStart[size_t(u.b)] + k0;
+    for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t c = 0; c < p.d; ++c) kt[c * keyRows + j] = p.k.load(u.b, u.n2, rowBase + j, c);
+        for (int64_t c = 0; c < p.dv; ++c) v[j * p.dv + c] = p.v.load(u.b, u.n2, rowBase + j, c);
+    }
+}
+
+ATTNOPS_INLINE void rowScores(const float* __restrict q, const float* __restrict kt, int64_t d, int64_t nk,
+                              int64_t keyRows, float* __restrict s) {
+    for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
+    for (int64_t c = 0; c < d; ++c) {
+        const float qc = q[c];
+        const float* __restrict krow = kt + c * keyRows;
+        for (int64_t j = 0; j < nk; ++j) s[j] += qc * krow[j];
+    }
+}
+
+// Applies scale, pse and the mask to one row of raw scores; marks kept keys. Returns the row max
+// over kept keys (-inf if none).
+ATTNOPS_INLINE float finishScores(const ForwardParams& p, const WorkUnit& u, int64_t n1, const SeqRule& rule,
+                                  int64_t i, int64_t k0, int64_t nk, int64_t skv, float* s, uint8_t* kept) {
+    const KeyRange band = rowBand(rule, i, skv);
+    const int64_t prefixEnd = std::min(rule.prefix, skv);
+    for (int64_t j = 0; j < nk; ++j) {
+        const int64_t key = k0 + j;
+        kept[j] = ((key >= band.lo && key < band.hi) || key < prefixEnd) ? 1 : 0;
+    }
+    if (p.mask.explicitMask)
+        for (int64_t j = 0; j < nk; ++j)
+            if (kept[j] && explicitMasked(p, u.b, n1, i, k0 + j)) kept[j] = 0;
+    if (p.pse.form == PseForm::None) {
+        for (int64_t j = 0; j < nk; ++j) s[j] *= p.scale;
+    } else {
+        for (int64_t j = 0; j < nk; ++j) {
+            if (!kept[j]) continue;
+            const PseTerm t = pseTerm(p, u.b, n1, i, k0 + j);
+            s[j] = p.scale * (s[j] + t.before) + t.after;
+        }
+    }
+    float rowMax = kNegInf;
+    for (int64_t j = 0; j < nk; ++j) {
+        s[j] = kept[j] ? s[j] : kNegInf;
+        rowMax = s[j] > rowMax ? s[j] : rowMax;
+    }
+    return rowMax;
+}
+
+// Online-softmax update of one row with the probabilities of a key block, then acc += P.V.
+ATTNOPS_INLINE void accumulateRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, int64_t k0,
+                                  int64_t nk, float rowMax, float* __restrict s, const uint8_t* kept,
+                                  uint8_t* keep, const float* __restrict v, float& m, float& l,
+                                  float* __restrict acc) {
+    const float mNew = rowMax > m ? rowMax : m;
+    const float alpha = m == kNegInf ? 0.0f : cpu::fastExp(m - mNew);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < nk; ++j) {
+        const float e = cpu::fastExp(s[j] - mNew);
+        s[j] = kept[j] ? e : 0.0f;
+    }
+    for (int64_t j = 0; j < nk; ++j) sum += s[j];
+    l = l * alpha + sum;
+    m = mNew;
+    if (p.dropout.enabled) {
+        dropoutKeepRow(p, u.b, n1, i, k0, nk, keep);
+        for (int64_t j = 0; j < nk; ++j) s[j] = keep[j] ? s[j] * p.dropout.invKeepProb : 0.0f;
+    }
+    const int64_t dv = p.dv;
+    for (int64_t c = 0; c < dv; ++c) acc[c] *= alpha;
+    for (int64_t j = 0; j < nk; ++j) {
+        if (!kept[j]) continue;  // masked keys never touch the output
+        const float pj = s[j];
+        const float* __restrict vrow = v + j * dv;
+        for (int64_t c = 0; c < dv; ++c) acc[c] += pj * vrow[c];
+    }
+}
+
+ATTNOPS_INLINE void storeRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, float m, float l,
+                             float* acc) {
+    if (p.sink != nullptr) {
+        const float sink = p.sink[n1 * p.sinkStride];
+        const float mFinal = sink > m ? sink : m;
+        const float old = m == kNegInf ? 0.0f : std::exp(m - mFinal);
+        l = l * old + std::exp(sink - mFinal);
+        for (int64_t c = 0; c < p.dv; ++c) acc[c] *= old;
+        m = mFinal;
+    }
+    const int64_t row = p.seq.qStart[size_t(u.b)] + i;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int64_t c = 0; c < p.dv; ++c) p.out.store(u.b, n1, row, c, l > 0.0f ? acc[c] * inv : 0.0f);
+    if (p.writeStats)
+        for (int64_t lane = 0; lane < p.statLanes; ++lane) {
+            p.softmaxMax.store(u.b, n1, row, lane, m);
+            p.softmaxSum.store(u.b, n1, row, lane, l);
+        }
+}
+
+ATTNOPS_INLINE void runUnitBody(const ForwardParams& p, TileShape t, const WorkUnit& u, void* scratch) {
+    Scratch sc(p, t, scratch);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
+    const int64_t rows = u.q1 - u.q0;
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        loadQueryBlock(p, u, n1, sc.q);
+        for (int64_t r = 0; r < rows; ++r) {
+            sc.m[r] = kNegInf;
+            sc.l[r] = 0.0f;
+            std::fill(sc.acc + r * p.dv, sc.acc + (r + 1) * p.dv, 0.0f);
+        }
+        for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
+            const int64_t nk = std::min(t.keyRows, keys.hi - k0);
+            loadKeyValueBlock(p, u, k0, nk, t.keyRows, sc.kt, sc.v);
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t i = u.q0 + r;
+                rowScores(sc.q + r * p.d, sc.kt, p.d, nk, t.keyRows, sc.s);
+                const float rowMax = finishScores(p, u, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
+                if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
+                accumulateRow(p, u, n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
+                              sc.acc + r * p.dv);
+            }
+        }
+        for (int64_t r = 0; r < rows; ++r) storeRow(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * p.dv);
+    }
+}
+
+bool acceptsAll(const ForwardParams&) { return true; }
+
+__attribute__((flatten)) void runBaseline(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+    runUnitBody(p, t, u, s);
+}
+__attribute__((flatten, target("avx2,fma"))) void runAvx2(const ForwardParams& p, TileShape t, const WorkUnit& u,
+                                                          void* s) {
+    runUnitBody(p, t, u, s);
+}
+__attribute__((flatten, target("avx512f,avx512bw,avx512vl,avx2,fma,prefer-vector-width=512"))) void runAvx512(
+    const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+    runUnitBody(p, t, u, s);
+}
+
+bool always() { return true; }
+bool hasAvx2() { return cpu::isa().avx2 && cpu::isa().fma; }
+bool hasAvx512() { return cpu::isa().avx512f && cpu::isa().avx512bw && cpu::isa().avx512vl && hasAvx2(); }
+
+}  // namespace
+
+const ForwardKernel& forwardKernelTiledAvx512() {
+    static const ForwardKernel k{"tiled-avx512", hasAvx512, acceptsAll, chooseTile, scratchBytes, runAvx512};
+    return k;
+}
+const ForwardKernel& forwardKernelTiledAvx2() {
+    static const ForwardKernel k{"tiled-avx2", hasAvx2, acceptsAll, chooseTile, scratchBytes, runAvx2};
+    return k;
+}
+const ForwardKernel& forwardKernelTiledGeneric() {
+    static const ForwardKernel k{"tiled-generic", always, acceptsAll, chooseTile, scratchBytes, runBaseline};
+    return k;
+}
+
+}  // namespace attnops::fa

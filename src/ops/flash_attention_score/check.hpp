@@ -1,0 +1,58 @@
+// Validation of FlashAttentionScore arguments: every rule in one ordered list, each failure a
+// status and a message naming the argument, the value received and the rule broken. What passes
+// becomes the ForwardParams a kernel sees.
+#pragma once
+
+#include <cstdint>
+
+#include "attnops/tensor.h"
+#include "ops/flash_attention_score/params.hpp"
+
+namespace attnops::fa {
+
+// The API arguments, unpacked and untouched.
+struct ForwardArgs {
+    const attnopsTensor* query = nullptr;
+    const attnopsTensor* key = nullptr;
+    const attnopsTensor* value = nullptr;
+    const attnopsTensor* realShift = nullptr;
+    const attnopsTensor* dropMask = nullptr;
+    const attnopsTensor* paddingMask = nullptr;
+    const attnopsTensor* attenMask = nullptr;
+    const attnopsIntArray* prefix = nullptr;
+    const attnopsIntArray* actualSeqQLen = nullptr;
+    const attnopsIntArray* actualSeqKvLen = nullptr;
+    const attnopsIntArray* qStartIdx = nullptr;
+    const attnopsIntArray* kvStartIdx = nullptr;
+    const attnopsTensor* sink = nullptr;
+    double scaleValue = 1.0;
+    double keepProb = 1.0;
+    int64_t preTokens = 2147483647;
+    int64_t nextTokens = 2147483647;
+    int64_t headNum = 0;
+    const char* inputLayout = nullptr;
+    int64_t innerPrecise = 0;
+    int64_t sparseMode = 0;
+    int64_t pseType = 1;
+    int64_t seed = 0;
+    int64_t offset = 0;
+    const attnopsTensor* softmaxMax = nullptr;
+    const attnopsTensor* softmaxSum = nullptr;
+    const attnopsTensor* softmaxOut = nullptr;
+    const attnopsTensor* attentionOut = nullptr;
+};
+
+constexpr int64_t kMaxHeadDim = 768;
+
+// Throws attnops::Error on the first rule broken; `device` is the planning device's index.
+ForwardParams checkForward(const ForwardArgs& args, int32_t device);
+
+// Parses a layout name (exact upper case); throws naming `argument`.
+Layout parseLayout(const char* name, const char* argument);
+
+// Per-sequence geometry from cumulative end offsets (TND), validated against T1/T2.
+Sequences tndSequences(const attnopsIntArray& qCum, const attnopsIntArray& kvCum, int64_t t1, int64_t t2,
+                       int64_t n1);
+Sequences fixedSequences(int64_t batch, int64_t s1, int64_t s2, int64_t n1);
+
+}  // namespace attnops::fa

@@ -1,0 +1,59 @@
+// Forward driver: chunks of work units in parallel (results depend only on the unit, never on
+// the thread that ran it), then the TND tails. Also the implementation list.
+#include "ops/flash_attention_score/forward.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace attnops::fa {
+
+const std::vector<const ForwardKernel*>& forwardKernels() {
+    static const std::vector<const ForwardKernel*> list = {
+        &forwardKernelTiledAvx512(),
+        &forwardKernelTiledAvx2(),
+        &forwardKernelTiledGeneric(),
+        &forwardKernelReference(),
+    };
+    return list;
+}
+
+namespace {
+
+// TND rows beyond the last sequence: attention_out 0, statistics -inf and 0.
+void writeTails(const ForwardParams& p) {
+    const float negInf = -std::numeric_limits<float>::infinity();
+    for (int64_t row = p.seq.qRowsUsed; row < p.qRowsTotal; ++row)
+        for (int64_t n1 = 0; n1 < p.n1; ++n1) {
+            for (int64_t c = 0; c < p.dv; ++c) p.out.store(0, n1, row, c, 0.0f);
+            if (p.writeStats)
+                for (int64_t lane = 0; lane < p.statLanes; ++lane) {
+                    p.softmaxMax.store(0, n1, row, lane, negInf);
+                    p.softmaxSum.store(0, n1, row, lane, 0.0f);
+                }
+        }
+}
+
+}  // namespace
+
+void runForward(const ForwardParams& p, const ForwardPlan& plan, void* workspace, ThreadPool& pool) {
+    if (pool.size() > plan.threads)
+        runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
+                     "after attnopsSetDeviceThreads",
+                     pool.size(), plan.threads);
+    const int64_t chunks = int64_t(plan.chunkStart.size()) - 1;
+    pool.parallelFor(chunks, [&](int64_t c, int worker) {
+        void* scratch = static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker);
+        const int64_t u0 = plan.chunkStart[size_t(c)], u1 = plan.chunkStart[size_t(c) + 1];
+        // The sequence owning u0: the last b with unitBase[b] <= u0 and a non-empty unit range.
+        int64_t b = int64_t(std::upper_bound(plan.unitBase.begin(), plan.unitBase.end(), u0) - plan.unitBase.begin()) - 1;
+        for (int64_t u = u0; u < u1; ++u) {
+            while (plan.unitBase[size_t(b) + 1] <= u) ++b;
+            plan.kernel->run(p, plan.tile, unitAt(p, plan, b, u), scratch);
+        }
+    });
+    if (p.varlen) writeTails(p);
+}
+
+}  // namespace attnops::fa

@@ -1,0 +1,40 @@
+// The FlashAttentionScore forward implementation list: each entry is a kernel over work units
+// (one sequence, one kv head with its query-head group, one block of query rows).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/flash_attention_score/params.hpp"
+#include "runtime/platform.hpp"
+
+namespace attnops::fa {
+
+struct TileShape {
+    int64_t queryRows = 64;  // rows of a work unit (one query block)
+    int64_t keyRows = 64;    // keys per inner block
+};
+
+struct WorkUnit {
+    int64_t b = 0, n2 = 0, q0 = 0, q1 = 0;  // sequence, kv head, query rows [q0, q1)
+};
+
+struct ForwardKernel {
+    const char* name;
+    bool (*available)();                                      // this CPU can run it
+    bool (*accepts)(const ForwardParams&);                    // it implements this problem
+    TileShape (*tile)(const ForwardParams&, const PlatformInfo&);
+    uint64_t (*scratchBytes)(const ForwardParams&, TileShape);  // per worker thread
+    void (*run)(const ForwardParams&, TileShape, const WorkUnit&, void* scratch);
+};
+
+// Fastest first, reference last.
+const std::vector<const ForwardKernel*>& forwardKernels();
+
+// Declared by each kernel file.
+const ForwardKernel& forwardKernelTiledAvx512();
+const ForwardKernel& forwardKernelTiledAvx2();
+const ForwardKernel& forwardKernelTiledGeneric();
+const ForwardKernel& forwardKernelReference();
+
+}  // namespace attnops::fa

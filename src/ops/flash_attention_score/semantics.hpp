@@ -1,0 +1,148 @@
+// What FlashAttentionScore computes, element by element: the sparse-mode mask rule, the pse
+// term and the dropout keep bit. Kernels and the reference both use these, so the rules live
+// here once (spec sections 2.5-2.7a with section 0).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/philox.hpp"
+#include "ops/flash_attention_score/params.hpp"
+
+namespace attnops::fa {
+
+// Token counts are clamped to +-2^62 so that band arithmetic never overflows; INT64_MAX-style
+// defaults mean "unbounded".
+constexpr int64_t kUnbounded = int64_t(1) << 62;
+inline int64_t clampTokens(int64_t v) { return std::clamp(v, -kUnbounded, kUnbounded); }
+
+// The analytic mask of one sequence in top-left coordinates: key j is kept for query i iff
+// minDiff <= j - i <= maxDiff, or j < prefix. (The explicit mask, if any, applies on top.)
+struct SeqRule {
+    int64_t minDiff = -kUnbounded;
+    int64_t maxDiff = kUnbounded;
+    int64_t prefix = 0;
+
+    bool keeps(int64_t i, int64_t j) const {
+        const int64_t diff = j - i;
+        return (diff >= minDiff && diff <= maxDiff) || j < prefix;
+    }
+};
+
+inline SeqRule seqRule(const MaskSpec& m, int64_t b, int64_t sq, int64_t skv) {
+    const int64_t d = skv - sq;  // bottom-right origin offset
+    const int64_t pre = clampTokens(m.preTokens), next = clampTokens(m.nextTokens);
+    const SeqRule causalTopLeft{-kUnbounded, 0, 0};
+    const SeqRule causalBottomRight{-kUnbounded, d, 0};
+    const SeqRule bandBottomRight{d - pre, d + next, 0};
+    switch (m.sparseMode) {
+        case 0: return SeqRule{-pre, next, 0};
+        case 1: return SeqRule{};
+        case 2: return causalTopLeft;
+        case 3: return causalBottomRight;
+        case 4: return bandBottomRight;
+        case 5:
+        case 6: return SeqRule{-kUnbounded, d, m.prefix.empty() ? 0 : m.prefix[size_t(b)]};
+        case 7: return b == m.lastNonEmpty ? bandBottomRight : causalBottomRight;
+        case 8: return b == m.firstNonEmpty ? bandBottomRight : causalTopLeft;
+        default: return SeqRule{};
+    }
+}
+
+// Keys a block of query rows [i0, i1) may attend: the hull [lo, hi) of the band and the prefix.
+struct KeyRange {
+    int64_t lo = 0, hi = 0;
+};
+
+inline KeyRange keyRange(const SeqRule& r, int64_t i0, int64_t i1, int64_t skv) {
+    KeyRange band{std::max<int64_t>(0, i0 + std::max(r.minDiff, -kUnbounded)),
+                  std::min<int64_t>(skv, (i1 - 1) + r.maxDiff + 1)};
+    if (i1 <= i0 || r.minDiff > r.maxDiff || band.hi < band.lo) band = {0, 0};
+    const int64_t prefixEnd = std::min(r.prefix, skv);
+    if (prefixEnd <= 0) return band;
+    if (band.hi <= band.lo) return {0, prefixEnd};
+    return {0, std::max(prefixEnd, band.hi)};
+}
+
+// Keys [lo, hi) of one row that the band alone keeps (the prefix adds [0, prefix)).
+inline KeyRange rowBand(const SeqRule& r, int64_t i, int64_t skv) {
+    KeyRange k{std::max<int64_t>(0, i + r.minDiff), std::min<int64_t>(skv, i + r.maxDiff + 1)};
+    if (k.hi < k.lo) k.hi = k.lo;
+    return k;
+}
+
+// Explicit attenMask bit (modes 0, 1, 5): true = masked. i, j are sequence-local.
+inline bool explicitMasked(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j) {
+    const MaskSpec& m = p.mask;
+    if (!m.explicitMask) return false;
+    int64_t row = i, col = j;
+    if (m.maskGlobalRows) {
+        row += p.seq.qStart[size_t(b)];
+        col += p.seq.kvStart[size_t(b)];
+    }
+    return m.maskData[b * m.maskStride[0] + n1 * m.maskStride[1] + row * m.maskStride[2] + col * m.maskStride[3]] != 0;
+}
+
+// The pse term of score (i, j): S = scale * (R + before) + after. Returns {before, after}.
+struct PseTerm {
+    float before = 0.0f, after = 0.0f;
+};
+
+inline PseTerm pseTerm(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j) {
+    const PseSpec& s = p.pse;
+    float value = 0.0f;
+    switch (s.form) {
+        case PseForm::None: return {};
+        case PseForm::Dense: value = s.view.load(b, n1, i, j); break;
+        case PseForm::CompressedAlibi: {
+            const int64_t col = s.compressedCols - 1 - (i - j);
+            if (col < 0 || col >= s.compressedCols) return {};  // masked positions only (checked)
+            value = s.view.load(b, n1, 1023, col);
+            break;
+        }
+        case PseForm::TndDense: {
+            const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
+            const int64_t flat = p.seq.elementBase[size_t(b)] + (n1 * sq + i) * skv + j;
+            value = loadAsFloat(s.view.data, flat * s.view.stride[3], s.view.dtype);
+            break;
+        }
+        case PseForm::TndRowBroadcast: {
+            const int64_t skv = p.seq.kvLen[size_t(b)];
+            const int64_t flat = p.seq.rowBroadcastBase[size_t(b)] + n1 * skv + j;
+            value = loadAsFloat(s.view.data, flat * s.view.stride[3], s.view.dtype);
+            break;
+        }
+        case PseForm::Slopes: {
+            const float slope = s.view.load(b, n1, 0, 0);
+            const double dist = std::fabs(double(j + s.kvStartIdx) - double(i + s.qStartIdx));
+            const double mag = s.type == 3 ? std::sqrt(dist) : dist;
+            return {0.0f, float(-double(slope) * mag)};
+        }
+    }
+    if (s.type == 1) return {value, 0.0f};
+    return {0.0f, value};
+}
+
+// Flat dropout index of (b, n1, i, j).
+inline int64_t dropoutIndex(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j) {
+    const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
+    return p.seq.elementBase[size_t(b)] + (n1 * sq + i) * skv + j;
+}
+
+inline bool explicitKeepBit(const DropoutSpec& d, int64_t index) {
+    return ((d.mask[(index >> 3) * d.maskByteStride] >> (index & 7)) & 1) != 0;
+}
+
+// Keep flags (0/1) of keys [j0, j0 + count) for row i.
+inline void dropoutKeepRow(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j0, int64_t count,
+                           uint8_t* keep) {
+    const int64_t first = dropoutIndex(p, b, n1, i, j0);
+    if (p.dropout.mask != nullptr) {
+        for (int64_t c = 0; c < count; ++c) keep[c] = explicitKeepBit(p.dropout, first + c) ? 1 : 0;
+    } else {
+        DropoutBits(p.dropout.seed, p.dropout.offset, p.dropout.keepProb).fill(uint64_t(first), count, keep);
+    }
+}
+
+}  // namespace attnops::fa

@@ -1,0 +1,191 @@
+// CPU devices, their queue threads, and the process-wide runtime.
+#include "runtime/device.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <new>
+
+#include "core/error.hpp"
+
+namespace attnops {
+
+Device::Device(int32_t index, int32_t threads)
+    : index_(index), threads_(threads), defaultStream_(std::make_shared<attnopsStream>(*this, true)) {}
+
+Device::~Device() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+    }
+    wake_.notify_all();
+    if (queueThread_.joinable()) queueThread_.join();
+}
+
+int32_t Device::threads() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return threads_;
+}
+
+void Device::ensureQueueThread() {
+    if (!queueThread_.joinable()) queueThread_ = std::thread([this] { queueLoop(); });
+}
+
+void Device::submit(const StreamPtr& stream, std::unique_ptr<attnopsExecutor> executor, void* workspace) {
+    {
+        std::lock_guard<std::mutex> lock(stream->mutex);
+        ++stream->pending;
+    }
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ensureQueueThread();
+        queue_.push_back(Task{stream, std::move(executor), workspace});
+    }
+    wake_.notify_one();
+}
+
+void Device::queueLoop() {
+    for (;;) {
+        Task task;
+        ThreadPool* pool = nullptr;
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+            if (stop_ && queue_.empty()) return;
+            task = std::move(queue_.front());
+            queue_.pop_front();
+            running_ = true;
+            if (!pool_ || pool_->size() != threads_) pool_ = std::make_unique<ThreadPool>(threads_);
+            pool = pool_.get();
+        }
+        attnopsStatus status = ATTNOPS_SUCCESS;
+        std::string message;
+        try {
+            task.executor->run(task.workspace, *pool);
+        } catch (const Error& e) {
+            status = e.status();
+            message = e.what();
+        } catch (const std::bad_alloc&) {
+            status = ATTNOPS_ERROR_OUT_OF_MEMORY;
+            message = "host allocation failed: out of memory";
+        } catch (const std::exception& e) {
+            status = ATTNOPS_ERROR_INTERNAL;
+            message = std::string("internal error (please report): ") + e.what();
+        }
+        const std::string op = task.executor->opName();
+        task.executor.reset();
+        {
+            std::lock_guard<std::mutex> lock(task.stream->mutex);
+            if (status != ATTNOPS_SUCCESS && task.stream->errorStatus == ATTNOPS_SUCCESS) {
+                task.stream->errorStatus = status;
+                task.stream->errorMessage = op + ": " + message;
+            }
+            --task.stream->pending;
+        }
+        task.stream->idle.notify_all();
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            running_ = false;
+        }
+        idle_.notify_all();
+    }
+}
+
+void Device::drain() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [&] { return queue_.empty() && !running_; });
+}
+
+void Device::setThreads(int32_t threads) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [&] { return queue_.empty() && !running_; });
+    threads_ = threads;
+}
+
+void* Device::allocate(uint64_t bytes) {
+    constexpr uint64_t kAlign = 64;
+    uint64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (rounded < bytes) return nullptr;
+    void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+    if (p == nullptr) return nullptr;
+    std::lock_guard<std::mutex> lock(allocMutex_);
+    allocations_[p] = bytes;
+    return p;
+}
+
+bool Device::release(void* ptr) {
+    {
+        std::lock_guard<std::mutex> lock(allocMutex_);
+        if (allocations_.erase(ptr) == 0) return false;
+    }
+    std::free(ptr);
+    return true;
+}
+
+namespace {
+thread_local int32_t currentDeviceIndex = 0;
+}
+
+Runtime::Runtime() {
+    const PlatformInfo& info = platform();
+    int64_t count = envInt("ATTNOPS_NUM_DEVICES", 1);
+    if (count < 1 || count > 1024) {
+        logWarning(fmt::format("ATTNOPS_NUM_DEVICES={} is outside [1, 1024]; using 1", count));
+        count = 1;
+    }
+    int64_t threads = envInt("ATTNOPS_NUM_THREADS", 0);
+    if (threads < 0 || threads > 4096) {
+        logWarning(fmt::format("ATTNOPS_NUM_THREADS={} is outside [1, 4096]; using the default", threads));
+        threads = 0;
+    }
+    if (threads == 0) threads = std::max<int64_t>(1, info.usableCores / count);
+    for (int32_t i = 0; i < count; ++i) devices_.push_back(std::make_unique<Device>(i, int32_t(threads)));
+}
+
+Runtime& Runtime::get() {
+    static Runtime* runtime = new Runtime();  // intentionally never destroyed (see header)
+    return *runtime;
+}
+
+Device& Runtime::device(int32_t index, const char* argument) {
+    if (index < 0 || index >= deviceCount())
+        invalidArgument(argument, index, "must be a device index in [0, {}) (ATTNOPS_NUM_DEVICES)", deviceCount());
+    return *devices_[size_t(index)];
+}
+
+Device& Runtime::currentDevice() { return device(currentDeviceIndex, "current device"); }
+int32_t Runtime::currentIndex() const { return currentDeviceIndex; }
+void Runtime::setCurrent(int32_t index) {
+    device(index, "device");
+    currentDeviceIndex = index;
+}
+
+StreamPtr Runtime::createStream(Device& device) {
+    auto stream = std::make_shared<attnopsStream>(device, false);
+    std::lock_guard<std::mutex> lock(streamsMutex_);
+    streams_[stream.get()] = stream;
+    return stream;
+}
+
+StreamPtr Runtime::resolveStream(const attnopsStream* handle) {
+    if (handle == nullptr) return currentDevice().defaultStream();
+    std::lock_guard<std::mutex> lock(streamsMutex_);
+    auto it = streams_.find(handle);
+    if (it == streams_.end())
+        invalidArgument("stream", fmt::format("{}", static_cast<const void*>(handle)),
+                        "not a live stream (destroyed, or not made by attnopsStreamCreate); pass NULL for the default stream");
+    return it->second;
+}
+
+StreamPtr Runtime::removeStream(const attnopsStream* handle) {
+    std::lock_guard<std::mutex> lock(streamsMutex_);
+    auto it = streams_.find(handle);
+    if (it == streams_.end())
+        invalidArgument("stream", fmt::format("{}", static_cast<const void*>(handle)),
+                        "not a live stream (already destroyed, or not made by attnopsStreamCreate)");
+    StreamPtr s = it->second;
+    streams_.erase(it);
+    return s;
+}
+
+}  // namespace attnops

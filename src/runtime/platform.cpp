@@ -1,0 +1,112 @@
+// Usable-core detection (sched_getaffinity, cgroup v2 cpu.max, cgroup v1 CFS quota) and cache
+// sizes (sysconf, then sysfs), with logged fallbacks.
+#include "runtime/platform.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace attnops {
+namespace {
+
+int affinityCores() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? int(n) : 0;
+}
+
+// CPU quota in cores (rounded up), or 0 when there is none.
+int cgroupQuotaCores() {
+    std::ifstream v2("/sys/fs/cgroup/cpu.max");
+    if (v2) {
+        std::string quota;
+        double period = 0;
+        if (v2 >> quota >> period && quota != "max" && period > 0) {
+            double q = std::atof(quota.c_str());
+            if (q > 0) return int(std::ceil(q / period));
+        }
+        return 0;
+    }
+    std::ifstream q1("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p1("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+    double q = 0, p = 0;
+    if (q1 >> q && p1 >> p && q > 0 && p > 0) return int(std::ceil(q / p));
+    return 0;
+}
+
+uint64_t sysfsCacheBytes(int level, const char* type) {
+    for (int index = 0; index < 8; ++index) {
+        std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+        std::ifstream lv(base + "level"), ty(base + "type"), sz(base + "size");
+        int l = 0;
+        std::string t, s;
+        if (!(lv >> l) || !(ty >> t) || !(sz >> s)) continue;
+        if (l != level || (t != type && t != "Unified")) continue;
+        uint64_t value = std::strtoull(s.c_str(), nullptr, 10);
+        if (!s.empty() && s.back() == 'K') value *= 1024;
+        if (!s.empty() && s.back() == 'M') value *= 1024 * 1024;
+        return value;
+    }
+    return 0;
+}
+
+uint64_t cacheBytes(int sysconfName, int level, const char* type, uint64_t fallback) {
+    long v = sysconf(sysconfName);
+    if (v > 0) return uint64_t(v);
+    uint64_t s = sysfsCacheBytes(level, type);
+    return s > 0 ? s : fallback;
+}
+
+PlatformInfo probe() {
+    PlatformInfo info;
+    int cores = affinityCores();
+    int quota = cgroupQuotaCores();
+    if (quota > 0 && (cores == 0 || quota < cores)) cores = quota;
+    if (cores <= 0) {
+        logWarning("could not determine the number of usable cores; using 1");
+        cores = 1;
+    }
+    info.usableCores = cores;
+    info.l1dBytes = cacheBytes(_SC_LEVEL1_DCACHE_SIZE, 1, "Data", 32 * 1024);
+    info.l2Bytes = cacheBytes(_SC_LEVEL2_CACHE_SIZE, 2, "Unified", 1024 * 1024);
+    info.l3Bytes = cacheBytes(_SC_LEVEL3_CACHE_SIZE, 3, "Unified", 8 * 1024 * 1024);
+    return info;
+}
+
+}  // namespace
+
+const PlatformInfo& platform() {
+    static const PlatformInfo info = probe();
+    return info;
+}
+
+void logWarning(const std::string& message) { std::fprintf(stderr, "attnops warning: %s\n", message.c_str()); }
+
+int64_t envInt(const char* name, int64_t fallback) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return fallback;
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0') {
+        logWarning(std::string(name) + "=" + text + " is not an integer; ignored");
+        return fallback;
+    }
+    return v;
+}
+
+bool envFlag(const char* name) { return envInt(name, 0) != 0; }
+
+std::string envString(const char* name) {
+    const char* text = std::getenv(name);
+    return text ? std::string(text) : std::string();
+}
+
+}  // namespace attnops
