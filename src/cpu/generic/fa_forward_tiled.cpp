@@ -217,8 +217,13 @@ __attribute__((flatten, target("avx2,fma"))) void runAvx2(const ForwardParams& p
                                                           void* s) {
     runUnitBody(p, t, u, s);
 }
-__attribute__((flatten, target("avx512f,avx512bw,avx512vl,avx2,fma,prefer-vector-width=512"))) void runAvx512(
-    const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+// 512-bit vectors: GCC and clang otherwise prefer 256-bit ones for auto-vectorised code.
+#if defined(__clang__)
+#define ATTNOPS_TARGET_AVX512 flatten, target("avx512f,avx512bw,avx512vl,avx2,fma"), min_vector_width(512)
+#else
+#define ATTNOPS_TARGET_AVX512 flatten, target("avx512f,avx512bw,avx512vl,avx2,fma,prefer-vector-width=512")
+#endif
+__attribute__((ATTNOPS_TARGET_AVX512)) void runAvx512(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
     runUnitBody(p, t, u, s);
 }
 
