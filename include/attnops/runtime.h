@@ -48,7 +48,9 @@ ATTNOPS_API attnopsStatus attnopsGetDeviceInfo(int32_t device, attnopsDeviceInfo
 /* Changes a device's worker-thread count (>= 1). Waits for the device's queued work first.
  * Results do not depend on the thread count: operators are deterministic. */
 ATTNOPS_API attnopsStatus attnopsSetDeviceThreads(int32_t device, int32_t threads);
-/* Waits for all work queued on the device; returns the first stored stream error, if any. */
+/* Waits for all work queued on the device (every stream); then returns, and clears, the error
+ * stored on the device's default stream, if any (other streams report theirs at their own
+ * synchronize). */
 ATTNOPS_API attnopsStatus attnopsDeviceSynchronize(int32_t device);
 
 /* Creates a stream on the calling thread's current device. */
