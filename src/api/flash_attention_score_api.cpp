@@ -18,9 +18,10 @@ using namespace attnops;
 
 namespace {
 
-// Geometry of a dropout-mask request: fixed (batch, S1, S2) or TND arrays.
-fa::Sequences dropMaskSequences(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen,
-                                const attnopsIntArray* qArr, const attnopsIntArray* kvArr) {
+// Number of scores (dropout bits) of a mask request: fixed (batch, S1, S2) or TND arrays. The
+// fixed count is arithmetic: nothing is allocated per sequence.
+int64_t dropMaskElements(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen,
+                         const attnopsIntArray* qArr, const attnopsIntArray* kvArr) {
     if (headNum <= 0) invalidArgument("headNum", headNum, "must be > 0");
     qArr = liveIntArrayOrNull(qArr, "actualSeqQLen");
     kvArr = liveIntArrayOrNull(kvArr, "actualSeqKvLen");
@@ -31,12 +32,16 @@ fa::Sequences dropMaskSequences(int64_t batch, int64_t headNum, int64_t qSeqLen,
             invalidArgument("batch/qSeqLen/kvSeqLen", fmt::format("{}/{}/{}", batch, qSeqLen, kvSeqLen),
                             "must be 0 when the TND arrays are given");
         const int64_t big = int64_t(1) << 62;
-        return fa::tndSequences(*qArr, *kvArr, big, big, headNum);
+        return fa::tndSequences(*qArr, *kvArr, big, big, headNum).totalElements;
     }
     if (batch < 0) invalidArgument("batch", batch, "must be >= 0");
     if (qSeqLen < 0) invalidArgument("qSeqLen", qSeqLen, "must be >= 0");
     if (kvSeqLen < 0) invalidArgument("kvSeqLen", kvSeqLen, "must be >= 0");
-    return fa::fixedSequences(batch, qSeqLen, kvSeqLen, headNum);
+    int64_t total = 0;
+    if (__builtin_mul_overflow(batch, headNum, &total) || __builtin_mul_overflow(total, qSeqLen, &total) ||
+        __builtin_mul_overflow(total, kvSeqLen, &total))
+        unsupported("B*N1*S1*S2 overflows 64-bit indexing ({} x {} x {} x {})", batch, headNum, qSeqLen, kvSeqLen);
+    return total;
 }
 
 }  // namespace
@@ -95,7 +100,7 @@ attnopsStatus attnopsFlashAttentionScoreGetWorkspaceSize(
         const int32_t threads = device.threads();
         const std::string forced = envString("ATTNOPS_FORCE_IMPL");
         auto plan = device.planCache().getOrMake<fa::ForwardPlan>(
-            fa::forwardPlanKey(params, threads, forced),
+            "fa.forward|" + fa::forwardPlanKey(params, threads, forced),
             [&] { return fa::makeForwardPlan(params, threads, platform(), forced); });
         auto exec = std::make_unique<fa::ForwardExecutor>(std::move(params), std::move(plan));
         exec->device = device.index();
@@ -114,9 +119,9 @@ attnopsStatus attnopsFlashAttentionDropMaskBytes(int64_t batch, int64_t headNum,
                                                  const attnopsIntArray* actualSeqKvLenOptional, uint64_t* bytes) {
     return guarded([&] {
         if (bytes == nullptr) nullArgument("bytes");
-        const fa::Sequences seq =
-            dropMaskSequences(batch, headNum, qSeqLen, kvSeqLen, actualSeqQLenOptional, actualSeqKvLenOptional);
-        *bytes = uint64_t((seq.totalElements + 7) / 8);
+        const int64_t elements =
+            dropMaskElements(batch, headNum, qSeqLen, kvSeqLen, actualSeqQLenOptional, actualSeqKvLenOptional);
+        *bytes = uint64_t((elements + 7) / 8);
     });
 }
 
@@ -127,9 +132,9 @@ attnopsStatus attnopsFlashAttentionGenDropMask(int64_t batch, int64_t headNum, i
     return guarded([&] {
         const attnopsTensor& out = requireTensor(dropMaskOut, "dropMaskOut");
         if (!(keepProb > 0.0 && keepProb <= 1.0)) invalidArgument("keepProb", keepProb, "must be in (0, 1]");
-        const fa::Sequences seq =
-            dropMaskSequences(batch, headNum, qSeqLen, kvSeqLen, actualSeqQLenOptional, actualSeqKvLenOptional);
-        const int64_t bytes = (seq.totalElements + 7) / 8;
+        const int64_t elements =
+            dropMaskElements(batch, headNum, qSeqLen, kvSeqLen, actualSeqQLenOptional, actualSeqKvLenOptional);
+        const int64_t bytes = (elements + 7) / 8;
         if (out.dtype != DType::U8) invalidArgument("dropMaskOut.dtype", attnopsDataTypeName(attnopsDataType(int(out.dtype))), "must be uint8");
         if (out.rank != 1 || out.strides[0] != 1)
             invalidArgument("dropMaskOut.shape", shapeString(out), "must be a contiguous 1-D tensor");
@@ -138,9 +143,12 @@ attnopsStatus attnopsFlashAttentionGenDropMask(int64_t batch, int64_t headNum, i
         std::memset(dst, 0, size_t(out.shape[0]));
         const DropoutBits bits{uint64_t(seed), uint64_t(offset), float(keepProb)};
         uint8_t flags[64];
-        for (int64_t first = 0; first < seq.totalElements; first += 64) {
-            const int64_t n = std::min<int64_t>(64, seq.totalElements - first);
-            bits.fill(uint64_t(first), n, flags);
+        for (int64_t first = 0; first < elements; first += 64) {
+            const int64_t n = std::min<int64_t>(64, elements - first);
+            if (keepProb < 1.0)
+                bits.fill(uint64_t(first), n, flags);
+            else  // keepProb 1 is no dropout (as in the forward), even where a uniform rounds to 1.0f
+                std::memset(flags, 1, size_t(n));
             for (int64_t e = 0; e < n; ++e)
                 if (flags[e]) dst[(first + e) >> 3] |= uint8_t(1u << ((first + e) & 7));
         }
