@@ -3,6 +3,7 @@
 #define ATTNOPS_ATTNOPS_H
 
 #include "attnops/flash_attention_score.h"
+#include "attnops/flash_attention_score_grad.h"
 #include "attnops/runtime.h"
 #include "attnops/status.h"
 #include "attnops/tensor.h"

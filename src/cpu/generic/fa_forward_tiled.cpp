@@ -124,7 +124,7 @@ ATTNOPS_INLINE float finishScores(const ForwardParams& p, const WorkUnit& u, int
     float rowMax = kNegInf;
     for (int64_t j = 0; j < nk; ++j) {
         s[j] = kept[j] ? s[j] : kNegInf;
-        rowMax = s[j] > rowMax ? s[j] : rowMax;
+        rowMax = (s[j] > rowMax || s[j] != s[j]) ? s[j] : rowMax;  // a NaN score makes the row NaN
     }
     return rowMax;
 }
@@ -134,7 +134,7 @@ ATTNOPS_INLINE void accumulateRow(const ForwardParams& p, const WorkUnit& u, int
                                   int64_t nk, float rowMax, float* __restrict s, const uint8_t* kept,
                                   uint8_t* keep, const float* __restrict v, float& m, float& l,
                                   float* __restrict acc) {
-    const float mNew = rowMax > m ? rowMax : m;
+    const float mNew = (rowMax > m || rowMax != rowMax) ? rowMax : m;
     const float alpha = m == kNegInf ? 0.0f : cpu::fastExp(m - mNew);
     float sum = 0.0f;
     for (int64_t j = 0; j < nk; ++j) {
@@ -169,8 +169,8 @@ ATTNOPS_INLINE void storeRow(const ForwardParams& p, const WorkUnit& u, int64_t 
         m = mFinal;
     }
     const int64_t row = p.seq.qStart[size_t(u.b)] + i;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t c = 0; c < p.dv; ++c) p.out.store(u.b, n1, row, c, l > 0.0f ? acc[c] * inv : 0.0f);
+    const float inv = l != 0.0f ? 1.0f / l : 0.0f;  // l == 0: no key kept; NaN propagates
+    for (int64_t c = 0; c < p.dv; ++c) p.out.store(u.b, n1, row, c, l != 0.0f ? acc[c] * inv : 0.0f);
     if (p.writeStats)
         for (int64_t lane = 0; lane < p.statLanes; ++lane) {
             p.softmaxMax.store(u.b, n1, row, lane, m);

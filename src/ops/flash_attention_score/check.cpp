@@ -233,7 +233,8 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     const attnopsTensor& q = requiredTensor(a.query, "query", device);
     const attnopsTensor& k = requiredTensor(a.key, "key", device);
     const attnopsTensor& v = requiredTensor(a.value, "value", device);
-    const attnopsTensor& out = requiredTensor(a.attentionOut, "attentionOut", device);
+    const char* outName = a.attentionOutName;
+    const attnopsTensor& out = requiredTensor(a.attentionOut, outName, device);
     const Layout layout = parseLayout(a.inputLayout, "inputLayout");
     p.layout = layout;
     p.varlen = layout == Layout::TND;
@@ -249,7 +250,7 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     if (k.dtype != q.dtype) invalidArgument("key.dtype", dtypeName(k.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
     if (v.dtype != q.dtype) invalidArgument("value.dtype", dtypeName(v.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
     if (out.dtype != q.dtype)
-        invalidArgument("attentionOut.dtype", dtypeName(out.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
+        invalidArgument(fmt::format("{}.dtype", outName), dtypeName(out.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
 
     // 3. Heads and head dims (spec 2.3).
     if (a.headNum <= 0) invalidArgument("headNum", a.headNum, "must be > 0");
@@ -294,7 +295,7 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     // 4. Output shape.
     const std::vector<int64_t> outShape = expectedShape(layout, dq.b, dq.s, n1, dv);
     if (!shapeIs(out, outShape))
-        invalidArgument("attentionOut.shape", shapeString(out), "must be {} (the query's shape with D replaced by Dv)",
+        invalidArgument(fmt::format("{}.shape", outName), shapeString(out), "must be {} (the query's shape with D replaced by Dv)",
                         shapeText(outShape));
 
     // 5. Sequences.
@@ -572,6 +573,65 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     const attnopsTensor* softmaxOut = liveTensorOrNull(a.softmaxOut, "softmaxOut");
     if (softmaxOut && softmaxOut->numel() != 0)
         invalidArgument("softmaxOut.shape", shapeString(*softmaxOut), "is reserved: pass NULL or an empty tensor");
+    return p;
+}
+
+BackwardParams checkBackward(const BackwardArgs& a, int32_t device) {
+    // Everything the forward checks, with the statistics and attentionIn as inputs.
+    if (a.forward.softmaxMax == nullptr) nullArgument("softmaxMax", "is required by the backward (P is rebuilt from it)");
+    if (a.forward.softmaxSum == nullptr) nullArgument("softmaxSum", "is required by the backward (P is rebuilt from it)");
+    if (a.forward.attentionOut == nullptr) nullArgument("attentionIn", "is required by the backward (the forward's output)");
+    BackwardParams p;
+    p.fwd = checkForward(a.forward, device);
+    const ForwardParams& f = p.fwd;
+    const attnopsTensor& q = requiredTensor(a.forward.query, "query", device);
+    const attnopsTensor& k = requiredTensor(a.forward.key, "key", device);
+    const attnopsTensor& v = requiredTensor(a.forward.value, "value", device);
+    const attnopsTensor& attnIn = requiredTensor(a.forward.attentionOut, "attentionIn", device);
+
+    // dy: the attentionIn's shape and dtype.
+    const attnopsTensor& dy = requiredTensor(a.dy, "dy", device);
+    if (dy.dtype != q.dtype) invalidArgument("dy.dtype", dtypeName(dy.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
+    if (!shapeIs(dy, std::vector<int64_t>(attnIn.shape.begin(), attnIn.shape.begin() + attnIn.rank)))
+        invalidArgument("dy.shape", shapeString(dy), "must equal attentionIn.shape {}", shapeString(attnIn));
+    p.dy = viewOf<View4>(dy, f.layout, f.dv);
+
+    // Gradients: the shapes and dtype of query, key, value.
+    const auto gradient = [&](const attnopsTensor* t, const char* name, const attnopsTensor& like, const char* likeName, int64_t headDim) {
+        const attnopsTensor& g = requiredTensor(t, name, device);
+        if (g.dtype != like.dtype)
+            invalidArgument(fmt::format("{}.dtype", name), dtypeName(g.dtype), "must equal {}.dtype ({})", likeName, dtypeName(like.dtype));
+        if (!shapeIs(g, std::vector<int64_t>(like.shape.begin(), like.shape.begin() + like.rank)))
+            invalidArgument(fmt::format("{}.shape", name), shapeString(g), "must equal {}.shape {}", likeName, shapeString(like));
+        return viewOf<MutView4>(g, f.layout, headDim);
+    };
+    p.dq = gradient(a.dq, "dqOut", q, "query", f.d);
+    p.dk = gradient(a.dk, "dkOut", k, "key", f.d);
+    p.dv = gradient(a.dv, "dvOut", v, "value", f.dv);
+    const Axes axes = axesOf(f.layout);
+    p.kvRowsTotal = k.shape[axes.s];
+    p.kvRowsUsed = 0;
+    for (int64_t b = 0; b < f.seq.count; ++b)
+        p.kvRowsUsed = std::max(p.kvRowsUsed, f.seq.kvStart[size_t(b)] + f.seq.kvLen[size_t(b)]);
+    if (!f.varlen) p.kvRowsUsed = p.kvRowsTotal;
+
+    const attnopsTensor* softmaxIn = liveTensorOrNull(a.softmaxIn, "softmaxIn");
+    if (softmaxIn && softmaxIn->numel() != 0)
+        invalidArgument("softmaxIn.shape", shapeString(*softmaxIn), "is reserved: pass NULL or an empty tensor");
+    const attnopsTensor* dpse = liveTensorOrNull(a.dpse, "dpseOut");
+    if (dpse && dpse->numel() != 0)
+        invalidArgument("dpseOut.shape", shapeString(*dpse), "is reserved (no pse gradient is produced): pass NULL or an empty tensor");
+
+    // dsink: with a sink, fp32 [N1].
+    const attnopsTensor* dsink = optionalTensor(a.dsink, "dsinkOut", device);
+    if (f.sink != nullptr) {
+        if (!dsink) nullArgument("dsinkOut", "is required when sinkIn is given");
+        if (dsink->dtype != DType::F32) invalidArgument("dsinkOut.dtype", dtypeName(dsink->dtype), "must be fp32");
+        if (!shapeIs(*dsink, {f.n1})) invalidArgument("dsinkOut.shape", shapeString(*dsink), "must be [N1] = [{}]", f.n1);
+        p.dsink = static_cast<float*>(dsink->data);
+        p.dsinkStride = dsink->strides[0];
+        p.sinkRows = f.varlen ? f.qRowsTotal : f.batch * f.seq.maxQLen;
+    }
     return p;
 }
 

@@ -40,12 +40,27 @@ struct ForwardArgs {
     const attnopsTensor* softmaxSum = nullptr;
     const attnopsTensor* softmaxOut = nullptr;
     const attnopsTensor* attentionOut = nullptr;
+    const char* attentionOutName = "attentionOut";  // "attentionIn" when the backward checks
+};
+
+// The backward's arguments: the forward's (statistics and attentionIn as inputs) plus these.
+struct BackwardArgs {
+    ForwardArgs forward;
+    const attnopsTensor* dy = nullptr;
+    const attnopsTensor* softmaxIn = nullptr;
+    const attnopsTensor* dq = nullptr;
+    const attnopsTensor* dk = nullptr;
+    const attnopsTensor* dv = nullptr;
+    const attnopsTensor* dpse = nullptr;
+    const attnopsTensor* dsink = nullptr;
 };
 
 constexpr int64_t kMaxHeadDim = 768;
 
 // Throws attnops::Error on the first rule broken; `device` is the planning device's index.
 ForwardParams checkForward(const ForwardArgs& args, int32_t device);
+
+BackwardParams checkBackward(const BackwardArgs& args, int32_t device);
 
 // Parses a layout name (exact upper case); throws naming `argument`.
 Layout parseLayout(const char* name, const char* argument);

@@ -42,16 +42,11 @@ void runForward(const ForwardParams& p, const ForwardPlan& plan, void* workspace
         runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
                      "after attnopsSetDeviceThreads",
                      pool.size(), plan.threads);
-    const int64_t chunks = int64_t(plan.chunkStart.size()) - 1;
-    pool.parallelFor(chunks, [&](int64_t c, int worker) {
+    pool.parallelFor(plan.units.chunks(), [&](int64_t c, int worker) {
         void* scratch = static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker);
-        const int64_t u0 = plan.chunkStart[size_t(c)], u1 = plan.chunkStart[size_t(c) + 1];
-        // The sequence owning u0: the last b with unitBase[b] <= u0 and a non-empty unit range.
-        int64_t b = int64_t(std::upper_bound(plan.unitBase.begin(), plan.unitBase.end(), u0) - plan.unitBase.begin()) - 1;
-        for (int64_t u = u0; u < u1; ++u) {
-            while (plan.unitBase[size_t(b) + 1] <= u) ++b;
-            plan.kernel->run(p, plan.tile, unitAt(p, plan, b, u), scratch);
-        }
+        plan.units.forEachInChunk(c, [&](int64_t b, int64_t local) {
+            plan.kernel->run(p, plan.tile, queryUnitAt(p, plan.tile, b, local), scratch);
+        });
     });
     if (p.varlen) writeTails(p);
 }

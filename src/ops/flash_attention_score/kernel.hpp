@@ -31,6 +31,32 @@ struct ForwardKernel {
 // Fastest first, reference last.
 const std::vector<const ForwardKernel*>& forwardKernels();
 
+// Backward work comes in two kinds of units, so that every output element has one writer and
+// no atomics or cross-thread sums are needed (determinism):
+//   key unit:   dk, dv rows [k0, k1) of kv head n2 of sequence b (summed over the G query heads
+//               in ascending order, query rows ascending);
+//   query unit: dq rows [q0, q1) of the query heads of kv head n2 (keys ascending).
+struct KeyUnit {
+    int64_t b = 0, n2 = 0, k0 = 0, k1 = 0;
+};
+
+struct BackwardKernel {
+    const char* name;
+    bool (*available)();
+    bool (*accepts)(const BackwardParams&);
+    TileShape (*tile)(const BackwardParams&, const PlatformInfo&);
+    uint64_t (*scratchBytes)(const BackwardParams&, TileShape);  // per worker thread, either unit
+    void (*runKeyUnit)(const BackwardParams&, TileShape, const KeyUnit&, void* scratch);
+    void (*runQueryUnit)(const BackwardParams&, TileShape, const WorkUnit&, void* scratch);
+};
+
+const std::vector<const BackwardKernel*>& backwardKernels();
+
+const BackwardKernel& backwardKernelTiledAvx512();
+const BackwardKernel& backwardKernelTiledAvx2();
+const BackwardKernel& backwardKernelTiledGeneric();
+const BackwardKernel& backwardKernelReference();
+
 // Declared by each kernel file.
 const ForwardKernel& forwardKernelTiledAvx512();
 const ForwardKernel& forwardKernelTiledAvx2();

@@ -114,4 +114,24 @@ struct ForwardParams {
     int64_t sinkStride = 1;
 };
 
+// FlashAttentionScoreGrad: the forward's problem (the statistics views are inputs here and
+// `out` is the forward output attentionIn), plus the incoming gradient and the outputs.
+struct BackwardParams {
+    ForwardParams fwd;
+    View4 dy;                          // (b, n1, row, dv), like attentionIn
+    MutView4 dq, dk, dv;               // like q, k, v
+    int64_t kvRowsTotal = 0;           // TND: T2 (rows of the packed key/value)
+    int64_t kvRowsUsed = 0;            // TND: sum of Skv_i; rows beyond are zeroed
+    float* dsink = nullptr;            // fp32 [N1] or NULL
+    int64_t dsinkStride = 1;
+    // With a sink: workspace for each query row's dsink term -p_sink * delta, [rows][N1] with
+    // rows = T1 (TND) or B * S1, written by query units and summed in a fixed order. Set by the
+    // executor when it runs (it points into the workspace).
+    float* sinkRowTerms = nullptr;
+    int64_t sinkRows = 0;
+    int64_t sinkRowIndex(int64_t b, int64_t i) const {
+        return fwd.varlen ? fwd.seq.qStart[size_t(b)] + i : b * fwd.seq.maxQLen + i;
+    }
+};
+
 }  // namespace attnops::fa

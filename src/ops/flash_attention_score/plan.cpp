@@ -1,4 +1,4 @@
-// Kernel choice, tile shape and cost-balanced work partition for the forward.
+// Kernel choice, tile shape and cost-balanced work partition for the forward and the backward.
 #include "ops/flash_attention_score/plan.hpp"
 
 #include <fmt/format.h>
@@ -12,38 +12,99 @@
 namespace attnops::fa {
 namespace {
 
-constexpr int64_t kChunksPerThread = 16;   // enough slack for dynamic balancing
-constexpr int64_t kUnitOverhead = 64;      // cost of a unit that attends nothing (loads, stores)
+constexpr int64_t kChunksPerThread = 16;  // enough slack for dynamic balancing
+constexpr int64_t kUnitOverhead = 64;     // cost of a unit that attends nothing (loads, stores)
 
 template <typename T>
 void append(std::string& key, const T& value) {
     key.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
 
-int64_t queryBlocks(int64_t sq, int64_t rows) { return (sq + rows - 1) / rows; }
+int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1) / blockRows; }
 
-const ForwardKernel& chooseKernel(const ForwardParams& p, const std::string& forced) {
-    const auto& list = forwardKernels();
+// The first entry of `list` that runs here and accepts the problem, or the one ATTNOPS_FORCE_IMPL
+// names.
+template <typename Kernel, typename Params>
+const Kernel& chooseKernel(const std::vector<const Kernel*>& list, const Params& p, const std::string& forced,
+                           const char* op) {
     if (!forced.empty()) {
-        for (const ForwardKernel* k : list)
+        for (const Kernel* k : list)
             if (forced == k->name) {
-                if (!k->available()) fail(ATTNOPS_ERROR_UNSUPPORTED_HARDWARE, fmt::format("ATTNOPS_FORCE_IMPL = {}: this CPU cannot run it", forced));
+                if (!k->available())
+                    fail(ATTNOPS_ERROR_UNSUPPORTED_HARDWARE, fmt::format("ATTNOPS_FORCE_IMPL = {}: this CPU cannot run it", forced));
                 if (!k->accepts(p)) unsupported("ATTNOPS_FORCE_IMPL = {}: the implementation does not accept this problem", forced);
                 return *k;
             }
         std::string names;
-        for (const ForwardKernel* k : list) names += std::string(names.empty() ? "" : ", ") + k->name;
-        invalidArgument("ATTNOPS_FORCE_IMPL", forced, "is not a FlashAttentionScore implementation ({})", names);
+        for (const Kernel* k : list) names += std::string(names.empty() ? "" : ", ") + k->name;
+        invalidArgument("ATTNOPS_FORCE_IMPL", forced, "is not a {} implementation ({})", op, names);
     }
-    for (const ForwardKernel* k : list)
+    for (const Kernel* k : list)
         if (k->available() && k->accepts(p)) return *k;
-    internalError("no FlashAttentionScore kernel accepted the problem");
+    internalError("no {} kernel accepted the problem", op);
+}
+
+// Cost of query rows [q0, q1) of sequence b against the keys they may attend.
+double queryBlockCost(const ForwardParams& p, int64_t b, int64_t q0, int64_t q1) {
+    const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
+    const KeyRange keys = keyRange(seqRule(p.mask, b, sq, skv), q0, q1, skv);
+    return double(p.group) * double((q1 - q0) * (keys.hi - keys.lo) + kUnitOverhead);
 }
 
 }  // namespace
 
+UnitSpace partitionUnits(int64_t sequences, int32_t threads, const std::function<int64_t(int64_t)>& unitsOf,
+                         const std::function<double(int64_t, int64_t)>& costOf) {
+    UnitSpace space;
+    space.base.resize(size_t(sequences) + 1);
+    int64_t units = 0;
+    double total = 0;
+    for (int64_t b = 0; b < sequences; ++b) {
+        space.base[size_t(b)] = units;
+        const int64_t n = unitsOf(b);
+        units += n;
+        for (int64_t u = 0; u < n; ++u) total += costOf(b, u);
+    }
+    space.base[size_t(sequences)] = units;
+    const double target = std::max(1.0, total / double(std::max(1, threads) * kChunksPerThread));
+    space.chunkStart.push_back(0);
+    double running = 0;
+    for (int64_t b = 0; b < sequences; ++b)
+        for (int64_t u = 0, n = space.base[size_t(b) + 1] - space.base[size_t(b)]; u < n; ++u) {
+            running += costOf(b, u);
+            if (running >= target) {
+                space.chunkStart.push_back(space.base[size_t(b)] + u + 1);
+                running = 0;
+            }
+        }
+    if (space.chunkStart.back() != units) space.chunkStart.push_back(units);
+    return space;
+}
+
+WorkUnit queryUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local) {
+    const int64_t sq = p.seq.qLen[size_t(b)];
+    const int64_t blocks = blocksOf(sq, tile.queryRows);
+    WorkUnit w;
+    w.b = b;
+    w.n2 = local / blocks;
+    w.q0 = (local % blocks) * tile.queryRows;
+    w.q1 = std::min(sq, w.q0 + tile.queryRows);
+    return w;
+}
+
+KeyUnit keyUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local) {
+    const int64_t skv = p.seq.kvLen[size_t(b)];
+    const int64_t blocks = blocksOf(skv, tile.keyRows);
+    KeyUnit k;
+    k.b = b;
+    k.n2 = local / blocks;
+    k.k0 = (local % blocks) * tile.keyRows;
+    k.k1 = std::min(skv, k.k0 + tile.keyRows);
+    return k;
+}
+
 std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::string& forcedKernel) {
-    std::string key = "fa.fwd|" + forcedKernel + "|";
+    std::string key = forcedKernel + "|";
     append(key, threads);
     append(key, p.layout);
     append(key, p.q.dtype);
@@ -52,6 +113,7 @@ std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::s
     append(key, p.mask.explicitMask);
     append(key, p.pse.form);
     append(key, p.dropout.enabled);
+    append(key, p.sink != nullptr);  // the backward books dsink terms in its workspace
     const auto appendVector = [&](const std::vector<int64_t>& v) {
         append(key, int64_t(v.size()));
         key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
@@ -70,65 +132,54 @@ std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::s
 ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const PlatformInfo& info,
                             const std::string& forcedKernel) {
     ForwardPlan plan;
-    plan.kernel = &chooseKernel(p, forcedKernel);
+    plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FlashAttentionScore");
     plan.tile = plan.kernel->tile(p, info);
     plan.threads = std::max(1, threads);
-    const uint64_t scratch = plan.kernel->scratchBytes(p, plan.tile);
-    plan.scratchPerThread = (scratch + 63) / 64 * 64;
+    plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
     plan.workspaceBytes = plan.scratchPerThread * uint64_t(plan.threads);
-
-    // Units and their costs (score elements visited, plus a fixed overhead).
-    const size_t count = size_t(p.seq.count);
-    plan.unitBase.resize(count + 1);
-    int64_t units = 0;
-    for (size_t b = 0; b < count; ++b) {
-        plan.unitBase[b] = units;
-        units += p.n2 * queryBlocks(p.seq.qLen[b], plan.tile.queryRows);
-    }
-    plan.unitBase[count] = units;
-    const auto unitCost = [&](int64_t b, const SeqRule& rule, int64_t qb) {
-        const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
-        const int64_t q0 = qb * plan.tile.queryRows, q1 = std::min(sq, q0 + plan.tile.queryRows);
-        const KeyRange keys = keyRange(rule, q0, q1, skv);
-        return p.group * ((q1 - q0) * (keys.hi - keys.lo) + kUnitOverhead);
-    };
-    // Pass 1: total cost; pass 2: cut chunks of about total / (threads * kChunksPerThread).
-    double total = 0;
-    for (size_t b = 0; b < count; ++b) {
-        const SeqRule rule = seqRule(p.mask, int64_t(b), p.seq.qLen[b], p.seq.kvLen[b]);
-        const int64_t blocks = queryBlocks(p.seq.qLen[b], plan.tile.queryRows);
-        for (int64_t qb = 0; qb < blocks; ++qb) total += double(p.n2) * double(unitCost(int64_t(b), rule, qb));
-    }
-    const double target = std::max(1.0, total / double(plan.threads * kChunksPerThread));
-    plan.chunkStart.push_back(0);
-    double running = 0;
-    int64_t u = 0;
-    for (size_t b = 0; b < count; ++b) {
-        const SeqRule rule = seqRule(p.mask, int64_t(b), p.seq.qLen[b], p.seq.kvLen[b]);
-        const int64_t blocks = queryBlocks(p.seq.qLen[b], plan.tile.queryRows);
-        for (int64_t n2 = 0; n2 < p.n2; ++n2)
-            for (int64_t qb = 0; qb < blocks; ++qb, ++u) {
-                running += double(unitCost(int64_t(b), rule, qb));
-                if (running >= target) {
-                    plan.chunkStart.push_back(u + 1);
-                    running = 0;
-                }
-            }
-    }
-    if (plan.chunkStart.back() != units) plan.chunkStart.push_back(units);
+    const TileShape tile = plan.tile;
+    plan.units = partitionUnits(
+        p.seq.count, plan.threads, [&](int64_t b) { return p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.queryRows); },
+        [&](int64_t b, int64_t local) {
+            const WorkUnit w = queryUnitAt(p, tile, b, local);
+            return queryBlockCost(p, b, w.q0, w.q1);
+        });
     return plan;
 }
 
-WorkUnit unitAt(const ForwardParams& p, const ForwardPlan& plan, int64_t b, int64_t u) {
-    const int64_t sq = p.seq.qLen[size_t(b)];
-    const int64_t blocks = queryBlocks(sq, plan.tile.queryRows);
-    const int64_t local = u - plan.unitBase[size_t(b)];
-    WorkUnit w;
-    w.b = b;
-    w.n2 = local / blocks;
-    w.q0 = (local % blocks) * plan.tile.queryRows;
-    w.q1 = std::min(sq, w.q0 + plan.tile.queryRows);
-    return w;
+BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const PlatformInfo& info,
+                              const std::string& forcedKernel) {
+    const ForwardParams& p = bp.fwd;
+    BackwardPlan plan;
+    plan.kernel = &chooseKernel(backwardKernels(), bp, forcedKernel, "FlashAttentionScoreGrad");
+    plan.tile = plan.kernel->tile(bp, info);
+    plan.threads = std::max(1, threads);
+    plan.scratchPerThread = (plan.kernel->scratchBytes(bp, plan.tile) + 63) / 64 * 64;
+    plan.sinkTermsOffset = plan.scratchPerThread * uint64_t(plan.threads);
+    const uint64_t sinkTerms = bp.dsink ? uint64_t(bp.sinkRows) * uint64_t(p.n1) * sizeof(float) : 0;
+    plan.workspaceBytes = plan.sinkTermsOffset + (sinkTerms + 63) / 64 * 64;
+    const TileShape tile = plan.tile;
+    plan.queryUnits = partitionUnits(
+        p.seq.count, plan.threads, [&](int64_t b) { return p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.queryRows); },
+        [&](int64_t b, int64_t local) {
+            const WorkUnit w = queryUnitAt(p, tile, b, local);
+            return queryBlockCost(p, b, w.q0, w.q1);
+        });
+    // A key block's cost: the query rows that may see it, times its width.
+    plan.keyUnits = partitionUnits(
+        p.seq.count, plan.threads, [&](int64_t b) { return p.n2 * blocksOf(p.seq.kvLen[size_t(b)], tile.keyRows); },
+        [&](int64_t b, int64_t local) {
+            const KeyUnit k = keyUnitAt(p, tile, b, local);
+            const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
+            const SeqRule rule = seqRule(p.mask, b, sq, skv);
+            int64_t rows = 0;
+            for (int64_t q0 = 0; q0 < sq; q0 += tile.queryRows) {
+                const KeyRange keys = keyRange(rule, q0, std::min(sq, q0 + tile.queryRows), skv);
+                if (keys.hi > k.k0 && keys.lo < k.k1) rows += std::min(tile.queryRows, sq - q0);
+            }
+            return double(p.group) * double(rows * (k.k1 - k.k0) + kUnitOverhead);
+        });
+    return plan;
 }
 
 }  // namespace attnops::fa

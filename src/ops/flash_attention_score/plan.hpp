@@ -1,8 +1,9 @@
-// The FlashAttentionScore forward plan ("tiling"): a pure function of the problem and the device
-// that picks the kernel, the tile shape, the work partition and the workspace booking.
+// FlashAttentionScore plans ("tiling"): pure functions of the problem and the device that pick
+// the kernel, the tile shape, the cost-balanced work partition and the workspace booking.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,26 +13,61 @@
 
 namespace attnops::fa {
 
+// Work units numbered sequence by sequence (sequence b owns [base[b], base[b+1])), cut into
+// chunks of consecutive units of similar cost that threads claim dynamically. Memory is O(B +
+// chunks): units themselves are never stored.
+struct UnitSpace {
+    std::vector<int64_t> base;
+    std::vector<int64_t> chunkStart;  // chunk c is [chunkStart[c], chunkStart[c+1])
+
+    int64_t chunks() const { return int64_t(chunkStart.size()) - 1; }
+
+    // Calls visit(b, local) for every unit of chunk c in order (local: index within sequence b).
+    template <typename Visit>
+    void forEachInChunk(int64_t c, Visit&& visit) const {
+        const int64_t u0 = chunkStart[size_t(c)], u1 = chunkStart[size_t(c) + 1];
+        int64_t b = int64_t(std::upper_bound(base.begin(), base.end(), u0) - base.begin()) - 1;
+        for (int64_t u = u0; u < u1; ++u) {
+            while (base[size_t(b) + 1] <= u) ++b;
+            visit(b, u - base[size_t(b)]);
+        }
+    }
+};
+
+// unitsOf(b): units of sequence b; costOf(b, local): relative cost of one unit.
+UnitSpace partitionUnits(int64_t sequences, int32_t threads, const std::function<int64_t(int64_t)>& unitsOf,
+                         const std::function<double(int64_t, int64_t)>& costOf);
+
 struct ForwardPlan : PlanBase {
     const ForwardKernel* kernel = nullptr;
     TileShape tile;
     int32_t threads = 1;
-    // Work units are (sequence, kv head, query block), numbered sequence by sequence; sequence b
-    // owns units [unitBase[b], unitBase[b+1]).
-    std::vector<int64_t> unitBase;
-    // Chunks of consecutive units of similar cost; chunk c is [chunkStart[c], chunkStart[c+1]).
-    std::vector<int64_t> chunkStart;
+    UnitSpace units;                // (sequence, kv head, query block)
     uint64_t scratchPerThread = 0;  // bytes, 64-byte multiple
     uint64_t workspaceBytes = 0;
 };
 
-// Signature of everything the plan depends on (shapes, dtypes, mask geometry, lengths).
+struct BackwardPlan : PlanBase {
+    const BackwardKernel* kernel = nullptr;
+    TileShape tile;
+    int32_t threads = 1;
+    UnitSpace keyUnits;             // (sequence, kv head, key block): dk, dv
+    UnitSpace queryUnits;           // (sequence, kv head, query block): dq
+    uint64_t scratchPerThread = 0;
+    uint64_t sinkTermsOffset = 0;   // bytes into the workspace of BackwardParams::sinkRowTerms
+    uint64_t workspaceBytes = 0;
+};
+
+// Signature of everything a plan depends on (shapes, dtypes, mask geometry, lengths).
 std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::string& forcedKernel);
 
 ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const PlatformInfo& info,
                             const std::string& forcedKernel);
+BackwardPlan makeBackwardPlan(const BackwardParams& p, int32_t threads, const PlatformInfo& info,
+                              const std::string& forcedKernel);
 
-// Decodes global unit `u` of sequence `b` (unitBase[b] <= u < unitBase[b+1]).
-WorkUnit unitAt(const ForwardParams& p, const ForwardPlan& plan, int64_t b, int64_t u);
+// Unit `local` of sequence b: query units of the forward and of the backward's dq pass.
+WorkUnit queryUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local);
+KeyUnit keyUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local);
 
 }  // namespace attnops::fa

@@ -23,4 +23,18 @@ ReferenceRow referenceRow(const ForwardParams& p, int64_t b, int64_t n1, int64_t
 // the output rounded to the output dtype. The tolerance rule compares against its error.
 std::vector<float> naiveLowPrecisionRow(const ForwardParams& p, int64_t b, int64_t n1, int64_t i);
 
+// Gradients of one (sequence b, query head n1) in double, recomputed from the inputs alone (the
+// saved statistics and attentionIn are not read): dq [Sq][D], this head's contributions to
+// dk [Skv][D] and dv [Skv][Dv], and to dsink.
+struct ReferenceHeadGrads {
+    std::vector<double> dq, dk, dv;
+    double dsink = 0.0;
+    std::vector<double> dsinkRows;  // [Sq] each row's term of dsink
+};
+ReferenceHeadGrads referenceBackwardHead(const BackwardParams& p, int64_t b, int64_t n1);
+
+// The same maths in fp32 with P, dP and dS rounded to the input dtype before each product, delta
+// taken from the forward output rounded to it (as the operator does), and the results rounded: the naive low-precision backward of the tolerance rule.
+ReferenceHeadGrads naiveLowPrecisionBackwardHead(const BackwardParams& p, int64_t b, int64_t n1);
+
 }  // namespace attnops::fa

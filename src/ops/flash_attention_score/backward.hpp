@@ -1,0 +1,35 @@
+// FlashAttentionScoreGrad: the driver that runs a backward plan on a device's pool, and the
+// executor handed to the caller between the two API phases.
+#pragma once
+
+#include <memory>
+
+#include "ops/flash_attention_score/params.hpp"
+#include "ops/flash_attention_score/plan.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace attnops::fa {
+
+// Key units (dk, dv), then query units (dq), then dsink and the TND tails.
+void runBackward(const BackwardParams& p, const BackwardPlan& plan, void* workspace, ThreadPool& pool);
+
+class BackwardExecutor final : public attnopsExecutor {
+public:
+    BackwardExecutor(BackwardParams params, std::shared_ptr<const BackwardPlan> plan)
+        : params_(std::move(params)), plan_(std::move(plan)) {
+        workspaceBytes = plan_->workspaceBytes;
+    }
+    const char* opName() const override { return "FlashAttentionScoreGrad"; }
+    void run(void* workspace, ThreadPool& pool) override {
+        if (params_.dsink != nullptr)
+            params_.sinkRowTerms = reinterpret_cast<float*>(static_cast<char*>(workspace) + plan_->sinkTermsOffset);
+        runBackward(params_, *plan_, workspace, pool);
+    }
+
+private:
+    BackwardParams params_;
+    std::shared_ptr<const BackwardPlan> plan_;
+};
+
+}  // namespace attnops::fa

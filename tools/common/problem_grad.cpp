@@ -1,0 +1,195 @@
+// FaGrads: the backward call and its reference comparison.
+#include "problem_grad.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/dtype.hpp"
+#include "ops/flash_attention_score/check.hpp"
+#include "ops/flash_attention_score/reference.hpp"
+
+namespace attnops::tools {
+namespace {
+
+struct Arrays {
+    attnopsIntArray *prefix = nullptr, *qCum = nullptr, *kvCum = nullptr, *qStart = nullptr, *kvStart = nullptr;
+    explicit Arrays(const FaInstance& inst) {
+        auto make = [](const std::vector<int64_t>& v, bool present, attnopsIntArray*& out) {
+            if (present && attnopsCreateIntArray(v.data(), v.size(), &out) != ATTNOPS_SUCCESS)
+                throw std::runtime_error(attnopsGetLastErrorMessage());
+        };
+        make(inst.prefix, !inst.prefix.empty(), prefix);
+        make(inst.qCumulative, inst.problem.tnd(), qCum);
+        make(inst.kvCumulative, inst.problem.tnd(), kvCum);
+        make(inst.qStartIdx, !inst.qStartIdx.empty(), qStart);
+        make(inst.kvStartIdx, !inst.kvStartIdx.empty(), kvStart);
+    }
+    ~Arrays() {
+        for (attnopsIntArray* a : {prefix, qCum, kvCum, qStart, kvStart}) attnopsDestroyIntArray(a);
+    }
+    Arrays(const Arrays&) = delete;
+    Arrays& operator=(const Arrays&) = delete;
+};
+
+fa::BackwardArgs backwardArgs(const FaInstance& inst, const FaGrads& g, const Arrays& a) {
+    const FaProblem& p = inst.problem;
+    fa::BackwardArgs args;
+    fa::ForwardArgs& f = args.forward;
+    f.query = inst.query.handle();
+    f.key = inst.key.handle();
+    f.value = inst.value.handle();
+    f.realShift = inst.pse.handle();
+    f.dropMask = inst.dropMask.handle();
+    f.attenMask = inst.attenMask.handle();
+    f.prefix = a.prefix;
+    f.actualSeqQLen = a.qCum;
+    f.actualSeqKvLen = a.kvCum;
+    f.qStartIdx = a.qStart;
+    f.kvStartIdx = a.kvStart;
+    f.sink = inst.sink.handle();
+    f.scaleValue = p.effectiveScale();
+    f.keepProb = p.keepProb;
+    f.preTokens = p.preTokens;
+    f.nextTokens = p.nextTokens;
+    f.headNum = p.heads;
+    f.inputLayout = p.layout.c_str();
+    f.innerPrecise = p.innerPrecise;
+    f.sparseMode = p.sparseMode;
+    f.pseType = p.pseType < 0 ? 1 : p.pseType;
+    f.seed = p.seed;
+    f.offset = p.offset;
+    f.softmaxMax = inst.softmaxMax.handle();
+    f.softmaxSum = inst.softmaxSum.handle();
+    f.attentionOut = inst.attentionOut.handle();
+    f.attentionOutName = "attentionIn";
+    args.dy = g.dy.handle();
+    args.dq = g.dq.handle();
+    args.dk = g.dk.handle();
+    args.dv = g.dv.handle();
+    args.dsink = g.dsink.handle();
+    return args;
+}
+
+}  // namespace
+
+FaGrads makeGrads(const FaInstance& inst, uint64_t seed) {
+    FaGrads g;
+    g.dy = HostTensor(inst.attentionOut.dtype(), inst.attentionOut.shape());
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull + 7;
+    for (int64_t i = 0; i < g.dy.numel(); ++i) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        g.dy.set(i, float(double(state >> 11) * (2.0 / 9007199254740992.0) - 1.0));
+    }
+    g.dq = HostTensor(inst.query.dtype(), inst.query.shape());
+    g.dk = HostTensor(inst.key.dtype(), inst.key.shape());
+    g.dv = HostTensor(inst.value.dtype(), inst.value.shape());
+    if (!inst.sink.empty()) g.dsink = HostTensor(ATTNOPS_FLOAT32, {inst.problem.heads});
+    return g;
+}
+
+attnopsStatus runBackward(const FaInstance& inst, FaGrads& g, attnopsStream* stream) {
+    const Arrays a(inst);
+    const fa::BackwardArgs args = backwardArgs(inst, g, a);
+    const fa::ForwardArgs& f = args.forward;
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    attnopsStatus st = attnopsFlashAttentionScoreGradGetWorkspaceSize(
+        f.query, f.key, f.value, args.dy, f.realShift, f.dropMask, nullptr, f.attenMask, f.softmaxMax, f.softmaxSum,
+        nullptr, f.attentionOut, f.prefix, f.actualSeqQLen, f.actualSeqKvLen, f.qStartIdx, f.kvStartIdx, f.sink,
+        f.scaleValue, f.keepProb, f.preTokens, f.nextTokens, f.headNum, f.inputLayout, f.innerPrecise, f.sparseMode,
+        f.pseType, f.seed, f.offset, args.dq, args.dk, args.dv, nullptr, args.dsink, &ws, &exec);
+    if (st != ATTNOPS_SUCCESS) return st;
+    void* workspace = nullptr;
+    if (ws > 0 && (st = attnopsMalloc(ws, &workspace)) != ATTNOPS_SUCCESS) {
+        attnopsDestroyExecutor(exec);
+        return st;
+    }
+    st = attnopsFlashAttentionScoreGrad(workspace, ws, exec, stream);
+    if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(stream);
+    attnopsFree(workspace);
+    return st;
+}
+
+GradCheck checkBackward(const FaInstance& inst, const FaGrads& g) {
+    const Arrays a(inst);
+    const fa::BackwardParams bp = fa::checkBackward(backwardArgs(inst, g, a), 0);
+    const fa::ForwardParams& p = bp.fwd;
+    const bool lowp = inst.problem.dtype != ATTNOPS_FLOAT32;
+    GradCheck rc;
+    const char* names[4] = {"dq", "dk", "dv", "dsink"};
+    // Reference and naive gradients of every element, dk/dv summed over each group.
+    auto compare = [&](int t, double got, double want, double naive) {
+        if (std::isnan(want) || std::isnan(got)) {
+            if (std::isnan(want) != std::isnan(got) && rc.failure.empty())
+                rc.failure = fmt::format("{}: NaN mismatch (got {}, want {})", names[t], got, want);
+            if (std::isnan(want) != std::isnan(got)) rc.passed = false;
+            return;
+        }
+        rc.maxAbsError[t] = std::max(rc.maxAbsError[t], std::fabs(got - want));
+        rc.maxAbsNaiveError[t] = std::max(rc.maxAbsNaiveError[t], std::fabs(naive - want));
+        rc.maxAbsReference[t] = std::max(rc.maxAbsReference[t], std::fabs(want));
+    };
+    for (int64_t b = 0; b < p.seq.count; ++b) {
+        const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
+        for (int64_t n2 = 0; n2 < p.n2; ++n2) {
+            std::vector<double> dk(size_t(skv * p.d), 0.0), dv(size_t(skv * p.dv), 0.0);
+            std::vector<double> ndk(dk), ndv(dv);
+            for (int64_t gi = 0; gi < p.group; ++gi) {
+                const int64_t n1 = n2 * p.group + gi;
+                const fa::ReferenceHeadGrads ref = fa::referenceBackwardHead(bp, b, n1);
+                const fa::ReferenceHeadGrads naive = lowp ? fa::naiveLowPrecisionBackwardHead(bp, b, n1) : ref;
+                for (int64_t i = 0; i < sq; ++i)
+                    for (int64_t c = 0; c < p.d; ++c)
+                        compare(0, loadAsFloat(bp.dq.data, bp.dq.offset(b, n1, p.seq.qStart[size_t(b)] + i, c), bp.dq.dtype),
+                                ref.dq[size_t(i * p.d + c)], naive.dq[size_t(i * p.d + c)]);
+                for (size_t e = 0; e < dk.size(); ++e) {
+                    dk[e] += ref.dk[e];
+                    ndk[e] += naive.dk[e];
+                }
+                for (size_t e = 0; e < dv.size(); ++e) {
+                    dv[e] += ref.dv[e];
+                    ndv[e] += naive.dv[e];
+                }
+            }
+            for (int64_t j = 0; j < skv; ++j) {
+                const int64_t row = p.seq.kvStart[size_t(b)] + j;
+                for (int64_t c = 0; c < p.d; ++c)
+                    compare(1, loadAsFloat(bp.dk.data, bp.dk.offset(b, n2, row, c), bp.dk.dtype), dk[size_t(j * p.d + c)],
+                            ndk[size_t(j * p.d + c)]);
+                for (int64_t c = 0; c < p.dv; ++c)
+                    compare(2, loadAsFloat(bp.dv.data, bp.dv.offset(b, n2, row, c), bp.dv.dtype), dv[size_t(j * p.dv + c)],
+                            ndv[size_t(j * p.dv + c)]);
+            }
+        }
+    }
+    if (bp.dsink != nullptr)
+        for (int64_t n1 = 0; n1 < p.n1; ++n1) {
+            double want = 0, naive = 0;
+            for (int64_t b = 0; b < p.seq.count; ++b) {
+                want += fa::referenceBackwardHead(bp, b, n1).dsink;
+                naive += lowp ? fa::naiveLowPrecisionBackwardHead(bp, b, n1).dsink : 0.0;
+            }
+            compare(3, bp.dsink[n1 * bp.dsinkStride], want, lowp ? naive : want);
+        }
+    // Tolerances: the forward's rule, per tensor.
+    const double u = std::ldexp(1.0, -24);
+    const double lengths = double(p.seq.maxQLen + p.seq.maxKvLen + p.d + p.dv) * double(p.group);
+    for (int t = 0; t < 4; ++t) {
+        if (lowp)
+            rc.tolerance[t] = 2.0 * rc.maxAbsNaiveError[t] + 1e-5 * rc.maxAbsReference[t] + 1e-6;
+        else
+            rc.tolerance[t] = u * (16.0 * lengths + 128.0) * rc.maxAbsReference[t] + 1e-7;
+        if (rc.maxAbsError[t] > rc.tolerance[t]) {
+            rc.passed = false;
+            if (rc.failure.empty())
+                rc.failure = fmt::format("{}: max error {} > tolerance {} (naive {}, max |ref| {})", names[t], rc.maxAbsError[t],
+                                         rc.tolerance[t], rc.maxAbsNaiveError[t], rc.maxAbsReference[t]);
+        }
+    }
+    return rc;
+}
+
+}  // namespace attnops::tools
