@@ -1,1 +1,66 @@
-int main() { return 0; }
+// The attnops command-line tool: `info`, `run [flash-attention]` and `demo`.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <exception>
+
+#include "attnops/attnops.h"
+#include "commands.hpp"
+#include "flash_attention_cmd.hpp"
+#include "runner.hpp"
+
+int main(int argc, char** argv) {
+    using namespace attnops::cli;
+    CLI::App app{"attnops: fused transformer attention operators with the semantics of CANN's FlashAttentionScore, "
+                 "on CPUs."};
+    app.set_version_flag("--version", attnopsVersion());
+    app.require_subcommand(1);
+    app.footer("Exit status: 0 success; 1 a reference check or a compare failed; 2 invalid problem, library error or "
+               "unreadable input; 64 bad command line.");
+
+    bool infoJson = false;
+    CLI::App* info = app.add_subcommand("info", "Version, CPU features (AVX-512, AMX and whether the OS grants it), "
+                                                "devices, usable cores and caches");
+    info->add_flag("--json", infoJson, "Print JSON");
+
+    RunOptions runOptions;
+    CLI::App* run = app.add_subcommand("run", "Run an operator on a described problem, or on tensors saved by --save");
+    addRunOptions(*run, runOptions);
+    run->require_subcommand(0, 1);
+    run->footer(
+        "`attnops run --load DIR` runs the operator named in DIR/params.json. DIR holds one .npy per tensor, named as "
+        "the API argument (query, key, value, realShift, dropMask, attenMask, sink, attentionOut, softmaxMax, "
+        "softmaxSum; int64 arrays actualSeqQLen, actualSeqKvLen (cumulative), prefix, qStartIdx, kvStartIdx), and "
+        "params.json: {\"op\": \"flash-attention\", \"layout\", \"headNum\" (required), \"scale\", \"keepProb\", "
+        "\"preTokens\", \"nextTokens\", \"sparseMode\", \"pseType\", \"seed\", \"offset\", \"innerPrecise\" (C API "
+        "defaults when absent), \"tensors\": {name: {\"dtype\", \"shape\"}}}. .npy dtypes: <f4 fp32, <f2 fp16, <u2 "
+        "bf16 bits (say \"bf16\" in params.json), |u1 or |b1 masks, <i8 or <i4 int arrays.");
+
+    FaFlags faFlags;
+    CLI::App* runFa = run->add_subcommand("flash-attention",
+                                          "FlashAttentionScore forward on deterministic random inputs (or --load DIR): "
+                                          "time, GFLOP/s (mask-aware), --check against the double reference, --save");
+    addRunOptions(*runFa, runOptions);
+    addFlashAttentionFlags(*runFa, faFlags);
+
+    DemoOptions demoOptions;
+    CLI::App* demo = app.add_subcommand("demo", "A realistic packed varlen batch: thousands of sequences, GQA, D=128, "
+                                                "bf16, causal; timed and checked against the reference");
+    addDemoOptions(*demo, demoOptions);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help and --version exit 0
+    }
+    try {
+        if (*info) return runInfo(infoJson);
+        if (*runFa) return runFlashAttention(faFlags, runOptions);
+        if (*run) return runLoaded(runOptions);
+        if (*demo) return runDemo(demoOptions);
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "error: {}\n", e.what());
+        return kExitError;
+    }
+    return kExitOk;
+}

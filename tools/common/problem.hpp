@@ -14,6 +14,23 @@
 
 namespace attnops::tools {
 
+// splitmix64: small, fast, deterministic; the source of every generated input.
+class Rng {
+public:
+    explicit Rng(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x1234567ull) {}
+    uint64_t next() {
+        uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
+    float symmetric(double scale) { return float((uniform() * 2.0 - 1.0) * scale); }
+
+private:
+    uint64_t state_;
+};
+
 // A host tensor owning its bytes, with an attnops handle over them.
 class HostTensor {
 public:
@@ -68,6 +85,7 @@ struct FaProblem {
     int64_t statLanes = 8;                // 8, 1, or 0 (no statistics)
     uint64_t dataSeed = 1;                // inputs
     double dataScale = 1.0;               // inputs ~ U(-dataScale, dataScale)
+    int64_t innerPrecise = 0;             // passed through to the API
 
     int64_t vdim() const { return vDim < 0 ? dim : vDim; }
     bool tnd() const { return layout == "TND"; }
@@ -88,7 +106,8 @@ struct FaInstance {
     std::vector<int64_t> qCumulative, kvCumulative, prefix, qStartIdx, kvStartIdx;
 
     explicit FaInstance(const FaProblem& p);
-    // Inputs loaded from elsewhere (the CLI's --load) replace the generated ones by name.
+    // Inputs loaded from elsewhere (the CLI's --load) replace the generated ones by name: the
+    // members are public; call allocateOutputs after replacing the query.
     // GetWorkspaceSize + execute + synchronize on `stream`. Returns the first failing status;
     // the message is attnopsGetLastErrorMessage().
     attnopsStatus runForward(attnopsStream* stream = nullptr);
@@ -99,6 +118,10 @@ struct FaInstance {
 // Allocates the output tensors of an instance (after its inputs are set).
 void allocateOutputs(FaInstance& inst);
 
+// The keep mask the operator generates from (keepProb, seed, offset) when no dropMask is given,
+// materialised as the uint8 dropMask tensor that gives the same result (keepProb < 1).
+HostTensor generatedDropMask(const FaInstance& inst);
+
 // Error of attnops' output against the double reference on a set of rows.
 struct RowCheck {
     int64_t rows = 0;
@@ -106,6 +129,9 @@ struct RowCheck {
     double maxAbsNaiveError = 0;   // naive low precision vs reference (bf16/fp16 rule)
     double maxAbsReference = 0;    // largest |reference| seen
     double maxStatError = 0;       // |max| and relative |sum| errors of the statistics
+    double maxSoftmaxMaxError = 0; // the same, split: softmax_max only
+    double maxSoftmaxSumError = 0; //                  softmax_sum only
+    double statTolerance = 0;      // the bound the statistics must meet
     double tolerance = 0;          // the bound attnops must meet
     bool passed = true;
     bool nanMismatch = false;

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Smoke test of the attnops command-line tool: every command once, the --save / --load --compare
+# round trip, and a compare that must fail on a corrupted output. Exits non-zero on the first
+# failure. Usage: smoke.sh [path/to/attnops]   (default: build/tools/cli/attnops)
+set -u
+
+cli=${1:-build/tools/cli/attnops}
+[ -x "$cli" ] || { echo "smoke: $cli is not an executable (pass the attnops binary)" >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+# expect STATUS DESCRIPTION PATTERN -- COMMAND...: runs COMMAND, requires exit status STATUS and,
+# unless PATTERN is empty, a line of its output (stdout and stderr) matching PATTERN.
+expect() {
+    local want=$1 what=$2 pattern=$3
+    shift 4
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        echo "FAIL: $what: exit status $rc, expected $want"
+        echo "  command: $*"
+        echo "$out" | sed 's/^/  | /' | tail -n 20
+        failures=$((failures + 1))
+    elif [ -n "$pattern" ] && ! grep -qE -- "$pattern" <<< "$out"; then
+        echo "FAIL: $what: no output line matches /$pattern/"
+        echo "  command: $*"
+        echo "$out" | sed 's/^/  | /' | tail -n 20
+        failures=$((failures + 1))
+    else
+        echo "ok: $what"
+    fi
+}
+
+# Overwrites the first 64 bytes of an .npy file's data (row 0 of head 0 in every layout, a row
+# the check always samples) with 0x7f bytes: huge values in fp32, fp16 (inf) and bf16.
+corrupt_npy() {
+    local file=$1 header_len
+    header_len=$(od -An -tu2 -j8 -N2 "$file" | tr -d ' ')
+    head -c 64 /dev/zero | tr '\0' '\177' | dd of="$file" bs=1 seek=$((10 + header_len)) conv=notrunc status=none
+}
+
+expect 0 "--version" '^[0-9]+\.[0-9]+\.[0-9]+' -- "$cli" --version
+expect 0 "--help" 'Subcommands' -- "$cli" --help
+for cmd in info run demo "run flash-attention"; do
+    # shellcheck disable=SC2086
+    expect 0 "$cmd --help" 'Usage' -- "$cli" $cmd --help
+done
+expect 0 "info" 'usable cores' -- "$cli" info
+expect 0 "info --json" '"usableCores"' -- "$cli" info --json
+expect 64 "unknown flag is rejected" 'not expected' -- "$cli" run flash-attention --no-such-flag
+expect 64 "missing command" 'subcommand' -- "$cli"
+
+expect 0 "run fp32 BNSD --check" 'PASS' -- "$cli" run flash-attention --check --repeat 2
+expect 0 "run bf16 BSND GQA causal --check --json" '"passed": true' -- \
+    "$cli" run flash-attention --layout BSND --batch 2 --q-seqlen 100 --kv-seqlen 130 --heads 4 --kv-heads 2 \
+    --dtype bf16 --sparse-mode 3 --check --json
+expect 0 "run fp16 BSH pse + random mask + sink" 'PASS' -- \
+    "$cli" run flash-attention --layout BSH --q-seqlen 64 --dtype fp16 --pse-type 1 --mask random --sink --check
+expect 2 "invalid problem reports the library's message" 'ATTNOPS_ERROR_INVALID_ARGUMENT' -- \
+    "$cli" run flash-attention --heads 3 --kv-heads 2
+expect 2 "keepProb out of range" 'keepProb' -- "$cli" run flash-attention --keep-prob 1.5
+
+# TND from a length file, generated dropout: save, reload, compare.
+printf '17 0 64\n200, 1\n33\n' > "$work/lengths.txt"
+dir="$work/saved"
+expect 0 "run TND @FILE dropout --save" 'saved' -- \
+    "$cli" run flash-attention --layout TND --q-seqlens "@$work/lengths.txt" --heads 4 --kv-heads 1 --dim 64 \
+    --dtype bf16 --sparse-mode 3 --keep-prob 0.8 --seed 42 --offset 12 --check --save "$dir"
+for f in query key value dropMask attentionOut softmaxMax softmaxSum actualSeqQLen actualSeqKvLen; do
+    [ -f "$dir/$f.npy" ] || { echo "FAIL: --save did not write $f.npy"; failures=$((failures + 1)); }
+done
+expect 0 "params.json records the generated drop mask" '"dropMaskGenerated": true' -- cat "$dir/params.json"
+expect 0 "run --load --compare round trip" '^compare: PASS' -- "$cli" run --load "$dir" --compare
+expect 0 "run flash-attention --load --compare --json" '"passed": true' -- \
+    "$cli" run flash-attention --load "$dir" --compare --json
+expect 2 "problem flags are refused with --load" 'cannot be combined' -- \
+    "$cli" run flash-attention --load "$dir" --heads 8
+expect 2 "--compare needs --load" 'needs --load' -- "$cli" run flash-attention --compare
+
+cp -r "$dir" "$work/corrupt"
+corrupt_npy "$work/corrupt/attentionOut.npy"
+expect 1 "compare fails on a corrupted attentionOut" '^compare: FAIL' -- "$cli" run --load "$work/corrupt" --compare
+echo garbage > "$work/corrupt/query.npy"
+expect 2 "a file that is not NPY is refused" 'not an NPY file' -- "$cli" run --load "$work/corrupt"
+
+expect 0 "demo --quick" '^check: .*PASS' -- "$cli" demo --quick
+
+if [ "$failures" -ne 0 ]; then
+    echo "smoke: $failures failure(s)"
+    exit 1
+fi
+echo "smoke: all passed"
