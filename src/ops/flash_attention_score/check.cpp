@@ -418,7 +418,8 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     if (kvStart && kvStart->values.empty()) invalidArgument("kvStartIdx.size", 0, "must be >= 1 when given (element 0 is used)");
     p.pse.qStartIdx = qStart ? qStart->values[0] : 0;
     p.pse.kvStartIdx = kvStart ? kvStart->values[0] : 0;
-    if (std::llabs(p.pse.qStartIdx) > kUnbounded || std::llabs(p.pse.kvStartIdx) > kUnbounded)
+    if (p.pse.qStartIdx < -kUnbounded || p.pse.qStartIdx > kUnbounded || p.pse.kvStartIdx < -kUnbounded ||
+        p.pse.kvStartIdx > kUnbounded)  // not llabs: |INT64_MIN| overflows
         invalidArgument("qStartIdx/kvStartIdx", fmt::format("{}/{}", p.pse.qStartIdx, p.pse.kvStartIdx), "must be within +-2^62");
 
     // 11. pse (spec 2.5).
