@@ -319,10 +319,13 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     p.out = viewOf<MutView4>(out, layout, dv);
 
     // 6. Attributes.
-    if (!std::isfinite(a.scaleValue)) invalidArgument("scaleValue", a.scaleValue, "must be finite");
+    if (!std::isfinite(a.scaleValue) || !std::isfinite(float(a.scaleValue)))
+        invalidArgument("scaleValue", a.scaleValue, "must be finite in fp32 (|scale| <= 3.4e38)");
     p.scale = float(a.scaleValue);
     if (a.innerPrecise < 0 || a.innerPrecise > 2) invalidArgument("innerPrecise", a.innerPrecise, "must be 0, 1 or 2");
     if (!(a.keepProb > 0.0 && a.keepProb <= 1.0)) invalidArgument("keepProb", a.keepProb, "must be in (0, 1]");
+    if (!std::isfinite(float(1.0 / a.keepProb)))
+        invalidArgument("keepProb", a.keepProb, "is too small: 1/keepProb must be finite in fp32");
 
     // 7. Sparse mode and tokens (spec 2.6 with section 0).
     const int64_t mode = a.sparseMode;

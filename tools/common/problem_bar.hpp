@@ -1,0 +1,79 @@
+// One description of a BlockAttentionResiduals problem for the tests, the CLI and the benchmarks:
+// deterministic inputs (token-major or source-major block cache), the forward and grad calls, and
+// comparisons with the double reference under the tolerance rule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "problem.hpp"
+
+namespace attnops::tools {
+
+struct BarProblem {
+    int64_t tokens = 64, blocks = 8, hidden = 256;
+    attnopsDataType dtype = ATTNOPS_FLOAT32;
+    double eps = 1e-6;
+    bool sourceMajor = false;     // blockRes is a [N,T,H] buffer viewed as [T,N,H] (strided, no copy)
+    bool zeroProjWeight = false;  // the paper's initialisation: uniform probabilities
+    bool projWeight2d = false;    // projWeight [1,H] instead of [H]
+    uint64_t dataSeed = 3;
+    double dataScale = 1.0;
+
+    std::string describe() const;
+    // Compulsory bytes per call (spec section 5): forward (K+1)*H*b (+8K with statistics),
+    // backward (2K+1)*H*b + 8K.
+    double forwardBytes(bool withStats) const;
+    double backwardBytes() const;
+};
+
+// A tensor over its own buffer with arbitrary strides (HostTensor is always contiguous).
+class StridedTensor {
+public:
+    StridedTensor() = default;
+    StridedTensor(attnopsDataType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides, int64_t bufferElements);
+    ~StridedTensor();
+    StridedTensor(StridedTensor&& o) noexcept;
+    StridedTensor& operator=(StridedTensor&& o) noexcept;
+    StridedTensor(const StridedTensor&) = delete;
+    StridedTensor& operator=(const StridedTensor&) = delete;
+    attnopsTensor* handle() const { return handle_; }
+    int64_t offset(const std::vector<int64_t>& index) const;
+    float get(const std::vector<int64_t>& index) const;
+    void set(const std::vector<int64_t>& index, float v);
+
+private:
+    attnopsDataType dtype_ = ATTNOPS_FLOAT32;
+    std::vector<int64_t> shape_, strides_;
+    std::vector<uint8_t> bytes_;
+    attnopsTensor* handle_ = nullptr;
+};
+
+struct BarInstance {
+    BarProblem problem;
+    HostTensor partialBlock, projWeight, normWeight;
+    StridedTensor blockRes;
+    HostTensor hiddenStates, invNorm, probs;
+    HostTensor gradHiddenStates, gradPartialBlock, gradBlockRes, gradProjWeight, gradNormWeight;
+
+    explicit BarInstance(const BarProblem& p);
+    attnopsStatus runForward(bool needBackward = true, attnopsStream* stream = nullptr);
+    // Uses invNorm/probs of the forward run.
+    attnopsStatus runBackward(attnopsStream* stream = nullptr);
+};
+
+struct BarCheck {
+    double maxAbsError[4] = {0, 0, 0, 0};   // forward: hidden, invNorm (relative), probs, -
+    double tolerance[4] = {0, 0, 0, 0};
+    double maxAbsNaiveError = 0;
+    bool passed = true;
+    std::string failure;
+};
+
+// Forward outputs of every token (or `sample` evenly spaced tokens) against the reference.
+BarCheck checkBarForward(const BarInstance& inst, int64_t sample = -1);
+// Backward: gradBlockRes/gradPartialBlock (index 0), gradProjWeight (1), gradNormWeight (2).
+BarCheck checkBarBackward(const BarInstance& inst);
+
+}  // namespace attnops::tools
