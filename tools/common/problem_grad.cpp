@@ -113,9 +113,19 @@ attnopsStatus runBackward(const FaInstance& inst, FaGrads& g, attnopsStream* str
     return st;
 }
 
-GradCheck checkBackward(const FaInstance& inst, const FaGrads& g) {
+fa::BackwardParams backwardParams(const FaInstance& inst, const FaGrads& g) {
     const Arrays a(inst);
-    const fa::BackwardParams bp = fa::checkBackward(backwardArgs(inst, g, a), 0);
+    return fa::checkBackward(backwardArgs(inst, g, a), 0);
+}
+
+GradCheck checkBackward(const FaInstance& inst, const FaGrads& g) {
+    std::vector<int64_t> all(size_t(inst.problem.tnd() ? int64_t(inst.qCumulative.size()) : inst.problem.batch));
+    for (size_t b = 0; b < all.size(); ++b) all[b] = int64_t(b);
+    return checkBackwardSequences(inst, g, all);
+}
+
+GradCheck checkBackwardSequences(const FaInstance& inst, const FaGrads& g, const std::vector<int64_t>& sequences) {
+    const fa::BackwardParams bp = backwardParams(inst, g);
     const fa::ForwardParams& p = bp.fwd;
     const bool lowp = inst.problem.dtype != ATTNOPS_FLOAT32;
     GradCheck rc;
@@ -132,7 +142,8 @@ GradCheck checkBackward(const FaInstance& inst, const FaGrads& g) {
         rc.maxAbsNaiveError[t] = std::max(rc.maxAbsNaiveError[t], std::fabs(naive - want));
         rc.maxAbsReference[t] = std::max(rc.maxAbsReference[t], std::fabs(want));
     };
-    for (int64_t b = 0; b < p.seq.count; ++b) {
+    for (const int64_t b : sequences) {
+        if (b < 0 || b >= p.seq.count) throw std::invalid_argument(fmt::format("sequence {} out of range", b));
         const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
         for (int64_t n2 = 0; n2 < p.n2; ++n2) {
             std::vector<double> dk(size_t(skv * p.d), 0.0), dv(size_t(skv * p.dv), 0.0);
@@ -153,6 +164,12 @@ GradCheck checkBackward(const FaInstance& inst, const FaGrads& g) {
                     dv[e] += ref.dv[e];
                     ndv[e] += naive.dv[e];
                 }
+            }
+            // The naive implementation sums its group's rounded dk/dv and rounds the sum: the
+            // output is a low-precision number whatever the group size.
+            if (lowp) {
+                for (double& x : ndk) x = roundTo(p.q.dtype, float(x));
+                for (double& x : ndv) x = roundTo(p.q.dtype, float(x));
             }
             for (int64_t j = 0; j < skv; ++j) {
                 const int64_t row = p.seq.kvStart[size_t(b)] + j;

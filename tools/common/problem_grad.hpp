@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "ops/flash_attention_score/params.hpp"
 #include "problem.hpp"
 
 namespace attnops::tools {
@@ -33,5 +35,13 @@ struct GradCheck {
 
 // Every gradient element against referenceBackwardHead (dk, dv summed over each group).
 GradCheck checkBackward(const FaInstance& inst, const FaGrads& grads);
+
+// The same on the rows of the listed sequences only (for problems with very many sequences);
+// dsink, a sum over every sequence, is still checked in full when the problem has a sink.
+GradCheck checkBackwardSequences(const FaInstance& inst, const FaGrads& grads, const std::vector<int64_t>& sequences);
+
+// The validated kernel parameters of the backward call runBackward makes (views over inst's and
+// grads' tensors): for tests that evaluate the reference directly.
+fa::BackwardParams backwardParams(const FaInstance& inst, const FaGrads& grads);
 
 }  // namespace attnops::tools
