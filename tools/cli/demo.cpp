@@ -18,15 +18,17 @@ namespace {
 
 struct DemoShape {
     int64_t sequences;
-    double medianLength;    // log-normal lengths: exp(N(log median, sigma)), clamped
+    double medianLength;  // log-normal lengths: exp(N(log median, sigma)), clamped
     double sigma;
     int64_t minLength, maxLength;
     int64_t slices;
     int64_t checkRowsPerSlice;
 };
 
-// Sized so that the full demo takes about a minute on the 2-core development machine (see the
-// README for the measured time) and --quick a few seconds.
+// Sized so that the full demo takes about a minute on the 2-core development machine with the
+// portable tiled kernel: 3000 sequences, 607K tokens, 1.57 TFLOP. Measured: 97 s wall (78 s of
+// forward at 20 GFLOP/s, 61 s of CPU time in all) while other builds kept the load average near 7;
+// an earlier 1.34 TFLOP sizing took 50 s at load 5. --quick takes about a second.
 constexpr DemoShape kFull{3000, 110.0, 1.1, 16, 4096, 8, 32};
 constexpr DemoShape kQuick{300, 64.0, 0.8, 8, 512, 3, 32};
 
@@ -68,7 +70,8 @@ std::vector<size_t> sliceStarts(const std::vector<int64_t>& lengths, int64_t sli
     double acc = 0;
     for (size_t i = 0; i < lengths.size(); ++i) {
         acc += double(lengths[i]) * double(lengths[i]);
-        if (acc >= total * double(starts.size()) / double(slices) && int64_t(starts.size()) < slices && i + 1 < lengths.size())
+        if (acc >= total * double(starts.size()) / double(slices) && int64_t(starts.size()) < slices &&
+            i + 1 < lengths.size())
             starts.push_back(i + 1);
     }
     starts.push_back(lengths.size());
@@ -84,7 +87,8 @@ double seconds(std::chrono::steady_clock::time_point since) {
 void addDemoOptions(CLI::App& cmd, DemoOptions& o) {
     cmd.add_flag("--quick", o.quick, "A few-second version (300 sequences up to 512 tokens), for CI");
     cmd.add_flag("--json", o.json, "Print one JSON object (steps and summary) instead of text");
-    cmd.add_option("--threads", o.threads, "Worker threads of device 0 [default: all usable cores]")->check(CLI::PositiveNumber);
+    cmd.add_option("--threads", o.threads, "Worker threads of device 0 [default: all usable cores]")
+        ->check(CLI::PositiveNumber);
 }
 
 int runDemo(const DemoOptions& o) {
@@ -98,10 +102,11 @@ int runDemo(const DemoOptions& o) {
 
     if (!o.json) {
         fmt::print("attnops demo{}: {} packed sequences (TND), {} tokens; lengths {}..{}, median {}, mean {:.0f}\n",
-                   o.quick ? " --quick" : "", lengths.size(), tokens, sorted.front(), sorted.back(), sorted[sorted.size() / 2],
-                   double(tokens) / double(lengths.size()));
-        fmt::print("  {} query heads / {} kv heads (GQA), D = {}, bf16, causal (sparse mode {}), {} threads, {} steps\n",
-                   kHeads, kKvHeads, kDim, kCausalMode, threads, shape.slices);
+                   o.quick ? " --quick" : "", lengths.size(), tokens, sorted.front(), sorted.back(),
+                   sorted[sorted.size() / 2], double(tokens) / double(lengths.size()));
+        fmt::print(
+            "  {} query heads / {} kv heads (GQA), D = {}, bf16, causal (sparse mode {}), {} threads, {} steps\n",
+            kHeads, kKvHeads, kDim, kCausalMode, threads, shape.slices);
         std::fflush(stdout);
     }
 
@@ -137,29 +142,41 @@ int runDemo(const DemoOptions& o) {
                          {"gflops", partFlops / fwd / 1e9},
                          {"check", checkJson(rc)}});
         if (!o.json) {
-            fmt::print("step {}/{}: sequences {}-{} ({} tokens): forward {:.2f} s, {:.1f} GFLOP/s; check {} rows: {} "
-                       "(inputs {:.1f} s, check {:.1f} s)\n",
-                       s + 1, starts.size() - 1, starts[s], starts[s + 1] - 1, partTokens, fwd, partFlops / fwd / 1e9,
-                       rc.rows, rc.passed ? "PASS" : "FAIL", inputSeconds, checkSeconds);
+            fmt::print(
+                "step {}/{}: sequences {}-{} ({} tokens): forward {:.2f} s, {:.1f} GFLOP/s; check {} rows: {} "
+                "(inputs {:.1f} s, check {:.1f} s)\n",
+                s + 1, starts.size() - 1, starts[s], starts[s + 1] - 1, partTokens, fwd, partFlops / fwd / 1e9, rc.rows,
+                rc.passed ? "PASS" : "FAIL", inputSeconds, checkSeconds);
             if (!rc.passed) fmt::print("  {}\n", checkLine(rc));
             std::fflush(stdout);
         }
     }
     const double wall = seconds(wallStart);
     if (o.json) {
-        const nlohmann::json j = {
-            {"sequences", lengths.size()}, {"tokens", tokens}, {"heads", kHeads}, {"kvHeads", kKvHeads},
-            {"dim", kDim}, {"dtype", "bf16"}, {"sparseMode", kCausalMode}, {"threads", threads},
-            {"flops", flops}, {"forwardSeconds", forwardSeconds}, {"gflops", flops / forwardSeconds / 1e9},
-            {"checkedRows", checkedRows}, {"worstErrorToTolerance", worstRatio}, {"passed", passed},
-            {"wallSeconds", wall}, {"steps", steps}};
+        const nlohmann::json j = {{"sequences", lengths.size()},
+                                  {"tokens", tokens},
+                                  {"heads", kHeads},
+                                  {"kvHeads", kKvHeads},
+                                  {"dim", kDim},
+                                  {"dtype", "bf16"},
+                                  {"sparseMode", kCausalMode},
+                                  {"threads", threads},
+                                  {"flops", flops},
+                                  {"forwardSeconds", forwardSeconds},
+                                  {"gflops", flops / forwardSeconds / 1e9},
+                                  {"checkedRows", checkedRows},
+                                  {"worstErrorToTolerance", worstRatio},
+                                  {"passed", passed},
+                                  {"wallSeconds", wall},
+                                  {"steps", steps}};
         fmt::print("{}\n", j.dump(2));
     } else {
-        fmt::print("summary: {} sequences, {} tokens, {:.3g} TFLOP (mask-aware) in {:.2f} s of forward: {:.1f} GFLOP/s on "
-                   "{} threads\n",
-                   lengths.size(), tokens, flops / 1e12, forwardSeconds, flops / forwardSeconds / 1e9, threads);
-        fmt::print("check: {} sampled rows against the double reference, worst error/tolerance {:.2f}: {}\n", checkedRows,
-                   worstRatio, passed ? "PASS" : "FAIL");
+        fmt::print(
+            "summary: {} sequences, {} tokens, {:.3g} TFLOP (mask-aware) in {:.2f} s of forward: {:.1f} GFLOP/s on "
+            "{} threads\n",
+            lengths.size(), tokens, flops / 1e12, forwardSeconds, flops / forwardSeconds / 1e9, threads);
+        fmt::print("check: {} sampled rows against the double reference, worst error/tolerance {:.2f}: {}\n",
+                   checkedRows, worstRatio, passed ? "PASS" : "FAIL");
         fmt::print("wall time {:.1f} s\n", wall);
     }
     return passed ? kExitOk : kExitCheckFailed;

@@ -30,11 +30,16 @@ struct TensorSlot {
     bool output;
 };
 const TensorSlot kTensors[] = {
-    {"query", &FaInstance::query, false},         {"key", &FaInstance::key, false},
-    {"value", &FaInstance::value, false},         {"realShift", &FaInstance::pse, false},
-    {"dropMask", &FaInstance::dropMask, false},   {"attenMask", &FaInstance::attenMask, false},
-    {"sink", &FaInstance::sink, false},           {"attentionOut", &FaInstance::attentionOut, true},
-    {"softmaxMax", &FaInstance::softmaxMax, true}, {"softmaxSum", &FaInstance::softmaxSum, true},
+    {"query", &FaInstance::query, false},
+    {"key", &FaInstance::key, false},
+    {"value", &FaInstance::value, false},
+    {"realShift", &FaInstance::pse, false},
+    {"dropMask", &FaInstance::dropMask, false},
+    {"attenMask", &FaInstance::attenMask, false},
+    {"sink", &FaInstance::sink, false},
+    {"attentionOut", &FaInstance::attentionOut, true},
+    {"softmaxMax", &FaInstance::softmaxMax, true},
+    {"softmaxSum", &FaInstance::softmaxSum, true},
 };
 
 struct ArraySlot {
@@ -43,8 +48,10 @@ struct ArraySlot {
     bool tndOnly;  // the actual lengths: passed (maybe empty) for TND, never otherwise
 };
 const ArraySlot kArrays[] = {
-    {"actualSeqQLen", &FaInstance::qCumulative, true}, {"actualSeqKvLen", &FaInstance::kvCumulative, true},
-    {"prefix", &FaInstance::prefix, false},            {"qStartIdx", &FaInstance::qStartIdx, false},
+    {"actualSeqQLen", &FaInstance::qCumulative, true},
+    {"actualSeqKvLen", &FaInstance::kvCumulative, true},
+    {"prefix", &FaInstance::prefix, false},
+    {"qStartIdx", &FaInstance::qStartIdx, false},
     {"kvStartIdx", &FaInstance::kvStartIdx, false},
 };
 
@@ -75,17 +82,21 @@ attnopsDataType loadedDtype(NpyType t, const std::string& declared, const std::s
         case NpyType::U8: fromFile = ATTNOPS_UINT8; break;
         case NpyType::Bool: fromFile = ATTNOPS_BOOL; break;
         case NpyType::I64:
-        case NpyType::I32: throw CliError(fmt::format("{}: integer data ({}) where a tensor is expected", where, npyDescr(t)));
+        case NpyType::I32:
+            throw CliError(fmt::format("{}: integer data ({}) where a tensor is expected", where, npyDescr(t)));
     }
     if (declared.empty() || declared == attnopsDataTypeName(fromFile)) return fromFile;
-    const bool byteMask = (fromFile == ATTNOPS_UINT8 || fromFile == ATTNOPS_BOOL) && (declared == "uint8" || declared == "bool");
+    const bool byteMask =
+        (fromFile == ATTNOPS_UINT8 || fromFile == ATTNOPS_BOOL) && (declared == "uint8" || declared == "bool");
     if (byteMask) return declared == "bool" ? ATTNOPS_BOOL : ATTNOPS_UINT8;
-    throw CliError(fmt::format("{}: the file holds {} data but params.json says dtype \"{}\"", where, npyDescr(t), declared));
+    throw CliError(
+        fmt::format("{}: the file holds {} data but params.json says dtype \"{}\"", where, npyDescr(t), declared));
 }
 
 // params.json's entry for a tensor (null when it has none).
 const json* declaredEntry(const json& params, const std::string& name) {
-    if (!params.contains("tensors") || !params["tensors"].is_object() || !params["tensors"].contains(name)) return nullptr;
+    if (!params.contains("tensors") || !params["tensors"].is_object() || !params["tensors"].contains(name))
+        return nullptr;
     return &params["tensors"][name];
 }
 
@@ -187,7 +198,9 @@ OutputComparison elementwise(const std::string& name, const HostTensor& ours, co
         oursSq += a * a;
         fileSq += b * b;
     }
-    c.cosine = (oursSq == 0 && fileSq == 0) ? 1.0 : (oursSq == 0 || fileSq == 0) ? 0.0 : dot / std::sqrt(oursSq * fileSq);
+    c.cosine = (oursSq == 0 && fileSq == 0)   ? 1.0
+               : (oursSq == 0 || fileSq == 0) ? 0.0
+                                              : dot / std::sqrt(oursSq * fileSq);
     if (nonFinite > 0) {
         c.maxAbs = c.maxRel = std::numeric_limits<double>::infinity();
         c.note = fmt::format("{} elements differ in being finite (inf/NaN on one side only)", nonFinite);
@@ -255,7 +268,8 @@ int saveFlashAttention(const FaInstance& inst, const fs::path& dir) {
 json readParams(const fs::path& dir) {
     const fs::path path = dir / "params.json";
     std::ifstream in(path);
-    if (!in) throw CliError(fmt::format("{}: cannot open (DIR must hold params.json and the .npy files)", path.string()));
+    if (!in)
+        throw CliError(fmt::format("{}: cannot open (DIR must hold params.json and the .npy files)", path.string()));
     try {
         json j = json::parse(in);
         if (!j.is_object()) throw CliError(fmt::format("{}: expected a JSON object", path.string()));
@@ -287,15 +301,18 @@ FaInstance loadFlashAttention(const fs::path& dir, const json& params) {
         if (slot.output) continue;
         const fs::path path = fileOf(dir, slot.name);
         const json* declared = declaredEntry(params, slot.name);
-        if (fs::exists(path)) tensors.emplace(slot.name, readTensor(path, declared));
-        else if (declared != nullptr) throw CliError(fmt::format("{}: listed in params.json but missing", path.string()));
+        if (fs::exists(path))
+            tensors.emplace(slot.name, readTensor(path, declared));
+        else if (declared != nullptr)
+            throw CliError(fmt::format("{}: listed in params.json but missing", path.string()));
     }
     for (const char* required : {"query", "key", "value"})
         if (!tensors.count(required)) throw CliError(fmt::format("{}: missing", fileOf(dir, required).string()));
     std::map<std::string, std::vector<int64_t>> arrays;
     for (const ArraySlot& slot : kArrays) {
         const fs::path path = fileOf(dir, slot.name);
-        if (fs::exists(path)) arrays.emplace(slot.name, readNpyInts(path));
+        if (fs::exists(path))
+            arrays.emplace(slot.name, readNpyInts(path));
         else if (declaredEntry(params, slot.name) != nullptr)
             throw CliError(fmt::format("{}: listed in params.json but missing", path.string()));
         if (slot.tndOnly && arrays.count(slot.name) && p.layout != "TND")
@@ -402,10 +419,11 @@ json comparisonJson(const Comparison& c) {
             outputs[oc.name] = {{"passed", false}, {"note", oc.note}};
             continue;
         }
-        json o = {{"elements", oc.elements},
-                  {"attnopsVsFile", {{"maxAbsError", oc.maxAbs}, {"maxRelError", oc.maxRel}, {"cosine", oc.cosine}}},
-                  {"fileVsReference", {{"rows", c.file.rows}, {"error", oc.referenceError}, {"tolerance", oc.tolerance}}},
-                  {"passed", oc.passed}};
+        json o = {
+            {"elements", oc.elements},
+            {"attnopsVsFile", {{"maxAbsError", oc.maxAbs}, {"maxRelError", oc.maxRel}, {"cosine", oc.cosine}}},
+            {"fileVsReference", {{"rows", c.file.rows}, {"error", oc.referenceError}, {"tolerance", oc.tolerance}}},
+            {"passed", oc.passed}};
         if (!oc.note.empty()) o["note"] = oc.note;
         outputs[oc.name] = o;
     }
@@ -419,8 +437,8 @@ std::string comparisonText(const Comparison& c) {
             s += fmt::format("  {:<13} FAIL: {}\n", oc.name, oc.note);
             continue;
         }
-        s += fmt::format("  {:<13} attnops vs file ({} elements): max abs {:.3g}, max rel {:.3g}, cosine {:.7f}\n", oc.name,
-                         oc.elements, oc.maxAbs, oc.maxRel, oc.cosine);
+        s += fmt::format("  {:<13} attnops vs file ({} elements): max abs {:.3g}, max rel {:.3g}, cosine {:.7f}\n",
+                         oc.name, oc.elements, oc.maxAbs, oc.maxRel, oc.cosine);
         s += fmt::format("  {:<13} file vs reference ({} rows): {} {:.3g} vs tolerance {:.3g}: {}\n", "", c.file.rows,
                          oc.name == "attentionOut" ? "max abs error" : "max rel error", oc.referenceError, oc.tolerance,
                          oc.passed ? "PASS" : "FAIL");

@@ -66,7 +66,8 @@ FaProblem problemFromFlags(const FaFlags& f) {
     if (p.tnd()) {
         if (f.qSeqLens.empty()) throw CliError("--layout TND needs --q-seqlens (per-sequence lengths, or @FILE)");
         if (f.batch->count() || f.qSeqLen->count() || f.kvSeqLen->count())
-            throw CliError("--batch, --q-seqlen and --kv-seqlen describe fixed layouts; TND takes --q-seqlens/--kv-seqlens");
+            throw CliError(
+                "--batch, --q-seqlen and --kv-seqlen describe fixed layouts; TND takes --q-seqlens/--kv-seqlens");
         p.qSeqLens = parseLengthList(f.qSeqLens, "--q-seqlens");
         p.kvSeqLens = f.kvSeqLens.empty() ? p.qSeqLens : parseLengthList(f.kvSeqLens, "--kv-seqlens");
         if (p.qSeqLens.size() != p.kvSeqLens.size())
@@ -99,7 +100,8 @@ int runInstance(FaInstance& inst, const RunOptions& o, const std::string& source
                   {"problem", inst.problem.describe()},
                   {"threads", threads},
                   {"flops", flops},
-                  {"timing", {{"warmUpRuns", 1}, {"runsMs", timing.ms}, {"medianMs", timing.median()}, {"minMs", timing.min()}}},
+                  {"timing",
+                   {{"warmUpRuns", 1}, {"runsMs", timing.ms}, {"medianMs", timing.median()}, {"minMs", timing.min()}}},
                   {"gflops", flops / (timing.median() * 1e-3) / 1e9},
                   {"passed", passed}};
         if (check) j["check"] = checkJson(*check);
@@ -109,8 +111,8 @@ int runInstance(FaInstance& inst, const RunOptions& o, const std::string& source
     } else {
         fmt::print("flash-attention ({}): {}\n", source, inst.problem.describe());
         fmt::print("time: median {} of {} run{} after 1 warm-up (min {}), {} threads, {:.4g} GFLOP (mask-aware): {}\n",
-                   formatMs(timing.median()), timing.ms.size(), timing.ms.size() == 1 ? "" : "s", formatMs(timing.min()),
-                   threads, flops / 1e9, formatRate(flops, timing.median()));
+                   formatMs(timing.median()), timing.ms.size(), timing.ms.size() == 1 ? "" : "s",
+                   formatMs(timing.min()), threads, flops / 1e9, formatRate(flops, timing.median()));
         if (check) fmt::print("check against the double reference: {}\n", checkLine(*check));
         if (comparison)
             fmt::print("compare with {}:\n{}compare: {}\n", o.load, comparisonText(*comparison),
@@ -132,12 +134,15 @@ std::vector<int64_t> parseLengthList(const std::string& text, const std::string&
 }
 
 void addRunOptions(CLI::App& cmd, RunOptions& o) {
-    cmd.add_option("--load", o.load, "Run the call saved in DIR by --save (or written by hand: params.json and .npy files)")
+    cmd.add_option("--load", o.load,
+                   "Run the call saved in DIR by --save (or written by hand: params.json and .npy files)")
         ->type_name("DIR");
-    cmd.add_flag("--compare", o.compare,
-                 "With --load: compare DIR's attentionOut/softmaxMax/softmaxSum with ours (max abs/rel error, cosine) and "
-                 "check them against the double reference with the tolerance rule; exit 1 if one fails");
-    cmd.add_option("--save", o.save, "Write every input and output (.npy, named as the API argument) and params.json to DIR")
+    cmd.add_flag(
+        "--compare", o.compare,
+        "With --load: compare DIR's attentionOut/softmaxMax/softmaxSum with ours (max abs/rel error, cosine) and "
+        "check them against the double reference with the tolerance rule; exit 1 if one fails");
+    cmd.add_option("--save", o.save,
+                   "Write every input and output (.npy, named as the API argument) and params.json to DIR")
         ->type_name("DIR");
     cmd.add_flag("--check", o.check, "Check sampled rows against the double-precision reference; exit 1 if it fails");
     cmd.add_option("--check-rows", o.checkRows, "Rows sampled by --check and --compare (-1: every row)")
@@ -152,8 +157,9 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
     cmd.add_option("--repeat", o.repeat, "Timed runs after one warm-up; the median is reported")
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
-    cmd.add_option("--threads", o.threads,
-                   "Worker threads of device 0 (attnopsSetDeviceThreads); default: ATTNOPS_NUM_THREADS or all usable cores")
+    cmd.add_option(
+           "--threads", o.threads,
+           "Worker threads of device 0 (attnopsSetDeviceThreads); default: ATTNOPS_NUM_THREADS or all usable cores")
         ->check(CLI::PositiveNumber);
 }
 
@@ -168,20 +174,24 @@ void addFlashAttentionFlags(CLI::App& cmd, FaFlags& f) {
     add(cmd.add_option("--layout", p.layout, "inputLayout")
             ->transform(CLI::IsMember({"BSH", "SBH", "BSND", "BNSD", "TND"}, CLI::ignore_case))
             ->capture_default_str());
-    f.batch = add(cmd.add_option("--batch", p.batch, "Batch B (fixed layouts)")->check(nonNegative)->capture_default_str());
+    f.batch =
+        add(cmd.add_option("--batch", p.batch, "Batch B (fixed layouts)")->check(nonNegative)->capture_default_str());
     f.qSeqLen = add(cmd.add_option("--q-seqlen", p.qSeqLen, "Query length S1 (fixed layouts)")
                         ->check(nonNegative)
                         ->capture_default_str());
-    f.kvSeqLen = add(cmd.add_option("--kv-seqlen", p.kvSeqLen, "Key/value length S2 (fixed layouts) [default: --q-seqlen]")
-                         ->check(nonNegative));
-    add(cmd.add_option("--q-seqlens", f.qSeqLens,
-                       "TND: per-sequence query lengths (not cumulative), comma separated, or @FILE (comma or whitespace "
-                       "separated)")
+    f.kvSeqLen =
+        add(cmd.add_option("--kv-seqlen", p.kvSeqLen, "Key/value length S2 (fixed layouts) [default: --q-seqlen]")
+                ->check(nonNegative));
+    add(cmd.add_option(
+               "--q-seqlens", f.qSeqLens,
+               "TND: per-sequence query lengths (not cumulative), comma separated, or @FILE (comma or whitespace "
+               "separated)")
             ->type_name("LIST|@FILE"));
     add(cmd.add_option("--kv-seqlens", f.kvSeqLens, "TND: per-sequence key/value lengths [default: --q-seqlens]")
             ->type_name("LIST|@FILE"));
     add(cmd.add_option("--heads", p.heads, "Query heads N1 (headNum)")->check(nonNegative)->capture_default_str());
-    f.kvHeads = add(cmd.add_option("--kv-heads", p.kvHeads, "Key/value heads N2 [default: --heads]")->check(nonNegative));
+    f.kvHeads =
+        add(cmd.add_option("--kv-heads", p.kvHeads, "Key/value heads N2 [default: --heads]")->check(nonNegative));
     add(cmd.add_option("--dim", p.dim, "Head dim D of query and key")->check(nonNegative)->capture_default_str());
     add(cmd.add_option("--v-dim", p.vDim, "Head dim Dv of value [default: --dim]")->check(nonNegative));
     add(cmd.add_option("--dtype", f.dtype, "dtype of query, key, value and attentionOut")
@@ -208,13 +218,15 @@ void addFlashAttentionFlags(CLI::App& cmd, FaFlags& f) {
             ->check(CLI::IsMember({"none", "random", "causal", "compressed"}))
             ->capture_default_str());
     add(cmd.add_option("--keep-prob", p.keepProb, "Dropout keepProb in (0, 1]")->capture_default_str());
-    add(cmd.add_option("--seed", p.seed, "Dropout seed (the Philox mask used when no dropMask is given)")->capture_default_str());
+    add(cmd.add_option("--seed", p.seed, "Dropout seed (the Philox mask used when no dropMask is given)")
+            ->capture_default_str());
     add(cmd.add_option("--offset", p.offset, "Dropout offset")->capture_default_str());
     add(cmd.add_flag("--explicit-drop-mask", p.explicitDropMask,
                      "Materialise the (seed, offset) dropout mask and pass it as dropMask"));
     add(cmd.add_flag("--sink", p.sink, "Pass a random fp32 sink logit per query head"));
     add(cmd.add_option("--inner-precise", p.innerPrecise, "innerPrecise (0, 1, 2)")->capture_default_str());
-    add(cmd.add_option("--data-seed", p.dataSeed, "Seed of the random inputs (uniform in [-1, 1])")->capture_default_str());
+    add(cmd.add_option("--data-seed", p.dataSeed, "Seed of the random inputs (uniform in [-1, 1])")
+            ->capture_default_str());
 }
 
 int runFlashAttention(const FaFlags& f, const RunOptions& o) {
@@ -225,7 +237,8 @@ int runFlashAttention(const FaFlags& f, const RunOptions& o) {
                                            opt->get_name()));
         const json params = readParams(o.load);
         if (params.contains("op") && params["op"] != kFlashAttentionOp)
-            throw CliError(fmt::format("{}/params.json holds op {}, not {}", o.load, params["op"].dump(), kFlashAttentionOp));
+            throw CliError(
+                fmt::format("{}/params.json holds op {}, not {}", o.load, params["op"].dump(), kFlashAttentionOp));
         return runLoadedFlashAttention(o, params);
     }
     if (o.compare) throw CliError("--compare needs --load DIR (the outputs to compare with)");

@@ -34,9 +34,15 @@ int runInfo(bool asJson) {
         if ((st = attnopsGetDeviceInfo(i, &devices[size_t(i)])) != ATTNOPS_SUCCESS) throw CliError(libraryError(st));
 
     const std::pair<const char*, bool> features[] = {
-        {"avx2", f.avx2},           {"fma", f.fma},         {"f16c", f.f16c},
-        {"avx512f", f.avx512f},     {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
-        {"avx512bf16", f.avx512bf16}, {"avx512fp16", f.avx512fp16}, {"amx-tile", f.amxTile},
+        {"avx2", f.avx2},
+        {"fma", f.fma},
+        {"f16c", f.f16c},
+        {"avx512f", f.avx512f},
+        {"avx512bw", f.avx512bw},
+        {"avx512vl", f.avx512vl},
+        {"avx512bf16", f.avx512bf16},
+        {"avx512fp16", f.avx512fp16},
+        {"amx-tile", f.amxTile},
         {"amx-bf16", f.amxBf16},
     };
     std::vector<std::pair<std::string, std::string>> environment;
@@ -57,7 +63,8 @@ int runInfo(bool asJson) {
                             {"l3Bytes", d.l3Bytes}});
         nlohmann::json env = nlohmann::json::object();
         for (const auto& [name, v] : environment) env[name] = v;
-        const nlohmann::json j = {{"version", attnopsVersion()}, {"cpu", cpuJson}, {"devices", devs}, {"environment", env}};
+        const nlohmann::json j = {
+            {"version", attnopsVersion()}, {"cpu", cpuJson}, {"devices", devs}, {"environment", env}};
         fmt::print("{}\n", j.dump(2));
         return kExitOk;
     }
@@ -72,12 +79,13 @@ int runInfo(bool asJson) {
     if (!devices.empty()) {
         const attnopsDeviceInfo& d = devices.front();
         fmt::print("usable cores: {}\n", d.usableCores);
-        fmt::print("caches per core: L1d {}, L2 {}, L3 {}\n", bytesText(d.l1dBytes), bytesText(d.l2Bytes), bytesText(d.l3Bytes));
+        fmt::print("caches: L1d {}, L2 {} per core; L3 {}\n", bytesText(d.l1dBytes), bytesText(d.l2Bytes),
+                   bytesText(d.l3Bytes));
     }
     fmt::print("devices: {}\n", count);
     for (const attnopsDeviceInfo& d : devices)
-        fmt::print("  device {}: {}, {} worker thread{}\n", d.index, d.kind == ATTNOPS_DEVICE_CPU ? "cpu" : "unknown", d.threads,
-                   d.threads == 1 ? "" : "s");
+        fmt::print("  device {}: {}, {} worker thread{}\n", d.index, d.kind == ATTNOPS_DEVICE_CPU ? "cpu" : "unknown",
+                   d.threads, d.threads == 1 ? "" : "s");
     for (const auto& [name, v] : environment) fmt::print("environment: {}={}\n", name, v);
     return kExitOk;
 }

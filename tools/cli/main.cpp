@@ -1,6 +1,6 @@
 // The attnops command-line tool: `info`, `run [flash-attention]` and `demo`.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <exception>
 
@@ -11,16 +11,19 @@
 
 int main(int argc, char** argv) {
     using namespace attnops::cli;
-    CLI::App app{"attnops: fused transformer attention operators with the semantics of CANN's FlashAttentionScore, "
-                 "on CPUs."};
+    CLI::App app{
+        "attnops: fused transformer attention operators with the semantics of CANN's FlashAttentionScore, "
+        "on CPUs."};
     app.set_version_flag("--version", attnopsVersion());
     app.require_subcommand(1);
-    app.footer("Exit status: 0 success; 1 a reference check or a compare failed; 2 invalid problem, library error or "
-               "unreadable input; 64 bad command line.");
+    app.footer(
+        "Exit status: 0 success; 1 a reference check or a compare failed; 2 invalid problem, library error or "
+        "unreadable input; 64 bad command line.");
 
     bool infoJson = false;
-    CLI::App* info = app.add_subcommand("info", "Version, CPU features (AVX-512, AMX and whether the OS grants it), "
-                                                "devices, usable cores and caches");
+    CLI::App* info = app.add_subcommand("info",
+                                        "Version, CPU features (AVX-512, AMX and whether the OS grants it), "
+                                        "devices, usable cores and caches");
     info->add_flag("--json", infoJson, "Print JSON");
 
     RunOptions runOptions;
@@ -44,8 +47,9 @@ int main(int argc, char** argv) {
     addFlashAttentionFlags(*runFa, faFlags);
 
     DemoOptions demoOptions;
-    CLI::App* demo = app.add_subcommand("demo", "A realistic packed varlen batch: thousands of sequences, GQA, D=128, "
-                                                "bf16, causal; timed and checked against the reference");
+    CLI::App* demo = app.add_subcommand("demo",
+                                        "A realistic packed varlen batch: thousands of sequences, GQA, D=128, "
+                                        "bf16, causal; timed and checked against the reference");
     addDemoOptions(*demo, demoOptions);
 
     try {

@@ -52,9 +52,10 @@ NpyType parseDescr(std::string descr, const std::string& where) {
         if (descr == e.descr) return e.type;
     if (!descr.empty() && descr[0] == '>')
         throw NpyError(fmt::format("{}: big-endian data ('{}') is not supported; save it little-endian", where, descr));
-    throw NpyError(fmt::format("{}: dtype '{}' is not supported (accepted: <f4 fp32, <f2 fp16, <u2 bf16 bits, |u1, |b1, "
-                               "<i8, <i4)",
-                               where, descr));
+    throw NpyError(
+        fmt::format("{}: dtype '{}' is not supported (accepted: <f4 fp32, <f2 fp16, <u2 bf16 bits, |u1, |b1, "
+                    "<i8, <i4)",
+                    where, descr));
 }
 
 // Scanner over the header's dict literal.
@@ -228,11 +229,15 @@ std::vector<int64_t> readNpyInts(const std::filesystem::path& path) {
 void writeNpy(const std::filesystem::path& path, NpyType type, const std::vector<int64_t>& shape, const void* data) {
     std::string dims;
     for (int64_t d : shape) dims += fmt::format("{}, ", d);
-    if (shape.size() > 1) dims.resize(dims.size() - 2);  // (3,) for rank 1, (2, 3) otherwise
-    else if (shape.size() == 1) dims.pop_back();
+    if (shape.size() > 1)
+        dims.resize(dims.size() - 2);  // (3,) for rank 1, (2, 3) otherwise
+    else if (shape.size() == 1)
+        dims.pop_back();
     std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", npyDescr(type), dims);
     // Magic, version, header length (2 bytes in version 1.0, 4 in 2.0), then the padded dict.
-    auto paddedTotal = [&](size_t prefix) { return (prefix + dict.size() + 1 + kAlignment - 1) / kAlignment * kAlignment; };
+    auto paddedTotal = [&](size_t prefix) {
+        return (prefix + dict.size() + 1 + kAlignment - 1) / kAlignment * kAlignment;
+    };
     size_t prefix = kMagicLen + 2 + 2;
     int major = 1;
     if (paddedTotal(prefix) - prefix > 65535) {

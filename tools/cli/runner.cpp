@@ -48,7 +48,9 @@ Timing timeForward(tools::FaInstance& inst, int64_t repeat, bool warmUp) {
     return t;
 }
 
-std::string formatMs(double ms) { return ms >= 10000.0 ? fmt::format("{:.2f} s", ms / 1000.0) : fmt::format("{:.3f} ms", ms); }
+std::string formatMs(double ms) {
+    return ms >= 10000.0 ? fmt::format("{:.2f} s", ms / 1000.0) : fmt::format("{:.3f} ms", ms);
+}
 
 std::string formatRate(double flops, double ms) {
     if (ms <= 0.0) return "- GFLOP/s";
@@ -70,10 +72,11 @@ nlohmann::json checkJson(const tools::RowCheck& rc) {
 }
 
 std::string checkLine(const tools::RowCheck& rc) {
-    std::string naive = rc.maxAbsNaiveError > 0 ? fmt::format(" (naive low precision {:.3g})", rc.maxAbsNaiveError) : "";
-    std::string line = fmt::format("{} rows, max abs error {:.3g} vs tolerance {:.3g}{}, statistics {:.3g} vs {:.3g}: {}",
-                                   rc.rows, rc.maxAbsError, rc.tolerance, naive, rc.maxStatError, rc.statTolerance,
-                                   rc.passed ? "PASS" : "FAIL");
+    std::string naive =
+        rc.maxAbsNaiveError > 0 ? fmt::format(" (naive low precision {:.3g})", rc.maxAbsNaiveError) : "";
+    std::string line = fmt::format(
+        "{} rows, max abs error {:.3g} vs tolerance {:.3g}{}, statistics {:.3g} vs {:.3g}: {}", rc.rows, rc.maxAbsError,
+        rc.tolerance, naive, rc.maxStatError, rc.statTolerance, rc.passed ? "PASS" : "FAIL");
     if (!rc.passed && !rc.firstFailure.empty()) line += " -- " + rc.firstFailure;
     return line;
 }
