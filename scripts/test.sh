@@ -1,17 +1,42 @@
 #!/usr/bin/env bash
-# The test command: builds attnops (g++, Release) and runs the whole CTest suite, then checks
-# that the library and tests also build warning-free with clang (-Werror).
+# The test command (README, .ci/run): builds attnops and runs every test configuration.
+#   1. g++ Release, warnings as errors: the whole CTest suite (unit, CLI smoke, install).
+#   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer, warnings as errors: the suite
+#      again (this is also the clang warning check).
+#   3. clang with ThreadSanitizer: the runtime and concurrency tests.
+# Set ATTNOPS_TEST_QUICK=1 to run step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
+start=$SECONDS
+stamp() { echo "== [$((SECONDS - start)) s] $*"; }
 
-echo "== g++ Release build and tests"
+stamp "g++ Release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
 cmake --build build -j "$jobs"
+stamp "g++ Release tests"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 1200
+[ "${ATTNOPS_TEST_QUICK:-0}" = 1 ] && { stamp "quick run: sanitizers skipped"; exit 0; }
 
-echo "== clang build (warnings are errors)"
-CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
-cmake --build build-clang -j "$jobs"
-echo "== all tests passed"
+# Sanitizers abort on huge allocations unless told to return NULL; the tests ask for some on
+# purpose (out-of-memory paths).
+export ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=allocator_may_return_null=1:halt_on_error=1
+
+stamp "clang ASan+UBSan build"
+CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DATTNOPS_SANITIZE=address,undefined -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+stamp "clang ASan+UBSan tests"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 -E '^install\.'
+
+stamp "clang TSan build"
+CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DATTNOPS_SANITIZE=thread -DATTNOPS_BUILD_CLI=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
+cmake --build build-tsan -j "$jobs" --target test_runtime test_fa_backward
+stamp "clang TSan tests (runtime, streams, concurrency)"
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
+  -R '^(Device|Stream|AsyncError|Executor|PlanCache|Memory|ColdStart|Environment|MultiDevice|FaBackwardDeterminism)\.'
+stamp "all test configurations passed"
