@@ -123,20 +123,22 @@ ATTNOPS_INLINE void backwardBody(const BackwardParams& p, const float* __restric
     for (int64_t t = t0; t < t1; ++t) {
         cpu::loadRow(p.gradHidden.data, t * p.gradHidden.stride[0], p.gradHidden.stride[2], p.gradHidden.dtype, h, dy);
         // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once.
-        float abar = 0.0f;
+        // a-bar in double: when one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps of
+        // a-bar, so an fp32 a-bar would leave ds_i (and the weight gradients) with % errors.
+        double abar = 0.0;
         for (int64_t i = 0; i < k; ++i) {
             float* x = tile + (cached ? i : 0) * alignUp(h);
             loadSource(s, t, i, x, i + 1 < k ? t : (t + 1 < t1 ? t + 1 : -1), i + 1 < k ? i + 1 : 0);
             a[i] = dot(dy, x, h);
             c[i] = dot(u, x, h);
-            abar += p.probs.load(t, i, 0) * a[i];
+            abar += double(p.probs.load(t, i, 0)) * double(a[i]);
         }
         // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
         for (int64_t i = 0; i < k; ++i) {
             float* x = tile + (cached ? i : 0) * alignUp(h);
             if (!cached) loadSource(s, t, i, x, -1, 0);
             const float pi = p.probs.load(t, i, 0), ri = p.invNorm.load(t, i, 0);
-            const float ds = pi * (a[i] - abar);
+            const float ds = float(double(pi) * (double(a[i]) - abar));
             const float coefU = ds * ri, coefV = ds * ri * ri * ri * c[i] * invH;
             for (int64_t e = 0; e < h; ++e) du[e] += coefU * x[e];
             for (int64_t e = 0; e < h; ++e) x[e] = pi * dy[e] + coefU * u[e] - coefV * x[e];  // x becomes dv_i

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "cpu/generic/fast_exp.hpp"
+#include "cpu/generic/score_row.hpp"
 #include "cpu/isa.hpp"
 #include "ops/flash_attention_score/kernel.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
@@ -18,7 +19,7 @@
 namespace attnops::fa {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using tile::kNegInf;
 constexpr int64_t kAlignFloats = 16;  // 64-byte alignment of scratch arrays
 
 int64_t alignUp(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
@@ -72,61 +73,15 @@ uint64_t scratchBytes(const ForwardParams& p, TileShape t) { return uint64_t(Scr
 
 // --- steps of one work unit, always inlined into the ISA-specific entry points ---
 
-#define ATTNOPS_INLINE inline __attribute__((always_inline))
-
 ATTNOPS_INLINE void loadQueryBlock(const ForwardParams& p, const WorkUnit& u, int64_t n1, float* q) {
-    const int64_t rowBase = p.seq.qStart[size_t(u.b)];
-    for (int64_t r = 0; r < u.q1 - u.q0; ++r)
-        for (int64_t c = 0; c < p.d; ++c) q[r * p.d + c] = p.q.load(u.b, n1, rowBase + u.q0 + r, c);
+    tile::loadRows(p.q, u.b, n1, p.seq.qStart[size_t(u.b)] + u.q0, u.q1 - u.q0, p.d, q);
 }
 
 ATTNOPS_INLINE void loadKeyValueBlock(const ForwardParams& p, const WorkUnit& u, int64_t k0, int64_t nk,
                                       int64_t keyRows, float* kt, float* v) {
-    const int64_t rowBase = p.seq.kvStart[size_t(u.b)] + k0;
-    for (int64_t j = 0; j < nk; ++j) {
-        for (int64_t c = 0; c < p.d; ++c) kt[c * keyRows + j] = p.k.load(u.b, u.n2, rowBase + j, c);
-        for (int64_t c = 0; c < p.dv; ++c) v[j * p.dv + c] = p.v.load(u.b, u.n2, rowBase + j, c);
-    }
-}
-
-ATTNOPS_INLINE void rowScores(const float* __restrict q, const float* __restrict kt, int64_t d, int64_t nk,
-                              int64_t keyRows, float* __restrict s) {
-    for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
-    for (int64_t c = 0; c < d; ++c) {
-        const float qc = q[c];
-        const float* __restrict krow = kt + c * keyRows;
-        for (int64_t j = 0; j < nk; ++j) s[j] += qc * krow[j];
-    }
-}
-
-// Applies scale, pse and the mask to one row of raw scores; marks kept keys. Returns the row max
-// over kept keys (-inf if none).
-ATTNOPS_INLINE float finishScores(const ForwardParams& p, const WorkUnit& u, int64_t n1, const SeqRule& rule,
-                                  int64_t i, int64_t k0, int64_t nk, int64_t skv, float* s, uint8_t* kept) {
-    const KeyRange band = rowBand(rule, i, skv);
-    const int64_t prefixEnd = std::min(rule.prefix, skv);
-    for (int64_t j = 0; j < nk; ++j) {
-        const int64_t key = k0 + j;
-        kept[j] = ((key >= band.lo && key < band.hi) || key < prefixEnd) ? 1 : 0;
-    }
-    if (p.mask.explicitMask)
-        for (int64_t j = 0; j < nk; ++j)
-            if (kept[j] && explicitMasked(p, u.b, n1, i, k0 + j)) kept[j] = 0;
-    if (p.pse.form == PseForm::None) {
-        for (int64_t j = 0; j < nk; ++j) s[j] *= p.scale;
-    } else {
-        for (int64_t j = 0; j < nk; ++j) {
-            if (!kept[j]) continue;
-            const PseTerm t = pseTerm(p, u.b, n1, i, k0 + j);
-            s[j] = p.scale * (s[j] + t.before) + t.after;
-        }
-    }
-    float rowMax = kNegInf;
-    for (int64_t j = 0; j < nk; ++j) {
-        s[j] = kept[j] ? s[j] : kNegInf;
-        rowMax = (s[j] > rowMax || s[j] != s[j]) ? s[j] : rowMax;  // a NaN score makes the row NaN
-    }
-    return rowMax;
+    const int64_t row0 = p.seq.kvStart[size_t(u.b)] + k0;
+    tile::loadRowsTransposed(p.k, u.b, u.n2, row0, nk, p.d, keyRows, kt);
+    tile::loadRows(p.v, u.b, u.n2, row0, nk, p.dv, v);
 }
 
 // Online-softmax update of one row with the probabilities of a key block, then acc += P.V.
@@ -197,8 +152,8 @@ ATTNOPS_INLINE void runUnitBody(const ForwardParams& p, TileShape t, const WorkU
             loadKeyValueBlock(p, u, k0, nk, t.keyRows, sc.kt, sc.v);
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t i = u.q0 + r;
-                rowScores(sc.q + r * p.d, sc.kt, p.d, nk, t.keyRows, sc.s);
-                const float rowMax = finishScores(p, u, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
+                tile::rowScores(sc.q + r * p.d, sc.kt, p.d, nk, t.keyRows, sc.s);
+                const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
                 if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
                 accumulateRow(p, u, n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
                               sc.acc + r * p.dv);

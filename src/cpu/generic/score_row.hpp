@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "cpu/generic/convert.hpp"
 #include "ops/flash_attention_score/params.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
@@ -59,17 +60,21 @@ ATTNOPS_INLINE float finishScores(const ForwardParams& p, int64_t b, int64_t n1,
     return rowMax;
 }
 
-// Loads rows [row0, row0 + rows) of head n of a strided view as fp32, transposed ([cols][ld]) or
-// not ([rows][cols]).
+// Loads rows [row0, row0 + rows) of head n of a strided view as fp32, row-major [rows][cols].
 ATTNOPS_INLINE void loadRows(const View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
                              float* __restrict dst) {
     for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = view.load(b, n, row0 + r, c);
+        cpu::loadRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, dst + r * cols);
 }
+
+// The same rows transposed: dst[c * ld + r]. cols <= kMaxHeadDim.
 ATTNOPS_INLINE void loadRowsTransposed(const View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
                                        int64_t cols, int64_t ld, float* __restrict dst) {
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = view.load(b, n, row0 + r, c);
+    float row[kMaxHeadDim];
+    for (int64_t r = 0; r < rows; ++r) {
+        cpu::loadRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, row);
+        for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = row[c];
+    }
 }
 
 }  // namespace attnops::fa::tile

@@ -55,8 +55,6 @@ struct BackwardArgs {
     const attnopsTensor* dsink = nullptr;
 };
 
-constexpr int64_t kMaxHeadDim = 768;
-
 // Throws attnops::Error on the first rule broken; `device` is the planning device's index.
 ForwardParams checkForward(const ForwardArgs& args, int32_t device);
 

@@ -10,6 +10,9 @@
 
 namespace attnops::fa {
 
+// Largest head dim D (and Dv) accepted; kernels may size stack buffers by it.
+constexpr int64_t kMaxHeadDim = 768;
+
 enum class Layout { BSH, SBH, BSND, BNSD, TND };
 
 const char* layoutName(Layout layout);
