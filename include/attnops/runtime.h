@@ -55,7 +55,9 @@ ATTNOPS_API attnopsStatus attnopsDeviceSynchronize(int32_t device);
 
 /* Creates a stream on the calling thread's current device. */
 ATTNOPS_API attnopsStatus attnopsStreamCreate(attnopsStream** stream);
-/* Waits for the stream's queued work, then destroys it. The handle is invalid afterwards. */
+/* Waits for the stream's queued work, then destroys it. The handle is invalid afterwards. An
+ * error stored by that work and not yet read by attnopsStreamSynchronize is discarded:
+ * synchronize first to see it. */
 ATTNOPS_API attnopsStatus attnopsStreamDestroy(attnopsStream* stream);
 /* Waits for the stream (NULL: the current device's default stream). Returns the first error
  * raised by queued work since the last synchronize, then clears it: the stream stays usable. */
