@@ -1,6 +1,9 @@
 // `attnops demo`: the library's main job on a realistic batch. Thousands of packed sequences of
 // long-tailed lengths (TND), GQA, D = 128, bf16, causal (sparse mode 3), run in a few slices with a
-// line per slice, every slice checked on sampled rows against the double reference.
+// line per slice, every slice checked on sampled rows against the double reference; then the
+// attention backward on a sampled subset of the sequences (the whole batch's backward, 2.5x the
+// forward's FLOPs, would not fit the demo's minute), and a BlockAttentionResiduals forward +
+// backward of model size, each checked against the reference.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,8 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <numeric>
+#include <string>
 
 #include "commands.hpp"
+#include "flash_attention_cmd.hpp"
+#include "problem_bar.hpp"
+#include "problem_grad.hpp"
 #include "runner.hpp"
 
 namespace attnops::cli {
@@ -23,14 +30,23 @@ struct DemoShape {
     int64_t minLength, maxLength;
     int64_t slices;
     int64_t checkRowsPerSlice;
+    int64_t backwardStride;  // the attention backward runs on every backwardStride-th sequence
+    int64_t barTokens, barBlocks, barHidden;
+    int64_t barCheckTokens;
 };
 
 // Sized so that the full demo takes about a minute on the 2-core development machine with the
 // portable tiled kernel: 3000 sequences, 607K tokens, 1.57 TFLOP. Measured: 97 s wall (78 s of
 // forward at 20 GFLOP/s, 61 s of CPU time in all) while other builds kept the load average near 7;
-// an earlier 1.34 TFLOP sizing took 50 s at load 5. --quick takes about a second.
-constexpr DemoShape kFull{3000, 110.0, 1.1, 16, 4096, 8, 32};
-constexpr DemoShape kQuick{300, 64.0, 0.8, 8, 512, 3, 32};
+// an earlier 1.34 TFLOP sizing took 50 s at load 5. The backward of the whole batch (3.9 TFLOP at
+// the 20-23 GFLOP/s measured: about 170-190 s) does not fit, so it runs on every 32nd sequence (94
+// sequences, 14K tokens, 1% of the work). With it and the BlockAttentionResiduals step (T = 8192,
+// N = 8, H = 4096, bf16: 0.67 GB forward and 1.28 GB backward of compulsory traffic) the demo
+// measured 85 s wall (60 s of attention forward, 3.3 s for the backward step, 3.4 s for the BAR
+// step with inputs and checks; 63 s of CPU time) at load average 4.5-5. --quick takes a few
+// seconds.
+constexpr DemoShape kFull{3000, 110.0, 1.1, 16, 4096, 8, 32, 32, 8192, 8, 4096, 64};
+constexpr DemoShape kQuick{300, 64.0, 0.8, 8, 512, 3, 32, 8, 512, 8, 1024, 64};
 
 constexpr int64_t kHeads = 16, kKvHeads = 4, kDim = 128;
 constexpr int64_t kCausalMode = 3;
@@ -78,6 +94,17 @@ std::vector<size_t> sliceStarts(const std::vector<int64_t>& lengths, int64_t sli
     return starts;
 }
 
+// "8th", "32nd", "1st", "13th".
+std::string ordinal(int64_t n) {
+    const int64_t tens = n % 100, ones = n % 10;
+    const char* suffix = (tens >= 11 && tens <= 13) ? "th"
+                         : ones == 1                ? "st"
+                         : ones == 2                ? "nd"
+                         : ones == 3                ? "rd"
+                                                    : "th";
+    return fmt::format("{}{}", n, suffix);
+}
+
 double seconds(std::chrono::steady_clock::time_point since) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
@@ -85,7 +112,9 @@ double seconds(std::chrono::steady_clock::time_point since) {
 }  // namespace
 
 void addDemoOptions(CLI::App& cmd, DemoOptions& o) {
-    cmd.add_flag("--quick", o.quick, "A few-second version (300 sequences up to 512 tokens), for CI");
+    cmd.add_flag(
+        "--quick", o.quick,
+        "A few-second version (300 sequences up to 512 tokens, BlockAttentionResiduals T=512 N=8 H=1024), for CI");
     cmd.add_flag("--json", o.json, "Print one JSON object (steps and summary) instead of text");
     cmd.add_option("--threads", o.threads, "Worker threads of device 0 [default: all usable cores]")
         ->check(CLI::PositiveNumber);
@@ -106,11 +135,12 @@ int runDemo(const DemoOptions& o) {
                    sorted[sorted.size() / 2], double(tokens) / double(lengths.size()));
         fmt::print(
             "  {} query heads / {} kv heads (GQA), D = {}, bf16, causal (sparse mode {}), {} threads, {} steps\n",
-            kHeads, kKvHeads, kDim, kCausalMode, threads, shape.slices);
+            kHeads, kKvHeads, kDim, kCausalMode, threads, shape.slices + 2);
         std::fflush(stdout);
     }
 
     const std::vector<size_t> starts = sliceStarts(lengths, shape.slices);
+    const size_t totalSteps = starts.size() - 1 + 2;  // forward slices, attention backward, BAR
     nlohmann::json steps = nlohmann::json::array();
     double flops = 0, forwardSeconds = 0;
     int64_t checkedRows = 0;
@@ -145,12 +175,83 @@ int runDemo(const DemoOptions& o) {
             fmt::print(
                 "step {}/{}: sequences {}-{} ({} tokens): forward {:.2f} s, {:.1f} GFLOP/s; check {} rows: {} "
                 "(inputs {:.1f} s, check {:.1f} s)\n",
-                s + 1, starts.size() - 1, starts[s], starts[s + 1] - 1, partTokens, fwd, partFlops / fwd / 1e9, rc.rows,
+                s + 1, totalSteps, starts[s], starts[s + 1] - 1, partTokens, fwd, partFlops / fwd / 1e9, rc.rows,
                 rc.passed ? "PASS" : "FAIL", inputSeconds, checkSeconds);
             if (!rc.passed) fmt::print("  {}\n", checkLine(rc));
             std::fflush(stdout);
         }
     }
+
+    // The attention backward on every backwardStride-th sequence: forward (its outputs feed the
+    // backward), FlashAttentionScoreGrad with a random dy, and the reference on a sample of them.
+    std::vector<int64_t> subset;
+    for (size_t i = 0; i < lengths.size(); i += size_t(shape.backwardStride)) subset.push_back(lengths[i]);
+    const int64_t subsetTokens = std::accumulate(subset.begin(), subset.end(), int64_t(0));
+    auto t0 = std::chrono::steady_clock::now();
+    tools::FaInstance bwdInst(demoProblem(subset));
+    tools::FaGrads grads = tools::makeGrads(bwdInst);
+    const double bwdInputSeconds = seconds(t0);
+    const double bwdForward = timeForward(bwdInst, 1, false).ms.front() * 1e-3;
+    const double bwdSeconds = timeCalls([&] { return tools::runBackward(bwdInst, grads); }, 1, false).ms.front() * 1e-3;
+    const double bwdFlops = kBackwardFlopFactor * bwdInst.problem.forwardFlops();
+    const double wholeBatchBwdFlops = kBackwardFlopFactor * flops;
+    const SequenceSample sample = backwardSample(bwdInst.problem, 0);
+    t0 = std::chrono::steady_clock::now();
+    const tools::GradCheck gc = tools::checkBackwardSequences(bwdInst, grads, sample.sequences);
+    const double bwdCheckSeconds = seconds(t0);
+    double bwdWorst = 0;
+    for (int t = 0; t < 3; ++t)
+        if (gc.tolerance[t] > 0) bwdWorst = std::max(bwdWorst, gc.maxAbsError[t] / gc.tolerance[t]);
+    passed = passed && gc.passed;
+    const std::string bwdSubset = fmt::format("every {} sequence ({} of {}, {} tokens)", ordinal(shape.backwardStride),
+                                              subset.size(), lengths.size(), subsetTokens);
+    if (!o.json) {
+        fmt::print(
+            "step {}/{}: attention backward on a sampled subset, {}: forward {:.2f} s, backward {:.2f} s, {:.1f} "
+            "GFLOP/s (2.5 x the forward's FLOPs); check {}: dq {:.3g} vs {:.3g}, dk {:.3g} vs {:.3g}, dv {:.3g} vs "
+            "{:.3g}: {} (inputs {:.1f} s, check {:.1f} s)\n",
+            totalSteps - 1, totalSteps, bwdSubset, bwdForward, bwdSeconds, bwdFlops / bwdSeconds / 1e9, sample.scope,
+            gc.maxAbsError[0], gc.tolerance[0], gc.maxAbsError[1], gc.tolerance[1], gc.maxAbsError[2], gc.tolerance[2],
+            gc.passed ? "PASS" : "FAIL", bwdInputSeconds, bwdCheckSeconds);
+        if (!gc.passed) fmt::print("  {}\n", gc.failure);
+        std::fflush(stdout);
+    }
+
+    // BlockAttentionResiduals of model size: forward with needBackward, then the grad.
+    tools::BarProblem bp;
+    bp.tokens = shape.barTokens;
+    bp.blocks = shape.barBlocks;
+    bp.hidden = shape.barHidden;
+    bp.dtype = ATTNOPS_BFLOAT16;
+    t0 = std::chrono::steady_clock::now();
+    tools::BarInstance bar(bp);
+    const double barInputSeconds = seconds(t0);
+    const Timing barForward = timeCalls([&] { return bar.runForward(true); }, 1);
+    const Timing barBackward = timeCalls([&] { return bar.runBackward(); }, 1);
+    t0 = std::chrono::steady_clock::now();
+    const tools::BarCheck barFwdCheck = tools::checkBarForward(bar, shape.barCheckTokens, true);
+    const tools::BarCheck barBwdCheck = tools::checkBarBackward(bar, shape.barCheckTokens);
+    const double barCheckSeconds = seconds(t0);
+    double barWorst = 0;
+    for (const tools::BarCheck* rc : {&barFwdCheck, &barBwdCheck})
+        for (int t = 0; t < 3; ++t)
+            if (rc->tolerance[t] > 0) barWorst = std::max(barWorst, rc->maxAbsError[t] / rc->tolerance[t]);
+    const bool barPassed = barFwdCheck.passed && barBwdCheck.passed;
+    passed = passed && barPassed;
+    const double barFwdBytes = bp.forwardBytes(true), barBwdBytes = bp.backwardBytes();
+    const double barFwdMs = barForward.ms.front(), barBwdMs = barBackward.ms.front();
+    if (!o.json) {
+        fmt::print(
+            "step {}/{}: block attention residuals T={} N={} H={} bf16: forward {}, {}; backward {}, {} (compulsory "
+            "traffic); check {} of {} tokens (weight gradients: every token): {} (inputs {:.1f} s, check {:.1f} s)\n",
+            totalSteps, totalSteps, bp.tokens, bp.blocks, bp.hidden, formatMs(barFwdMs),
+            formatBandwidth(barFwdBytes, barFwdMs), formatMs(barBwdMs), formatBandwidth(barBwdBytes, barBwdMs),
+            barBwdCheck.tokens, bp.tokens, barPassed ? "PASS" : "FAIL", barInputSeconds, barCheckSeconds);
+        if (!barFwdCheck.passed) fmt::print("  forward: {}\n", barFwdCheck.failure);
+        if (!barBwdCheck.passed) fmt::print("  backward: {}\n", barBwdCheck.failure);
+        std::fflush(stdout);
+    }
+
     const double wall = seconds(wallStart);
     if (o.json) {
         const nlohmann::json j = {{"sequences", lengths.size()},
@@ -166,6 +267,38 @@ int runDemo(const DemoOptions& o) {
                                   {"gflops", flops / forwardSeconds / 1e9},
                                   {"checkedRows", checkedRows},
                                   {"worstErrorToTolerance", worstRatio},
+                                  {"attentionBackward",
+                                   {{"subset", bwdSubset},
+                                    {"sequences", subset.size()},
+                                    {"tokens", subsetTokens},
+                                    {"flops", bwdFlops},
+                                    {"flopsNote", kBackwardFlopNote},
+                                    {"forwardSeconds", bwdForward},
+                                    {"backwardSeconds", bwdSeconds},
+                                    {"gflops", bwdFlops / bwdSeconds / 1e9},
+                                    {"wholeBatchFlops", wholeBatchBwdFlops},
+                                    {"checkScope", sample.scope},
+                                    {"check",
+                                     {{"dq", {{"maxAbsError", gc.maxAbsError[0]}, {"tolerance", gc.tolerance[0]}}},
+                                      {"dk", {{"maxAbsError", gc.maxAbsError[1]}, {"tolerance", gc.tolerance[1]}}},
+                                      {"dv", {{"maxAbsError", gc.maxAbsError[2]}, {"tolerance", gc.tolerance[2]}}},
+                                      {"passed", gc.passed}}},
+                                    {"worstErrorToTolerance", bwdWorst}}},
+                                  {"blockAttentionResiduals",
+                                   {{"tokens", bp.tokens},
+                                    {"blocks", bp.blocks},
+                                    {"hidden", bp.hidden},
+                                    {"dtype", "bf16"},
+                                    {"forwardMs", barFwdMs},
+                                    {"forwardBytes", barFwdBytes},
+                                    {"forwardGBps", barFwdBytes / (barFwdMs * 1e-3) / 1e9},
+                                    {"backwardMs", barBwdMs},
+                                    {"backwardBytes", barBwdBytes},
+                                    {"backwardGBps", barBwdBytes / (barBwdMs * 1e-3) / 1e9},
+                                    {"bytesNote", "compulsory traffic, spec section 5"},
+                                    {"checkedTokens", barBwdCheck.tokens},
+                                    {"worstErrorToTolerance", barWorst},
+                                    {"passed", barPassed}}},
                                   {"passed", passed},
                                   {"wallSeconds", wall},
                                   {"steps", steps}};
@@ -175,8 +308,20 @@ int runDemo(const DemoOptions& o) {
             "summary: {} sequences, {} tokens, {:.3g} TFLOP (mask-aware) in {:.2f} s of forward: {:.1f} GFLOP/s on "
             "{} threads\n",
             lengths.size(), tokens, flops / 1e12, forwardSeconds, flops / forwardSeconds / 1e9, threads);
-        fmt::print("check: {} sampled rows against the double reference, worst error/tolerance {:.2f}: {}\n",
-                   checkedRows, worstRatio, passed ? "PASS" : "FAIL");
+        fmt::print(
+            "attention backward on a sampled subset, {}: {:.3g} TFLOP in {:.2f} s: {:.1f} GFLOP/s; the whole batch's "
+            "backward ({:.3g} TFLOP) would take about {:.0f} s at this rate{}\n",
+            bwdSubset, bwdFlops / 1e12, bwdSeconds, bwdFlops / bwdSeconds / 1e9, wholeBatchBwdFlops / 1e12,
+            wholeBatchBwdFlops / (bwdFlops / bwdSeconds),
+            o.quick ? " (--quick samples like the full demo)" : ", too long for a demo of about a minute");
+        fmt::print(
+            "block attention residuals: T={} N={} H={} bf16, forward {} ({}), backward {} ({}) of compulsory traffic\n",
+            bp.tokens, bp.blocks, bp.hidden, formatMs(barFwdMs), formatBandwidth(barFwdBytes, barFwdMs),
+            formatMs(barBwdMs), formatBandwidth(barBwdBytes, barBwdMs));
+        fmt::print(
+            "check: {} sampled attention rows, worst error/tolerance {:.2f}; attention gradients on {}, {:.2f}; block "
+            "attention residuals, {:.2f}; against the double reference: {}\n",
+            checkedRows, worstRatio, sample.scope, bwdWorst, barWorst, passed ? "PASS" : "FAIL");
         fmt::print("wall time {:.1f} s\n", wall);
     }
     return passed ? kExitOk : kExitCheckFailed;

@@ -11,6 +11,7 @@
 #include <set>
 #include <utility>
 
+#include "files.hpp"
 #include "npy.hpp"
 #include "runner.hpp"
 
@@ -19,6 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using tools::FaGrads;
 using tools::FaInstance;
 using tools::FaProblem;
 using tools::HostTensor;
@@ -55,80 +57,20 @@ const ArraySlot kArrays[] = {
     {"kvStartIdx", &FaInstance::kvStartIdx, false},
 };
 
+// The gradient tensors of a backward call: dy (an input) and the outputs.
+struct GradSlot {
+    const char* name;
+    HostTensor FaGrads::*member;
+    int index;  // in GradCheck's arrays; -1: dy
+};
+const GradSlot kGrads[] = {
+    {"dy", &FaGrads::dy, -1}, {"dq", &FaGrads::dq, 0},       {"dk", &FaGrads::dk, 1},
+    {"dv", &FaGrads::dv, 2},  {"dsink", &FaGrads::dsink, 3},
+};
+
 const char* const kLayouts[] = {"BSH", "SBH", "BSND", "BNSD", "TND"};
 
-fs::path fileOf(const fs::path& dir, const std::string& name) { return dir / (name + ".npy"); }
-
-NpyType npyTypeOf(attnopsDataType d) {
-    switch (d) {
-        case ATTNOPS_FLOAT32: return NpyType::F32;
-        case ATTNOPS_FLOAT16: return NpyType::F16;
-        case ATTNOPS_BFLOAT16: return NpyType::U16;  // raw bf16 bits
-        case ATTNOPS_UINT8: return NpyType::U8;
-        case ATTNOPS_BOOL: return NpyType::Bool;
-        case ATTNOPS_INT64: return NpyType::I64;
-        default: throw CliError(fmt::format("cannot save a tensor of dtype {}", attnopsDataTypeName(d)));
-    }
-}
-
-// The dtype of a loaded tensor: the file's descr, with params.json deciding between the types
-// that share one (bf16 is stored as <u2; bool masks may be stored as |u1).
-attnopsDataType loadedDtype(NpyType t, const std::string& declared, const std::string& where) {
-    attnopsDataType fromFile = ATTNOPS_FLOAT32;
-    switch (t) {
-        case NpyType::F32: fromFile = ATTNOPS_FLOAT32; break;
-        case NpyType::F16: fromFile = ATTNOPS_FLOAT16; break;
-        case NpyType::U16: fromFile = ATTNOPS_BFLOAT16; break;
-        case NpyType::U8: fromFile = ATTNOPS_UINT8; break;
-        case NpyType::Bool: fromFile = ATTNOPS_BOOL; break;
-        case NpyType::I64:
-        case NpyType::I32:
-            throw CliError(fmt::format("{}: integer data ({}) where a tensor is expected", where, npyDescr(t)));
-    }
-    if (declared.empty() || declared == attnopsDataTypeName(fromFile)) return fromFile;
-    const bool byteMask =
-        (fromFile == ATTNOPS_UINT8 || fromFile == ATTNOPS_BOOL) && (declared == "uint8" || declared == "bool");
-    if (byteMask) return declared == "bool" ? ATTNOPS_BOOL : ATTNOPS_UINT8;
-    throw CliError(
-        fmt::format("{}: the file holds {} data but params.json says dtype \"{}\"", where, npyDescr(t), declared));
-}
-
-// params.json's entry for a tensor (null when it has none).
-const json* declaredEntry(const json& params, const std::string& name) {
-    if (!params.contains("tensors") || !params["tensors"].is_object() || !params["tensors"].contains(name))
-        return nullptr;
-    return &params["tensors"][name];
-}
-
-HostTensor readTensor(const fs::path& path, const json* declared) {
-    const std::string where = path.string();
-    NpyReader r(path);
-    std::string declaredDtype;
-    if (declared != nullptr && declared->contains("dtype") && (*declared)["dtype"].is_string())
-        declaredDtype = (*declared)["dtype"].get<std::string>();
-    const attnopsDataType dtype = loadedDtype(r.header().type, declaredDtype, where);
-    if (declared != nullptr && declared->contains("shape") && (*declared)["shape"] != json(r.header().shape))
-        throw CliError(fmt::format("{}: shape {} differs from params.json's {}", where, json(r.header().shape).dump(),
-                                   (*declared)["shape"].dump()));
-    HostTensor t(dtype, r.header().shape);
-    r.readData(t.data());
-    return t;
-}
-
-template <class T>
-T attribute(const json& params, const char* key, T fallback, bool required = false) {
-    if (!params.contains(key)) {
-        if (required) throw CliError(fmt::format("params.json: \"{}\" is missing", key));
-        return fallback;
-    }
-    try {
-        return params.at(key).get<T>();
-    } catch (const json::exception&) {
-        throw CliError(fmt::format("params.json: \"{}\" has the wrong type: {}", key, params.at(key).dump()));
-    }
-}
-
-std::string shapeText(const std::vector<int64_t>& shape) { return json(shape).dump(); }
+fs::path fileOf(const fs::path& dir, const std::string& name) { return npyPath(dir, name); }
 
 // Per-sequence lengths from cumulative end offsets (a non-positive difference is length 0).
 std::vector<int64_t> lengthsOf(const std::vector<int64_t>& cumulative) {
@@ -173,44 +115,9 @@ void deriveGeometry(FaProblem& p, const HostTensor& q, const HostTensor& k, cons
     }
 }
 
-// Element-wise comparison of our output with the file's.
-OutputComparison elementwise(const std::string& name, const HostTensor& ours, const HostTensor& file) {
-    OutputComparison c;
-    c.name = name;
-    c.elements = file.numel();
-    double maxOurs = 0;
-    for (int64_t i = 0; i < ours.numel(); ++i)
-        if (std::isfinite(ours.get(i))) maxOurs = std::max(maxOurs, double(std::fabs(ours.get(i))));
-    const double floor = std::max(1e-3 * maxOurs, 1e-30);
-    double dot = 0, oursSq = 0, fileSq = 0;
-    int64_t nonFinite = 0;
-    for (int64_t i = 0; i < file.numel(); ++i) {
-        const double a = ours.get(i), b = file.get(i);
-        if (!std::isfinite(a) || !std::isfinite(b)) {
-            if (a == b || (std::isnan(a) && std::isnan(b))) continue;  // -inf statistics of empty rows
-            ++nonFinite;
-            continue;
-        }
-        const double d = std::fabs(a - b);
-        c.maxAbs = std::max(c.maxAbs, d);
-        c.maxRel = std::max(c.maxRel, d / std::max(std::fabs(a), floor));
-        dot += a * b;
-        oursSq += a * a;
-        fileSq += b * b;
-    }
-    c.cosine = (oursSq == 0 && fileSq == 0)   ? 1.0
-               : (oursSq == 0 || fileSq == 0) ? 0.0
-                                              : dot / std::sqrt(oursSq * fileSq);
-    if (nonFinite > 0) {
-        c.maxAbs = c.maxRel = std::numeric_limits<double>::infinity();
-        c.note = fmt::format("{} elements differ in being finite (inf/NaN on one side only)", nonFinite);
-    }
-    return c;
-}
-
 }  // namespace
 
-int saveFlashAttention(const FaInstance& inst, const fs::path& dir) {
+int saveFlashAttention(const FaInstance& inst, const fs::path& dir, const FaGrads* grads) {
     const FaProblem& p = inst.problem;
     fs::create_directories(dir);
     json tensors = json::object();
@@ -240,6 +147,13 @@ int saveFlashAttention(const FaInstance& inst, const fs::path& dir) {
         if (!written.count(slot.name)) fs::remove(fileOf(dir, slot.name));
     for (const ArraySlot& slot : kArrays)
         if (!written.count(slot.name)) fs::remove(fileOf(dir, slot.name));
+    for (const GradSlot& slot : kGrads) {
+        const HostTensor* t = grads != nullptr ? &(grads->*slot.member) : nullptr;
+        if (t != nullptr && !t->empty())
+            save(slot.name, npyTypeOf(t->dtype()), attnopsDataTypeName(t->dtype()), t->shape(), t->data());
+        else
+            fs::remove(fileOf(dir, slot.name));
+    }
 
     const json params = {
         {"op", kFlashAttentionOp},
@@ -257,26 +171,11 @@ int saveFlashAttention(const FaInstance& inst, const fs::path& dir) {
         {"offset", p.offset},
         {"innerPrecise", p.innerPrecise},
         {"dropMaskGenerated", generated},
+        {"backward", grads != nullptr},
         {"tensors", tensors},
     };
-    std::ofstream out(dir / "params.json", std::ios::trunc);
-    out << params.dump(2) << '\n';
-    if (!out.flush()) throw CliError(fmt::format("{}: write error", (dir / "params.json").string()));
+    writeParams(dir, params);
     return int(written.size());
-}
-
-json readParams(const fs::path& dir) {
-    const fs::path path = dir / "params.json";
-    std::ifstream in(path);
-    if (!in)
-        throw CliError(fmt::format("{}: cannot open (DIR must hold params.json and the .npy files)", path.string()));
-    try {
-        json j = json::parse(in);
-        if (!j.is_object()) throw CliError(fmt::format("{}: expected a JSON object", path.string()));
-        return j;
-    } catch (const json::parse_error& e) {
-        throw CliError(fmt::format("{}: {}", path.string(), e.what()));
-    }
 }
 
 FaInstance loadFlashAttention(const fs::path& dir, const json& params) {
@@ -361,9 +260,34 @@ FaInstance loadFlashAttention(const fs::path& dir, const json& params) {
     return inst;
 }
 
-Comparison compareOutputs(FaInstance& inst, const fs::path& dir, int64_t rows) {
+bool savedBackward(const fs::path& dir, const json& params) {
+    return attribute<bool>(params, "backward", false) || fs::exists(fileOf(dir, "dy"));
+}
+
+FaGrads loadGradients(const FaInstance& inst, const fs::path& dir, const json& params) {
+    FaGrads grads = tools::makeGrads(inst);
+    const fs::path path = fileOf(dir, "dy");
+    if (!fs::exists(path)) {
+        if (attribute<bool>(params, "backward", false))
+            throw CliError(fmt::format("{}: missing (params.json says \"backward\": true)", path.string()));
+        return grads;  // a random dy
+    }
+    HostTensor dy = readTensor(path, declaredEntry(params, "dy"));
+    if (dy.dtype() != inst.attentionOut.dtype() || dy.shape() != inst.attentionOut.shape())
+        throw CliError(fmt::format("{}: holds {} {}; dy must have attentionOut's dtype and shape ({} {})",
+                                   path.string(), attnopsDataTypeName(dy.dtype()), shapeText(dy.shape()),
+                                   attnopsDataTypeName(inst.attentionOut.dtype()),
+                                   shapeText(inst.attentionOut.shape())));
+    grads.dy = std::move(dy);
+    return grads;
+}
+
+Comparison compareOutputs(FaInstance& inst, const fs::path& dir, int64_t rows, FaGrads* grads,
+                          const std::vector<int64_t>& sequences, const std::string& sequenceScope) {
     Comparison c;
     const json params = fs::exists(dir / "params.json") ? readParams(dir) : json::object();
+
+    // Forward outputs.
     std::vector<std::pair<HostTensor FaInstance::*, HostTensor>> fileOutputs;
     for (const TensorSlot& slot : kTensors) {
         const fs::path path = fileOf(dir, slot.name);
@@ -371,80 +295,78 @@ Comparison compareOutputs(FaInstance& inst, const fs::path& dir, int64_t rows) {
         HostTensor file = readTensor(path, declaredEntry(params, slot.name));
         const HostTensor& ours = inst.*slot.member;
         if (ours.empty() || file.dtype() != ours.dtype() || file.shape() != ours.shape()) {
-            OutputComparison oc;
-            oc.name = slot.name;
-            oc.comparable = false;
-            oc.note = fmt::format("the file holds {} {}, attnops writes {} {}", attnopsDataTypeName(file.dtype()),
-                                  shapeText(file.shape()), attnopsDataTypeName(ours.dtype()), shapeText(ours.shape()));
-            c.outputs.push_back(oc);
+            c.outputs.push_back(incomparable(slot.name, ours, file));
             continue;
         }
         c.outputs.push_back(elementwise(slot.name, ours, file));
         fileOutputs.emplace_back(slot.member, std::move(file));
     }
-    if (c.outputs.empty())
-        throw CliError(fmt::format("{} holds no output to compare (attentionOut.npy, softmaxMax.npy, softmaxSum.npy)",
-                                   dir.string()));
+    if (!fileOutputs.empty()) {
+        // The file's outputs in place of ours, checked against the reference, then ours back.
+        for (auto& [member, tensor] : fileOutputs) std::swap(inst.*member, tensor);
+        c.file = tools::checkForwardRows(inst, rows);
+        for (auto& [member, tensor] : fileOutputs) std::swap(inst.*member, tensor);
+        for (OutputComparison& oc : c.outputs) {
+            if (!oc.comparable) continue;
+            oc.rows = c.file.rows;
+            const std::string scope = fmt::format("{} rows", c.file.rows);
+            if (oc.name == "attentionOut") {
+                judge(oc, c.file.maxAbsError, c.file.tolerance, c.file.nanMismatch, scope, c.file.firstFailure);
+            } else {
+                oc.metric = "max rel error";
+                judge(oc, oc.name == "softmaxMax" ? c.file.maxSoftmaxMaxError : c.file.maxSoftmaxSumError,
+                      c.file.statTolerance, false, scope);
+            }
+        }
+    }
 
-    // The file's outputs in place of ours, checked against the reference, then ours back.
-    for (auto& [member, tensor] : fileOutputs) std::swap(inst.*member, tensor);
-    c.file = tools::checkForwardRows(inst, rows);
-    for (auto& [member, tensor] : fileOutputs) std::swap(inst.*member, tensor);
-
-    c.passed = true;
-    for (OutputComparison& oc : c.outputs) {
-        if (!oc.comparable) {
-            c.passed = false;
+    // Gradients (a backward run): the file's in place of ours against the reference backward.
+    const size_t forwardCount = c.outputs.size();
+    std::vector<std::pair<const GradSlot*, HostTensor>> fileGrads;
+    for (const GradSlot& slot : kGrads) {
+        const fs::path path = fileOf(dir, slot.name);
+        if (slot.index < 0 || !fs::exists(path)) continue;
+        if (grads == nullptr)
+            throw CliError(fmt::format("{} holds {}.npy but no dy.npy: the gradients cannot be recomputed",
+                                       dir.string(), slot.name));
+        HostTensor file = readTensor(path, declaredEntry(params, slot.name));
+        const HostTensor& ours = grads->*slot.member;
+        if (ours.empty() || file.dtype() != ours.dtype() || file.shape() != ours.shape()) {
+            c.outputs.push_back(incomparable(slot.name, ours, file));
             continue;
         }
-        if (oc.name == "attentionOut") {
-            oc.referenceError = c.file.maxAbsError;
-            oc.tolerance = c.file.tolerance;
-            oc.passed = !c.file.nanMismatch && c.file.maxAbsError <= c.file.tolerance;
-            if (!oc.passed && !c.file.firstFailure.empty()) oc.note = c.file.firstFailure;
-        } else {
-            oc.referenceError = oc.name == "softmaxMax" ? c.file.maxSoftmaxMaxError : c.file.maxSoftmaxSumError;
-            oc.tolerance = c.file.statTolerance;
-            oc.passed = oc.referenceError <= oc.tolerance;
-        }
-        c.passed = c.passed && oc.passed;
+        c.outputs.push_back(elementwise(slot.name, ours, file));
+        fileGrads.emplace_back(&slot, std::move(file));
     }
+    if (!fileGrads.empty()) {
+        for (auto& [slot, tensor] : fileGrads) std::swap(grads->*slot->member, tensor);
+        const tools::GradCheck gc = tools::checkBackwardSequences(inst, *grads, sequences);
+        for (auto& [slot, tensor] : fileGrads) std::swap(grads->*slot->member, tensor);
+        for (size_t i = forwardCount; i < c.outputs.size(); ++i) {
+            OutputComparison& oc = c.outputs[i];
+            if (!oc.comparable) continue;
+            const GradSlot* slot = nullptr;
+            for (const GradSlot& g : kGrads)
+                if (oc.name == g.name) slot = &g;
+            const int t = slot->index;
+            // dsink sums over every sequence and is always checked in full.
+            judge(oc, gc.maxAbsError[t], gc.tolerance[t], gc.nanMismatch[t],
+                  t == 3 ? std::string("every sequence") : sequenceScope,
+                  gc.failure.rfind(oc.name + ":", 0) == 0 ? gc.failure : "");
+        }
+    }
+    if (c.outputs.empty())
+        throw CliError(fmt::format(
+            "{} holds no output to compare (attentionOut.npy, softmaxMax.npy, softmaxSum.npy, dq.npy, dk.npy, dv.npy, "
+            "dsink.npy)",
+            dir.string()));
+    c.passed = true;
+    for (const OutputComparison& oc : c.outputs) c.passed = c.passed && oc.passed;
     return c;
 }
 
-json comparisonJson(const Comparison& c) {
-    json outputs = json::object();
-    for (const OutputComparison& oc : c.outputs) {
-        if (!oc.comparable) {
-            outputs[oc.name] = {{"passed", false}, {"note", oc.note}};
-            continue;
-        }
-        json o = {
-            {"elements", oc.elements},
-            {"attnopsVsFile", {{"maxAbsError", oc.maxAbs}, {"maxRelError", oc.maxRel}, {"cosine", oc.cosine}}},
-            {"fileVsReference", {{"rows", c.file.rows}, {"error", oc.referenceError}, {"tolerance", oc.tolerance}}},
-            {"passed", oc.passed}};
-        if (!oc.note.empty()) o["note"] = oc.note;
-        outputs[oc.name] = o;
-    }
-    return {{"outputs", outputs}, {"passed", c.passed}};
-}
+json comparisonJson(const Comparison& c) { return {{"outputs", outputsJson(c.outputs)}, {"passed", c.passed}}; }
 
-std::string comparisonText(const Comparison& c) {
-    std::string s;
-    for (const OutputComparison& oc : c.outputs) {
-        if (!oc.comparable) {
-            s += fmt::format("  {:<13} FAIL: {}\n", oc.name, oc.note);
-            continue;
-        }
-        s += fmt::format("  {:<13} attnops vs file ({} elements): max abs {:.3g}, max rel {:.3g}, cosine {:.7f}\n",
-                         oc.name, oc.elements, oc.maxAbs, oc.maxRel, oc.cosine);
-        s += fmt::format("  {:<13} file vs reference ({} rows): {} {:.3g} vs tolerance {:.3g}: {}\n", "", c.file.rows,
-                         oc.name == "attentionOut" ? "max abs error" : "max rel error", oc.referenceError, oc.tolerance,
-                         oc.passed ? "PASS" : "FAIL");
-        if (!oc.note.empty()) s += fmt::format("  {:<13} {}\n", "", oc.note);
-    }
-    return s;
-}
+std::string comparisonText(const Comparison& c) { return outputsText(c.outputs); }
 
 }  // namespace attnops::cli

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "bar_cmd.hpp"
 #include "fa_files.hpp"
 #include "runner.hpp"
 
@@ -15,8 +16,42 @@ namespace attnops::cli {
 namespace {
 
 using nlohmann::json;
+using tools::FaGrads;
 using tools::FaInstance;
 using tools::FaProblem;
+
+const char* const kGradNames[4] = {"dq", "dk", "dv", "dsink"};
+
+json gradCheckJson(const tools::GradCheck& gc, const SequenceSample& sample, bool sink) {
+    json j = {{"scope", sample.scope}, {"sequences", sample.sequences.size()}};
+    for (int t = 0; t < (sink ? 4 : 3); ++t)
+        j[kGradNames[t]] = {{"maxAbsError", gc.maxAbsError[t]},
+                            {"tolerance", gc.tolerance[t]},
+                            {"maxAbsNaiveError", gc.maxAbsNaiveError[t]},
+                            {"maxAbsReference", gc.maxAbsReference[t]}};
+    j["passed"] = gc.passed;
+    if (!gc.failure.empty()) j["failure"] = gc.failure;
+    return j;
+}
+
+std::string gradCheckLine(const tools::GradCheck& gc, const SequenceSample& sample, bool sink) {
+    std::string line = sample.scope + ":";
+    for (int t = 0; t < (sink ? 4 : 3); ++t)
+        line +=
+            fmt::format("{} {} {:.3g} vs {:.3g}", t == 0 ? "" : ",", kGradNames[t], gc.maxAbsError[t], gc.tolerance[t]);
+    line += gc.passed ? ": PASS" : ": FAIL";
+    if (!gc.passed && !gc.failure.empty()) line += " -- " + gc.failure;
+    return line;
+}
+
+json timingJson(const Timing& t) {
+    return {{"warmUpRuns", 1}, {"runsMs", t.ms}, {"medianMs", t.median()}, {"minMs", t.min()}};
+}
+
+std::string timingText(const Timing& t) {
+    return fmt::format("median {} of {} run{} after 1 warm-up (min {})", formatMs(t.median()), t.ms.size(),
+                       t.ms.size() == 1 ? "" : "s", formatMs(t.min()));
+}
 
 // Integers separated by commas and/or whitespace.
 std::vector<int64_t> parseIntList(const std::string& text, const std::string& what, bool allowNegative) {
@@ -80,19 +115,30 @@ FaProblem problemFromFlags(const FaFlags& f) {
     return p;
 }
 
-int runInstance(FaInstance& inst, const RunOptions& o, const std::string& source) {
+// grads: the backward's tensors for a backward run (null: forward only).
+int runInstance(FaInstance& inst, FaGrads* grads, const RunOptions& o, const std::string& source) {
     const int32_t threads = useThreads(o.threads);
     const Timing timing = timeForward(inst, o.repeat);
     if (inst.problem.prefix.empty()) inst.problem.prefix = inst.prefix;  // generated: count it in the FLOPs
     const double flops = inst.problem.forwardFlops();
+    const double backwardFlops = kBackwardFlopFactor * flops;
+    std::optional<Timing> backwardTiming;
+    if (grads != nullptr) backwardTiming = timeCalls([&] { return tools::runBackward(inst, *grads); }, o.repeat);
+    const bool sink = !inst.sink.empty();
 
     std::optional<tools::RowCheck> check;
     if (o.check || o.compare) check = tools::checkForwardRows(inst, o.checkRows);
+    SequenceSample sample;
+    if (grads != nullptr) sample = backwardSample(inst.problem, o.checkSequences);
+    std::optional<tools::GradCheck> gradCheck;
+    if (grads != nullptr && (o.check || o.compare))
+        gradCheck = tools::checkBackwardSequences(inst, *grads, sample.sequences);
     std::optional<Comparison> comparison;
-    if (o.compare) comparison = compareOutputs(inst, o.load, o.checkRows);
+    if (o.compare) comparison = compareOutputs(inst, o.load, o.checkRows, grads, sample.sequences, sample.scope);
     int saved = 0;
-    if (!o.save.empty()) saved = saveFlashAttention(inst, o.save);
-    const bool passed = (!check || check->passed) && (!comparison || comparison->passed);
+    if (!o.save.empty()) saved = saveFlashAttention(inst, o.save, grads);
+    const bool passed =
+        (!check || check->passed) && (!gradCheck || gradCheck->passed) && (!comparison || comparison->passed);
 
     if (o.json) {
         json j = {{"op", kFlashAttentionOp},
@@ -100,20 +146,31 @@ int runInstance(FaInstance& inst, const RunOptions& o, const std::string& source
                   {"problem", inst.problem.describe()},
                   {"threads", threads},
                   {"flops", flops},
-                  {"timing",
-                   {{"warmUpRuns", 1}, {"runsMs", timing.ms}, {"medianMs", timing.median()}, {"minMs", timing.min()}}},
+                  {"timing", timingJson(timing)},
                   {"gflops", flops / (timing.median() * 1e-3) / 1e9},
                   {"passed", passed}};
         if (check) j["check"] = checkJson(*check);
+        if (backwardTiming) {
+            json b = {{"flops", backwardFlops},
+                      {"flopsNote", kBackwardFlopNote},
+                      {"timing", timingJson(*backwardTiming)},
+                      {"gflops", backwardFlops / (backwardTiming->median() * 1e-3) / 1e9}};
+            if (gradCheck) b["check"] = gradCheckJson(*gradCheck, sample, sink);
+            j["backward"] = b;
+        }
         if (comparison) j["compare"] = comparisonJson(*comparison);
         if (saved) j["saved"] = {{"dir", o.save}, {"npyFiles", saved}};
         fmt::print("{}\n", j.dump(2));
     } else {
         fmt::print("flash-attention ({}): {}\n", source, inst.problem.describe());
-        fmt::print("time: median {} of {} run{} after 1 warm-up (min {}), {} threads, {:.4g} GFLOP (mask-aware): {}\n",
-                   formatMs(timing.median()), timing.ms.size(), timing.ms.size() == 1 ? "" : "s",
-                   formatMs(timing.min()), threads, flops / 1e9, formatRate(flops, timing.median()));
+        fmt::print("time: {}, {} threads, {:.4g} GFLOP (mask-aware): {}\n", timingText(timing), threads, flops / 1e9,
+                   formatRate(flops, timing.median()));
+        if (backwardTiming)
+            fmt::print("backward time: {}, {:.4g} GFLOP ({}): {}\n", timingText(*backwardTiming), backwardFlops / 1e9,
+                       kBackwardFlopNote, formatRate(backwardFlops, backwardTiming->median()));
         if (check) fmt::print("check against the double reference: {}\n", checkLine(*check));
+        if (gradCheck)
+            fmt::print("backward check against the double reference, {}\n", gradCheckLine(*gradCheck, sample, sink));
         if (comparison)
             fmt::print("compare with {}:\n{}compare: {}\n", o.load, comparisonText(*comparison),
                        comparison->passed ? "PASS" : "FAIL");
@@ -124,7 +181,9 @@ int runInstance(FaInstance& inst, const RunOptions& o, const std::string& source
 
 int runLoadedFlashAttention(const RunOptions& o, const json& params) {
     FaInstance inst = loadFlashAttention(o.load, params);
-    return runInstance(inst, o, "loaded from " + o.load);
+    if (!o.backward && !savedBackward(o.load, params)) return runInstance(inst, nullptr, o, "loaded from " + o.load);
+    FaGrads grads = loadGradients(inst, o.load, params);
+    return runInstance(inst, &grads, o, "loaded from " + o.load);
 }
 
 }  // namespace
@@ -133,19 +192,73 @@ std::vector<int64_t> parseLengthList(const std::string& text, const std::string&
     return parseIntList(text, what, false);
 }
 
-void addRunOptions(CLI::App& cmd, RunOptions& o) {
+namespace {
+
+// The dense work of the double reference backward of a sequence (it evaluates every score).
+double referenceCost(const FaProblem& p, int64_t b) {
+    return 2.0 * double(p.qLen(b)) * double(p.kvLen(b)) * double(p.heads) * double(p.dim + p.vdim());
+}
+
+// Above this much reference work (about a few seconds of the double reference), --check compares
+// the gradients on a sample of the sequences.
+constexpr double kBackwardCheckBudget = 4e8;
+constexpr int64_t kSampleCandidates = 64;
+
+}  // namespace
+
+SequenceSample backwardSample(const FaProblem& p, int64_t requested) {
+    const int64_t count = p.sequenceCount();
+    SequenceSample s;
+    double total = 0;
+    for (int64_t b = 0; b < count; ++b) total += referenceCost(p, b);
+    if (requested < 0 || (requested == 0 && total <= kBackwardCheckBudget) || requested >= count) {
+        for (int64_t b = 0; b < count; ++b) s.sequences.push_back(b);
+    } else if (requested > 0) {
+        for (int64_t i = 0; i < requested; ++i) s.sequences.push_back(i * count / requested);
+    } else {
+        const int64_t candidates = std::min(count, kSampleCandidates);
+        double used = 0;
+        for (int64_t i = 0; i < candidates; ++i) {
+            const int64_t b = i * count / candidates;
+            const double cost = referenceCost(p, b);
+            if (!s.sequences.empty() && used + cost > kBackwardCheckBudget) continue;
+            s.sequences.push_back(b);
+            used += cost;
+        }
+    }
+    const int64_t n = int64_t(s.sequences.size());
+    const char* unit = p.tnd() ? "sequence" : "batch";
+    const char* plural = count == 1 ? "" : p.tnd() ? "s" : "es";
+    s.scope = n == count ? fmt::format("all {} {}{}", count, unit, plural)
+                         : fmt::format("{} of {} {}{} ({})", n, count, unit, plural,
+                                       requested > 0 ? "evenly spaced" : "evenly spaced within the check's budget");
+    return s;
+}
+
+void addRunOptions(CLI::App& cmd, RunOptions& o, bool attention) {
     cmd.add_option("--load", o.load,
                    "Run the call saved in DIR by --save (or written by hand: params.json and .npy files)")
         ->type_name("DIR");
-    cmd.add_flag(
-        "--compare", o.compare,
-        "With --load: compare DIR's attentionOut/softmaxMax/softmaxSum with ours (max abs/rel error, cosine) and "
-        "check them against the double reference with the tolerance rule; exit 1 if one fails");
+    cmd.add_flag("--compare", o.compare,
+                 "With --load: compare every output file in DIR (attention: attentionOut/softmaxMax/softmaxSum, with "
+                 "a backward dq/dk/dv/dsink; block-attention-residuals: hiddenStates/invNorm/probs and the grad* "
+                 "files) with ours (max abs/rel error, cosine) and check the file's values against the double "
+                 "reference with the tolerance rule; exit 1 if one fails");
+    cmd.add_flag("--backward", o.backward,
+                 "Also run the backward (FlashAttentionScoreGrad with a random dy; BlockAttentionResidualsGrad with a "
+                 "random gradHiddenStates) after the forward: time, --check, --save of the gradients. Implied by "
+                 "--load of a directory saved with --backward");
     cmd.add_option("--save", o.save,
-                   "Write every input and output (.npy, named as the API argument) and params.json to DIR")
+                   "Write every input and output (.npy, named as the API argument; with --backward the gradients "
+                   "too) and params.json to DIR")
         ->type_name("DIR");
-    cmd.add_flag("--check", o.check, "Check sampled rows against the double-precision reference; exit 1 if it fails");
-    cmd.add_option("--check-rows", o.checkRows, "Rows sampled by --check and --compare (-1: every row)")
+    cmd.add_flag("--check", o.check,
+                 "Check against the double-precision reference under the tolerance rule (sampled attention rows; "
+                 "with --backward the gradients of all or sampled sequences; sampled block-attention-residuals "
+                 "tokens and its weight gradients); exit 1 if it fails");
+    cmd.add_option("--check-rows", o.checkRows,
+                   "Rows (attention) or tokens (block-attention-residuals) sampled by --check and --compare (-1: "
+                   "all)")
         ->check(CLI::Validator(
             [](std::string& text) {
                 int64_t v = 0;
@@ -153,6 +266,18 @@ void addRunOptions(CLI::App& cmd, RunOptions& o) {
             },
             "INT>=-1"))
         ->capture_default_str();
+    if (attention)
+        cmd.add_option("--check-sequences", o.checkSequences,
+                       "Sequences (batches) whose gradients --check and --compare compare with the reference "
+                       "backward (-1: all; N: N evenly spaced) [default: all when the reference's dense work "
+                       "(2 S1 S2 N1 (D+Dv) summed) is at most 4e8, else evenly spaced ones within that; dsink is "
+                       "always checked over every sequence]")
+            ->check(CLI::Validator(
+                [](std::string& text) {
+                    int64_t v = 0;
+                    return CLI::detail::lexical_cast(text, v) && v >= -1 ? std::string() : "must be an integer >= -1";
+                },
+                "INT>=-1"));
     cmd.add_flag("--json", o.json, "Print one JSON object instead of text");
     cmd.add_option("--repeat", o.repeat, "Timed runs after one warm-up; the median is reported")
         ->check(CLI::PositiveNumber)
@@ -243,7 +368,9 @@ int runFlashAttention(const FaFlags& f, const RunOptions& o) {
     }
     if (o.compare) throw CliError("--compare needs --load DIR (the outputs to compare with)");
     FaInstance inst(problemFromFlags(f));
-    return runInstance(inst, o, "generated");
+    if (!o.backward) return runInstance(inst, nullptr, o, "generated");
+    FaGrads grads = tools::makeGrads(inst);
+    return runInstance(inst, &grads, o, "generated");
 }
 
 int runLoaded(const RunOptions& o) {
@@ -251,8 +378,10 @@ int runLoaded(const RunOptions& o) {
     const json params = readParams(o.load);
     const std::string op = params.contains("op") && params["op"].is_string() ? params["op"].get<std::string>() : "";
     if (op == kFlashAttentionOp) return runLoadedFlashAttention(o, params);
-    throw CliError(fmt::format("{}/params.json: \"op\" is {}; known operators: {}", o.load,
-                               params.contains("op") ? params["op"].dump() : "missing", kFlashAttentionOp));
+    if (op == kBlockAttentionResidualsOp) return runLoadedBlockAttentionResiduals(o, params);
+    throw CliError(fmt::format("{}/params.json: \"op\" is {}; known operators: {}, {}", o.load,
+                               params.contains("op") ? params["op"].dump() : "missing", kFlashAttentionOp,
+                               kBlockAttentionResidualsOp));
 }
 
 }  // namespace attnops::cli

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "attnops/attnops.h"
+#include "bar_cmd.hpp"
 #include "commands.hpp"
 #include "flash_attention_cmd.hpp"
 #include "runner.hpp"
@@ -37,19 +38,36 @@ int main(int argc, char** argv) {
         "params.json: {\"op\": \"flash-attention\", \"layout\", \"headNum\" (required), \"scale\", \"keepProb\", "
         "\"preTokens\", \"nextTokens\", \"sparseMode\", \"pseType\", \"seed\", \"offset\", \"innerPrecise\" (C API "
         "defaults when absent), \"tensors\": {name: {\"dtype\", \"shape\"}}}. .npy dtypes: <f4 fp32, <f2 fp16, <u2 "
-        "bf16 bits (say \"bf16\" in params.json), |u1 or |b1 masks, <i8 or <i4 int arrays.");
+        "bf16 bits (say \"bf16\" in params.json), |u1 or |b1 masks, <i8 or <i4 int arrays. A backward call adds "
+        "dy, dq, dk, dv (dsink) and \"backward\": true. block-attention-residuals: partialBlock, blockRes (its "
+        "logical [T,N,H] shape), projWeight, normWeight, hiddenStates, invNorm, probs, gradHiddenStates, "
+        "gradPartialBlock, gradBlockRes, gradProjWeight, gradNormWeight; params.json: {\"op\": "
+        "\"block-attention-residuals\", \"eps\", \"validBlockNum\", \"needBackward\", \"backward\", "
+        "\"blockResLayout\": \"token-major\"|\"source-major\", \"tensors\"}.");
 
     FaFlags faFlags;
-    CLI::App* runFa = run->add_subcommand("flash-attention",
-                                          "FlashAttentionScore forward on deterministic random inputs (or --load DIR): "
-                                          "time, GFLOP/s (mask-aware), --check against the double reference, --save");
+    CLI::App* runFa = run->add_subcommand(
+        "flash-attention",
+        "FlashAttentionScore forward (and with --backward FlashAttentionScoreGrad) on deterministic random inputs (or "
+        "--load DIR): time, GFLOP/s (mask-aware; the backward counts 2.5 x the forward's FLOPs), --check against the "
+        "double reference, --save");
     addRunOptions(*runFa, runOptions);
     addFlashAttentionFlags(*runFa, faFlags);
 
+    BarFlags barFlags;
+    CLI::App* runBar = run->add_subcommand(
+        "block-attention-residuals",
+        "BlockAttentionResiduals forward (and with --backward its grad) on deterministic random inputs (or --load "
+        "DIR): time, GB/s of compulsory traffic (spec section 5), --check against the double reference, --save");
+    addRunOptions(*runBar, runOptions, false);
+    addBlockAttentionResidualsFlags(*runBar, barFlags);
+
     DemoOptions demoOptions;
-    CLI::App* demo = app.add_subcommand("demo",
-                                        "A realistic packed varlen batch: thousands of sequences, GQA, D=128, "
-                                        "bf16, causal; timed and checked against the reference");
+    CLI::App* demo = app.add_subcommand(
+        "demo",
+        "A realistic packed varlen batch (thousands of sequences, GQA, D=128, bf16, causal) forward, its backward "
+        "on a sampled subset of the sequences, and a BlockAttentionResiduals forward + backward (T=8192 N=8 H=4096 "
+        "bf16); timed and checked against the reference");
     addDemoOptions(*demo, demoOptions);
 
     try {
@@ -60,6 +78,7 @@ int main(int argc, char** argv) {
     try {
         if (*info) return runInfo(infoJson);
         if (*runFa) return runFlashAttention(faFlags, runOptions);
+        if (*runBar) return runBlockAttentionResiduals(barFlags, runOptions);
         if (*run) return runLoaded(runOptions);
         if (*demo) return runDemo(demoOptions);
     } catch (const std::exception& e) {

@@ -35,9 +35,13 @@ double Timing::median() const {
 double Timing::min() const { return ms.empty() ? 0.0 : *std::min_element(ms.begin(), ms.end()); }
 
 Timing timeForward(tools::FaInstance& inst, int64_t repeat, bool warmUp) {
+    return timeCalls([&] { return inst.runForward(); }, repeat, warmUp);
+}
+
+Timing timeCalls(const std::function<attnopsStatus()>& call, int64_t repeat, bool warmUp) {
     auto once = [&] {
         const auto t0 = std::chrono::steady_clock::now();
-        const attnopsStatus st = inst.runForward();
+        const attnopsStatus st = call();
         const auto t1 = std::chrono::steady_clock::now();
         if (st != ATTNOPS_SUCCESS) throw CliError(libraryError(st));
         return std::chrono::duration<double, std::milli>(t1 - t0).count();
@@ -55,6 +59,11 @@ std::string formatMs(double ms) {
 std::string formatRate(double flops, double ms) {
     if (ms <= 0.0) return "- GFLOP/s";
     return fmt::format("{:.1f} GFLOP/s", flops / (ms * 1e-3) / 1e9);
+}
+
+std::string formatBandwidth(double bytes, double ms) {
+    if (ms <= 0.0) return "- GB/s";
+    return fmt::format("{:.1f} GB/s", bytes / (ms * 1e-3) / 1e9);
 }
 
 nlohmann::json checkJson(const tools::RowCheck& rc) {

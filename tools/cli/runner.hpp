@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -38,10 +39,13 @@ struct Timing {
     double min() const;
 };
 Timing timeForward(tools::FaInstance& inst, int64_t repeat, bool warmUp = true);
+// The same for any call returning a status (a backward, another operator).
+Timing timeCalls(const std::function<attnopsStatus()>& call, int64_t repeat, bool warmUp = true);
 
 // "1.234 ms" / "12.3 s" style durations, and rates.
 std::string formatMs(double ms);
 std::string formatRate(double flops, double ms);
+std::string formatBandwidth(double bytes, double ms);  // "12.3 GB/s" (10^9 bytes)
 
 nlohmann::json checkJson(const tools::RowCheck& rc);
 // One line: rows, errors against the tolerance, PASS/FAIL (and the first failure).

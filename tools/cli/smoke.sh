@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of the attnops command-line tool: every command once, the --save / --load --compare
-# round trip, and a compare that must fail on a corrupted output. Exits non-zero on the first
-# failure. Usage: smoke.sh [path/to/attnops]   (default: build/tools/cli/attnops)
+# round trips (attention forward, attention --backward, block-attention-residuals forward and
+# backward), and compares that must fail on corrupted outputs and gradients. Reports every
+# failure and exits non-zero if there was one.
+# Usage: smoke.sh [path/to/attnops]   (default: build/tools/cli/attnops)
 set -u
 
 cli=${1:-build/tools/cli/attnops}
@@ -43,7 +45,7 @@ corrupt_npy() {
 
 expect 0 "--version" '^[0-9]+\.[0-9]+\.[0-9]+' -- "$cli" --version
 expect 0 "--help" 'Subcommands' -- "$cli" --help
-for cmd in info run demo "run flash-attention"; do
+for cmd in info run demo "run flash-attention" "run block-attention-residuals"; do
     # shellcheck disable=SC2086
     expect 0 "$cmd --help" 'Usage' -- "$cli" $cmd --help
 done
@@ -84,6 +86,83 @@ corrupt_npy "$work/corrupt/attentionOut.npy"
 expect 1 "compare fails on a corrupted attentionOut" '^compare: FAIL' -- "$cli" run --load "$work/corrupt" --compare
 echo garbage > "$work/corrupt/query.npy"
 expect 2 "a file that is not NPY is refused" 'not an NPY file' -- "$cli" run --load "$work/corrupt"
+
+# FlashAttentionScoreGrad: --backward timing and check, save / load / compare of the gradients.
+expect 0 "run --backward fp32 BNSD --check" '^backward check .*dq .*dk .*dv .*PASS' -- \
+    "$cli" run flash-attention --backward --check --repeat 2
+expect 0 "run --backward --json reports the FLOP convention" '"flopsNote": "2.5 x' -- \
+    "$cli" run flash-attention --backward --layout BSH --q-seqlen 48 --kv-seqlen 80 --dtype fp16 --json
+expect 0 "run --backward bf16 GQA pse + dropout --check" 'backward check .*PASS' -- \
+    "$cli" run flash-attention --backward --layout BSND --batch 2 --q-seqlen 40 --heads 4 --kv-heads 2 \
+    --dtype bf16 --pse-type 1 --keep-prob 0.9 --seed 5 --check
+expect 0 "run --backward --check-sequences samples sequences" '2 of 6 sequences \(evenly spaced\).*PASS' -- \
+    "$cli" run flash-attention --backward --layout TND --q-seqlens "@$work/lengths.txt" --heads 2 --dim 32 \
+    --check --check-sequences 2
+bdir="$work/saved-backward"
+expect 0 "run TND GQA sink --backward --save" 'saved 14 ' -- \
+    "$cli" run flash-attention --layout TND --q-seqlens "@$work/lengths.txt" --heads 4 --kv-heads 2 --dim 64 \
+    --dtype bf16 --sparse-mode 3 --sink --backward --check --save "$bdir"
+for f in dy dq dk dv dsink; do
+    [ -f "$bdir/$f.npy" ] || { echo "FAIL: --backward --save did not write $f.npy"; failures=$((failures + 1)); }
+done
+expect 0 "params.json records the backward" '"backward": true' -- cat "$bdir/params.json"
+expect 0 "run --load --compare of a backward save" '^compare: PASS' -- "$cli" run --load "$bdir" --compare
+expect 0 "compare covers each gradient" '^  dsink .*attnops vs file' -- "$cli" run --load "$bdir" --compare
+expect 0 "run flash-attention --load --compare --json (backward)" '"dq": \{' -- \
+    "$cli" run flash-attention --load "$bdir" --compare --json
+cp -r "$bdir" "$work/corrupt-dq"
+corrupt_npy "$work/corrupt-dq/dq.npy"
+expect 1 "compare fails on a corrupted dq" '^ +dq: max error' -- "$cli" run --load "$work/corrupt-dq" --compare
+# fp16: the 0x7f bytes are NaNs.
+hdir="$work/saved-backward-fp16"
+expect 0 "run fp16 BSND --backward --save" 'saved' -- \
+    "$cli" run flash-attention --layout BSND --batch 2 --q-seqlen 33 --heads 2 --dtype fp16 --backward --save "$hdir"
+cp -r "$hdir" "$work/corrupt-dv"
+corrupt_npy "$work/corrupt-dv/dv.npy"
+expect 1 "compare fails on a NaN-corrupted fp16 dv" '^compare: FAIL' -- "$cli" run --load "$work/corrupt-dv" --compare
+rm "$work/corrupt-dv/dy.npy"
+sed -i 's/"backward": true/"backward": false/' "$work/corrupt-dv/params.json"
+sed -i '/"dy": {/,/}/d' "$work/corrupt-dv/params.json"
+expect 2 "gradients without dy.npy are refused" 'no dy.npy' -- "$cli" run --load "$work/corrupt-dv" --compare
+
+# BlockAttentionResiduals: forward, backward, strided source-major blockRes, save / load / compare.
+expect 0 "bar forward fp32 --check" '^check against .*PASS' -- "$cli" run block-attention-residuals --check
+expect 0 "bar bf16 source-major --backward --check --json" '"gbPerSecond"' -- \
+    "$cli" run block-attention-residuals --tokens 70 --blocks 3 --hidden 160 --dtype bf16 --source-major \
+    --backward --check --json --repeat 2
+expect 0 "bar w=0 [1,H] projWeight fp16 --backward --check" '^backward check .*PASS' -- \
+    "$cli" run block-attention-residuals --tokens 33 --blocks 2 --hidden 96 --dtype fp16 --zero-proj-weight \
+    --proj-weight-2d --backward --check
+expect 2 "bar invalid problem reports the library's message" 'ATTNOPS_ERROR' -- \
+    "$cli" run block-attention-residuals --blocks 0
+rdir="$work/saved-bar"
+expect 0 "bar bf16 source-major --backward --save" 'saved 12 ' -- \
+    "$cli" run block-attention-residuals --tokens 50 --blocks 4 --hidden 128 --dtype bf16 --source-major \
+    --backward --check --save "$rdir"
+for f in partialBlock blockRes projWeight normWeight hiddenStates invNorm probs gradHiddenStates \
+    gradPartialBlock gradBlockRes gradProjWeight gradNormWeight; do
+    [ -f "$rdir/$f.npy" ] || { echo "FAIL: bar --save did not write $f.npy"; failures=$((failures + 1)); }
+done
+expect 0 "bar params.json names the op" '"op": "block-attention-residuals"' -- cat "$rdir/params.json"
+expect 0 "bar blockRes is saved in its logical [T,N,H] shape" '^ +50,$' -- \
+    python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['tensors']['blockRes']['shape'], indent=1))" \
+    "$rdir/params.json"
+expect 0 "bar run --load --compare round trip" '^compare: PASS' -- "$cli" run --load "$rdir" --compare
+expect 0 "bar run block-attention-residuals --load --compare --json" '"passed": true' -- \
+    "$cli" run block-attention-residuals --load "$rdir" --compare --json
+expect 2 "bar problem flags are refused with --load" 'cannot be combined' -- \
+    "$cli" run block-attention-residuals --load "$rdir" --tokens 3
+expect 2 "flash-attention refuses a bar directory" 'holds op' -- "$cli" run flash-attention --load "$rdir"
+fdir="$work/saved-bar-forward"
+expect 0 "bar fp32 forward-only --save" 'saved 5 ' -- \
+    "$cli" run block-attention-residuals --tokens 20 --blocks 2 --hidden 64 --save "$fdir"
+expect 0 "bar forward-only round trip" '^compare: PASS' -- "$cli" run --load "$fdir" --compare
+for f in gradBlockRes hiddenStates invNorm; do
+    cp -r "$rdir" "$work/corrupt-bar-$f"
+    corrupt_npy "$work/corrupt-bar-$f/$f.npy"
+    expect 1 "bar compare fails on a corrupted $f" '^compare: FAIL' -- \
+        "$cli" run --load "$work/corrupt-bar-$f" --compare
+done
 
 expect 0 "demo --quick" '^check: .*PASS' -- "$cli" demo --quick
 

@@ -135,7 +135,10 @@ GradCheck checkBackwardSequences(const FaInstance& inst, const FaGrads& g, const
         if (std::isnan(want) || std::isnan(got)) {
             if (std::isnan(want) != std::isnan(got) && rc.failure.empty())
                 rc.failure = fmt::format("{}: NaN mismatch (got {}, want {})", names[t], got, want);
-            if (std::isnan(want) != std::isnan(got)) rc.passed = false;
+            if (std::isnan(want) != std::isnan(got)) {
+                rc.passed = false;
+                rc.nanMismatch[t] = true;
+            }
             return;
         }
         rc.maxAbsError[t] = std::max(rc.maxAbsError[t], std::fabs(got - want));

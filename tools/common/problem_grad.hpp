@@ -29,6 +29,7 @@ struct GradCheck {
     double maxAbsNaiveError[4] = {0, 0, 0, 0}; // naive low precision vs the reference
     double maxAbsReference[4] = {0, 0, 0, 0};
     double tolerance[4] = {0, 0, 0, 0};
+    bool nanMismatch[4] = {false, false, false, false};  // NaN on one side only, per tensor
     bool passed = true;
     std::string failure;
 };
