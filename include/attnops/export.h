@@ -14,4 +14,12 @@
 #define ATTNOPS_API __attribute__((visibility("default")))
 #endif
 
+/* Public enums have an int underlying type in C++ too, so any int value a caller passes is a
+ * valid enum value there (the library validates it instead of invoking undefined behaviour). */
+#ifdef __cplusplus
+#define ATTNOPS_ENUM(name) enum name : int
+#else
+#define ATTNOPS_ENUM(name) enum name
+#endif
+
 #endif

@@ -28,7 +28,7 @@ typedef struct attnopsExecutor attnopsExecutor;
 /* Version of the library, "MAJOR.MINOR.PATCH". */
 ATTNOPS_API const char* attnopsVersion(void);
 
-typedef enum attnopsDeviceKind { ATTNOPS_DEVICE_CPU = 0 } attnopsDeviceKind;
+typedef ATTNOPS_ENUM(attnopsDeviceKind) { ATTNOPS_DEVICE_CPU = 0 } attnopsDeviceKind;
 
 typedef struct attnopsDeviceInfo {
     attnopsDeviceKind kind;

@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-typedef enum attnopsStatus {
+typedef ATTNOPS_ENUM(attnopsStatus) {
     ATTNOPS_SUCCESS = 0,
     ATTNOPS_ERROR_NULL_ARGUMENT = 161001,          /* a required pointer was NULL */
     ATTNOPS_ERROR_INVALID_ARGUMENT = 161002,       /* a value, shape, dtype or relation is invalid */

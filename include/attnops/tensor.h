@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 /* Element types. Values match aclDataType so code ported from aclnn keeps its constants. */
-typedef enum attnopsDataType {
+typedef ATTNOPS_ENUM(attnopsDataType) {
     ATTNOPS_FLOAT32 = 0,
     ATTNOPS_FLOAT16 = 1,
     ATTNOPS_INT8 = 2,

@@ -645,7 +645,7 @@ TEST_F(FaCheck, EmptyBand) {
         a.next = 4;  // a single diagonal: valid
         expectPlanOk(a);
         a.pre = std::numeric_limits<int64_t>::min();
-        a.next = std::numeric_limits<int64_t>::max();  // clamped to +-2^62: sum 0, valid
+        a.next = std::numeric_limits<int64_t>::max();  // clamped to +-2^60: sum 0, valid
         expectPlanOk(a);
     }
     for (int64_t mode : {7, 8}) {

@@ -1239,7 +1239,7 @@ TEST(FaForwardStrides, StridedTndOperandsAndPse) {
 
 TEST(FaForwardAttributes, ExtremeTokenValues) {
     // Token values far outside int32 are clamped, never overflow: (INT64_MIN, INT64_MAX) and
-    // (INT64_MAX, INT64_MIN) keep nothing (band j - i >= 2^62, resp. <= -2^62); (MAX, MAX) keeps all.
+    // (INT64_MAX, INT64_MIN) keep nothing (band j - i >= 2^60, resp. <= -2^60); (MAX, MAX) keeps all.
     const int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
     for (auto [pre, next] : {std::pair<int64_t, int64_t>{lo, hi}, {hi, lo}}) {
         for (int64_t mode : {0, 4}) {

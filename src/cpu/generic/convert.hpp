@@ -12,6 +12,7 @@ namespace attnops::cpu {
 // dst[k] = element (offset + k * stride) of base, k < n.
 static inline __attribute__((always_inline)) void loadRow(const void* base, int64_t offset, int64_t stride,
                                                           DType dtype, int64_t n, float* __restrict dst) {
+    if (n <= 0) return;  // empty rows may have a NULL base
     if (dtype == DType::F32) {
         const float* src = static_cast<const float*>(base) + offset;
         if (stride == 1) {
@@ -38,6 +39,7 @@ static inline __attribute__((always_inline)) void loadRow(const void* base, int6
 // Element (offset + k * stride) of base = src[k] rounded to dtype, k < n.
 static inline __attribute__((always_inline)) void storeRow(void* base, int64_t offset, int64_t stride, DType dtype,
                                                            int64_t n, const float* __restrict src) {
+    if (n <= 0) return;
     if (dtype == DType::F32) {
         float* dst = static_cast<float*>(base) + offset;
         for (int64_t k = 0; k < n; ++k) dst[k * stride] = src[k];

@@ -421,8 +421,9 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     if (kvStart && kvStart->values.empty()) invalidArgument("kvStartIdx.size", 0, "must be >= 1 when given (element 0 is used)");
     p.pse.qStartIdx = qStart ? qStart->values[0] : 0;
     p.pse.kvStartIdx = kvStart ? kvStart->values[0] : 0;
-    if (p.pse.qStartIdx < -kUnbounded || p.pse.qStartIdx > kUnbounded || p.pse.kvStartIdx < -kUnbounded ||
-        p.pse.kvStartIdx > kUnbounded)  // not llabs: |INT64_MIN| overflows
+    constexpr int64_t kMaxStartIdx = int64_t(1) << 62;  // j + kvStartIdx stays within int64
+    if (p.pse.qStartIdx < -kMaxStartIdx || p.pse.qStartIdx > kMaxStartIdx || p.pse.kvStartIdx < -kMaxStartIdx ||
+        p.pse.kvStartIdx > kMaxStartIdx)  // not llabs: |INT64_MIN| overflows
         invalidArgument("qStartIdx/kvStartIdx", fmt::format("{}/{}", p.pse.qStartIdx, p.pse.kvStartIdx), "must be within +-2^62");
 
     // 11. pse (spec 2.5).

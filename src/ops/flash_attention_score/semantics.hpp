@@ -12,9 +12,9 @@
 
 namespace attnops::fa {
 
-// Token counts are clamped to +-2^62 so that band arithmetic never overflows; INT64_MAX-style
-// defaults mean "unbounded".
-constexpr int64_t kUnbounded = int64_t(1) << 62;
+// Token counts are clamped to +-2^60 so that band arithmetic (sums of a few such values and row
+// indices) never overflows; INT64_MAX-style defaults mean "unbounded".
+constexpr int64_t kUnbounded = int64_t(1) << 60;
 inline int64_t clampTokens(int64_t v) { return std::clamp(v, -kUnbounded, kUnbounded); }
 
 // The analytic mask of one sequence in top-left coordinates: key j is kept for query i iff
