@@ -43,8 +43,8 @@ struct DemoShape {
 // sequences, 14K tokens, 1% of the work). With it and the BlockAttentionResiduals step (T = 8192,
 // N = 8, H = 4096, bf16: 0.67 GB forward and 1.28 GB backward of compulsory traffic) the demo
 // measured 85 s wall (60 s of attention forward, 3.3 s for the backward step, 3.4 s for the BAR
-// step with inputs and checks; 63 s of CPU time) at load average 4.5-5. --quick takes a few
-// seconds.
+// step with inputs and checks; 63 s of CPU time) at load average 4.5-5, and 64 s wall (44 s of
+// attention forward at 36 GFLOP/s) at load 4. --quick takes a few seconds.
 constexpr DemoShape kFull{3000, 110.0, 1.1, 16, 4096, 8, 32, 32, 8192, 8, 4096, 64};
 constexpr DemoShape kQuick{300, 64.0, 0.8, 8, 512, 3, 32, 8, 512, 8, 1024, 64};
 
