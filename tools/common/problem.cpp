@@ -43,40 +43,72 @@ std::vector<int64_t> cumulative(const std::vector<int64_t>& lengths) {
 
 float alibiSlope(int64_t n, int64_t heads) { return std::pow(2.0f, -8.0f * float(n + 1) / float(heads)); }
 
-struct ArrayHandle {
-    attnopsIntArray* handle = nullptr;
-    ArrayHandle() = default;
-    explicit ArrayHandle(const std::vector<int64_t>& v, bool present) {
-        if (present) check(attnopsCreateIntArray(v.data(), v.size(), &handle), "attnopsCreateIntArray");
-    }
-    ~ArrayHandle() { attnopsDestroyIntArray(handle); }
-    ArrayHandle(const ArrayHandle&) = delete;
-    ArrayHandle& operator=(const ArrayHandle&) = delete;
-};
-
-// Everything the C call takes, with int arrays alive for its duration.
-struct CallArgs {
-    ArrayHandle prefix, qCum, kvCum, qStart, kvStart;
-    explicit CallArgs(const FaInstance& inst)
-        : prefix(inst.prefix, !inst.prefix.empty()),
-          qCum(inst.qCumulative, inst.problem.tnd()),
-          kvCum(inst.kvCumulative, inst.problem.tnd()),
-          qStart(inst.qStartIdx, !inst.qStartIdx.empty()),
-          kvStart(inst.kvStartIdx, !inst.kvStartIdx.empty()) {}
-};
-
-attnopsStatus getWorkspace(const FaInstance& inst, const CallArgs& a, uint64_t* ws, attnopsExecutor** exec) {
-    const FaProblem& p = inst.problem;
-    auto h = [](const HostTensor& t) -> const attnopsTensor* { return t.handle(); };
+attnopsStatus getWorkspace(const FaInstance& inst, const FaArrays& arrays, uint64_t* ws, attnopsExecutor** exec) {
+    const fa::ForwardArgs a = forwardArgs(inst, arrays);
     return attnopsFlashAttentionScoreGetWorkspaceSize(
-        h(inst.query), h(inst.key), h(inst.value), h(inst.pse), h(inst.dropMask), nullptr, h(inst.attenMask),
-        a.prefix.handle, a.qCum.handle, a.kvCum.handle, a.qStart.handle, a.kvStart.handle, h(inst.sink),
-        p.effectiveScale(), p.keepProb, p.preTokens, p.nextTokens, p.heads, p.layout.c_str(), p.innerPrecise,
-        p.sparseMode, p.pseType < 0 ? 1 : p.pseType, p.seed, p.offset, h(inst.softmaxMax), h(inst.softmaxSum),
-        nullptr, h(inst.attentionOut), ws, exec);
+        a.query, a.key, a.value, a.realShift, a.dropMask, a.paddingMask, a.attenMask, a.prefix, a.actualSeqQLen,
+        a.actualSeqKvLen, a.qStartIdx, a.kvStartIdx, a.sink, a.scaleValue, a.keepProb, a.preTokens, a.nextTokens,
+        a.headNum, a.inputLayout, a.innerPrecise, a.sparseMode, a.pseType, a.seed, a.offset, a.softmaxMax,
+        a.softmaxSum, a.softmaxOut, a.attentionOut, ws, exec);
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- call arguments
+
+FaArrays::FaArrays(const FaInstance& inst) {
+    const auto make = [](const std::vector<int64_t>& v, bool present, attnopsIntArray*& out) {
+        if (present) check(attnopsCreateIntArray(v.data(), v.size(), &out), "attnopsCreateIntArray");
+    };
+    try {
+        make(inst.prefix, !inst.prefix.empty(), prefix);
+        make(inst.qCumulative, inst.problem.tnd(), qCumulative);
+        make(inst.kvCumulative, inst.problem.tnd(), kvCumulative);
+        make(inst.qStartIdx, !inst.qStartIdx.empty(), qStartIdx);
+        make(inst.kvStartIdx, !inst.kvStartIdx.empty(), kvStartIdx);
+    } catch (...) {
+        release();
+        throw;
+    }
+}
+
+FaArrays::~FaArrays() { release(); }
+
+void FaArrays::release() {
+    for (attnopsIntArray* a : {prefix, qCumulative, kvCumulative, qStartIdx, kvStartIdx}) attnopsDestroyIntArray(a);
+}
+
+fa::ForwardArgs forwardArgs(const FaInstance& inst, const FaArrays& arrays) {
+    const FaProblem& p = inst.problem;
+    fa::ForwardArgs a;
+    a.query = inst.query.handle();
+    a.key = inst.key.handle();
+    a.value = inst.value.handle();
+    a.realShift = inst.pse.handle();
+    a.dropMask = inst.dropMask.handle();
+    a.attenMask = inst.attenMask.handle();
+    a.prefix = arrays.prefix;
+    a.actualSeqQLen = arrays.qCumulative;
+    a.actualSeqKvLen = arrays.kvCumulative;
+    a.qStartIdx = arrays.qStartIdx;
+    a.kvStartIdx = arrays.kvStartIdx;
+    a.sink = inst.sink.handle();
+    a.scaleValue = p.effectiveScale();
+    a.keepProb = p.keepProb;
+    a.preTokens = p.preTokens;
+    a.nextTokens = p.nextTokens;
+    a.headNum = p.heads;
+    a.inputLayout = p.layout.c_str();
+    a.innerPrecise = p.innerPrecise;
+    a.sparseMode = p.sparseMode;
+    a.pseType = p.pseType < 0 ? 1 : p.pseType;
+    a.seed = p.seed;
+    a.offset = p.offset;
+    a.softmaxMax = inst.softmaxMax.handle();
+    a.softmaxSum = inst.softmaxSum.handle();
+    a.attentionOut = inst.attentionOut.handle();
+    return a;
+}
 
 // ---------------------------------------------------------------- HostTensor
 
@@ -278,24 +310,24 @@ HostTensor generatedDropMask(const FaInstance& inst) {
     const FaProblem& p = inst.problem;
     const bool tnd = p.tnd();
     const int64_t b = tnd ? 0 : p.batch, s1 = tnd ? 0 : p.qSeqLen, s2 = tnd ? 0 : p.kvSeqLen;
-    ArrayHandle qc(inst.qCumulative, tnd), kc(inst.kvCumulative, tnd);
+    const FaArrays arrays(inst);
     uint64_t bytes = 0;
-    check(attnopsFlashAttentionDropMaskBytes(b, p.heads, s1, s2, qc.handle, kc.handle, &bytes),
+    check(attnopsFlashAttentionDropMaskBytes(b, p.heads, s1, s2, arrays.qCumulative, arrays.kvCumulative, &bytes),
           "attnopsFlashAttentionDropMaskBytes");
     HostTensor mask(ATTNOPS_UINT8, {int64_t(bytes)});
-    check(attnopsFlashAttentionGenDropMask(b, p.heads, s1, s2, qc.handle, kc.handle, p.keepProb, p.seed, p.offset,
-                                           mask.handle()),
+    check(attnopsFlashAttentionGenDropMask(b, p.heads, s1, s2, arrays.qCumulative, arrays.kvCumulative, p.keepProb,
+                                           p.seed, p.offset, mask.handle()),
           "attnopsFlashAttentionGenDropMask");
     return mask;
 }
 
 attnopsStatus FaInstance::plan(uint64_t* workspaceSize, attnopsExecutor** executor) {
-    CallArgs a(*this);
+    const FaArrays a(*this);
     return getWorkspace(*this, a, workspaceSize, executor);
 }
 
 attnopsStatus FaInstance::runForward(attnopsStream* stream) {
-    CallArgs a(*this);
+    const FaArrays a(*this);
     uint64_t ws = 0;
     attnopsExecutor* exec = nullptr;
     attnopsStatus st = getWorkspace(*this, a, &ws, &exec);
@@ -327,34 +359,8 @@ double forwardTolerance(const FaProblem& p, double naiveError, double maxAbsRefe
 
 RowCheck checkForwardRows(const FaInstance& inst, int64_t rows, uint64_t sampleSeed) {
     const FaProblem& pr = inst.problem;
-    fa::ForwardArgs args;
-    CallArgs arrays(inst);
-    args.query = inst.query.handle();
-    args.key = inst.key.handle();
-    args.value = inst.value.handle();
-    args.realShift = inst.pse.handle();
-    args.dropMask = inst.dropMask.handle();
-    args.attenMask = inst.attenMask.handle();
-    args.prefix = arrays.prefix.handle;
-    args.actualSeqQLen = arrays.qCum.handle;
-    args.actualSeqKvLen = arrays.kvCum.handle;
-    args.qStartIdx = arrays.qStart.handle;
-    args.kvStartIdx = arrays.kvStart.handle;
-    args.sink = inst.sink.handle();
-    args.scaleValue = pr.effectiveScale();
-    args.keepProb = pr.keepProb;
-    args.preTokens = pr.preTokens;
-    args.nextTokens = pr.nextTokens;
-    args.headNum = pr.heads;
-    args.inputLayout = pr.layout.c_str();
-    args.innerPrecise = pr.innerPrecise;
-    args.sparseMode = pr.sparseMode;
-    args.pseType = pr.pseType < 0 ? 1 : pr.pseType;
-    args.seed = pr.seed;
-    args.offset = pr.offset;
-    args.softmaxMax = inst.softmaxMax.handle();
-    args.softmaxSum = inst.softmaxSum.handle();
-    args.attentionOut = inst.attentionOut.handle();
+    const FaArrays arrays(inst);
+    const fa::ForwardArgs args = forwardArgs(inst, arrays);
     const fa::ForwardParams p = fa::checkForward(args, 0);
 
     // Bound on |scale * q.k| (Cauchy-Schwarz) plus the largest |pse|, for the fp32 rule.

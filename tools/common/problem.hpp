@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "ops/flash_attention_score/check.hpp"
 
 namespace attnops::tools {
 
@@ -114,6 +115,23 @@ struct FaInstance {
     // Phase 1 only (for tests of planning); the executor must be executed or destroyed.
     attnopsStatus plan(uint64_t* workspaceSize, attnopsExecutor** executor);
 };
+
+// The instance's host int arrays as attnops handles, alive as long as this object.
+class FaArrays {
+public:
+    explicit FaArrays(const FaInstance& inst);
+    ~FaArrays();
+    FaArrays(const FaArrays&) = delete;
+    FaArrays& operator=(const FaArrays&) = delete;
+    attnopsIntArray *prefix = nullptr, *qCumulative = nullptr, *kvCumulative = nullptr, *qStartIdx = nullptr,
+                    *kvStartIdx = nullptr;
+
+private:
+    void release();
+};
+
+// The forward call's arguments for an instance (handles borrowed from inst and arrays).
+fa::ForwardArgs forwardArgs(const FaInstance& inst, const FaArrays& arrays);
 
 // Allocates the output tensors of an instance (after its inputs are set).
 void allocateOutputs(FaInstance& inst);

@@ -14,57 +14,10 @@
 namespace attnops::tools {
 namespace {
 
-struct Arrays {
-    attnopsIntArray *prefix = nullptr, *qCum = nullptr, *kvCum = nullptr, *qStart = nullptr, *kvStart = nullptr;
-    explicit Arrays(const FaInstance& inst) {
-        auto make = [](const std::vector<int64_t>& v, bool present, attnopsIntArray*& out) {
-            if (present && attnopsCreateIntArray(v.data(), v.size(), &out) != ATTNOPS_SUCCESS)
-                throw std::runtime_error(attnopsGetLastErrorMessage());
-        };
-        make(inst.prefix, !inst.prefix.empty(), prefix);
-        make(inst.qCumulative, inst.problem.tnd(), qCum);
-        make(inst.kvCumulative, inst.problem.tnd(), kvCum);
-        make(inst.qStartIdx, !inst.qStartIdx.empty(), qStart);
-        make(inst.kvStartIdx, !inst.kvStartIdx.empty(), kvStart);
-    }
-    ~Arrays() {
-        for (attnopsIntArray* a : {prefix, qCum, kvCum, qStart, kvStart}) attnopsDestroyIntArray(a);
-    }
-    Arrays(const Arrays&) = delete;
-    Arrays& operator=(const Arrays&) = delete;
-};
-
-fa::BackwardArgs backwardArgs(const FaInstance& inst, const FaGrads& g, const Arrays& a) {
-    const FaProblem& p = inst.problem;
+fa::BackwardArgs backwardArgs(const FaInstance& inst, const FaGrads& g, const FaArrays& a) {
     fa::BackwardArgs args;
-    fa::ForwardArgs& f = args.forward;
-    f.query = inst.query.handle();
-    f.key = inst.key.handle();
-    f.value = inst.value.handle();
-    f.realShift = inst.pse.handle();
-    f.dropMask = inst.dropMask.handle();
-    f.attenMask = inst.attenMask.handle();
-    f.prefix = a.prefix;
-    f.actualSeqQLen = a.qCum;
-    f.actualSeqKvLen = a.kvCum;
-    f.qStartIdx = a.qStart;
-    f.kvStartIdx = a.kvStart;
-    f.sink = inst.sink.handle();
-    f.scaleValue = p.effectiveScale();
-    f.keepProb = p.keepProb;
-    f.preTokens = p.preTokens;
-    f.nextTokens = p.nextTokens;
-    f.headNum = p.heads;
-    f.inputLayout = p.layout.c_str();
-    f.innerPrecise = p.innerPrecise;
-    f.sparseMode = p.sparseMode;
-    f.pseType = p.pseType < 0 ? 1 : p.pseType;
-    f.seed = p.seed;
-    f.offset = p.offset;
-    f.softmaxMax = inst.softmaxMax.handle();
-    f.softmaxSum = inst.softmaxSum.handle();
-    f.attentionOut = inst.attentionOut.handle();
-    f.attentionOutName = "attentionIn";
+    args.forward = forwardArgs(inst, a);
+    args.forward.attentionOutName = "attentionIn";
     args.dy = g.dy.handle();
     args.dq = g.dq.handle();
     args.dk = g.dk.handle();
@@ -91,7 +44,7 @@ FaGrads makeGrads(const FaInstance& inst, uint64_t seed) {
 }
 
 attnopsStatus runBackward(const FaInstance& inst, FaGrads& g, attnopsStream* stream) {
-    const Arrays a(inst);
+    const FaArrays a(inst);
     const fa::BackwardArgs args = backwardArgs(inst, g, a);
     const fa::ForwardArgs& f = args.forward;
     uint64_t ws = 0;
@@ -114,7 +67,7 @@ attnopsStatus runBackward(const FaInstance& inst, FaGrads& g, attnopsStream* str
 }
 
 fa::BackwardParams backwardParams(const FaInstance& inst, const FaGrads& g) {
-    const Arrays a(inst);
+    const FaArrays a(inst);
     return fa::checkBackward(backwardArgs(inst, g, a), 0);
 }
 
