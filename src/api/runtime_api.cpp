@@ -12,6 +12,19 @@
 
 using namespace attnops;
 
+namespace {
+// Throws (and clears) the first error stored on a stream by its queued work; the caller holds
+// the stream's lock.
+void raiseStoredError(attnopsStream& s) {
+    if (s.errorStatus == ATTNOPS_SUCCESS) return;
+    const attnopsStatus status = s.errorStatus;
+    const std::string message = s.errorMessage;
+    s.errorStatus = ATTNOPS_SUCCESS;
+    s.errorMessage.clear();
+    fail(status, message);
+}
+}  // namespace
+
 extern "C" {
 
 const char* attnopsVersion(void) { return ATTNOPS_VERSION_STRING; }
@@ -63,13 +76,7 @@ attnopsStatus attnopsDeviceSynchronize(int32_t device) {
         d.drain();
         const StreamPtr s = d.defaultStream();
         std::lock_guard<std::mutex> lock(s->mutex);
-        if (s->errorStatus != ATTNOPS_SUCCESS) {
-            const attnopsStatus status = s->errorStatus;
-            const std::string message = s->errorMessage;
-            s->errorStatus = ATTNOPS_SUCCESS;
-            s->errorMessage.clear();
-            fail(status, message);
-        }
+        raiseStoredError(*s);
     });
 }
 
@@ -87,13 +94,7 @@ namespace {
 void synchronizeStream(const StreamPtr& s) {
     std::unique_lock<std::mutex> lock(s->mutex);
     s->idle.wait(lock, [&] { return s->pending == 0; });
-    if (s->errorStatus != ATTNOPS_SUCCESS) {
-        const attnopsStatus status = s->errorStatus;
-        const std::string message = s->errorMessage;
-        s->errorStatus = ATTNOPS_SUCCESS;
-        s->errorMessage.clear();
-        fail(status, message);
-    }
+    raiseStoredError(*s);
 }
 }  // namespace
 

@@ -43,4 +43,26 @@ const attnopsIntArray* liveIntArrayOrNull(const attnopsIntArray* a, const char* 
     return a;
 }
 
+const attnopsTensor* optionalTensorOn(const attnopsTensor* t, const char* argument, int32_t device) {
+    const attnopsTensor* r = liveTensorOrNull(t, argument);
+    if (r && r->device != ATTNOPS_HOST_MEMORY && r->device != device)
+        invalidArgument(fmt::format("{}.device", argument), r->device,
+                        "must be ATTNOPS_HOST_MEMORY (-1) or the current device {}", device);
+    return r;
+}
+
+const attnopsTensor& requireTensorOn(const attnopsTensor* t, const char* argument, int32_t device) {
+    if (t == nullptr) nullArgument(argument);
+    return *optionalTensorOn(t, argument, device);
+}
+
+bool shapeIs(const attnopsTensor& t, const std::vector<int64_t>& shape) {
+    if (t.rank != int(shape.size())) return false;
+    for (int i = 0; i < t.rank; ++i)
+        if (t.shape[size_t(i)] != shape[size_t(i)]) return false;
+    return true;
+}
+
+std::string dimsText(const std::vector<int64_t>& dims) { return dimsText(dims.data(), dims.size()); }
+
 }  // namespace attnops

@@ -82,4 +82,12 @@ const attnopsTensor* liveTensorOrNull(const attnopsTensor* t, const char* argume
 const attnopsTensor& requireTensor(const attnopsTensor* t, const char* argument);
 const attnopsIntArray* liveIntArrayOrNull(const attnopsIntArray* a, const char* argument);
 
+// Tensor arguments of an operator planned on `device`: live handles whose memory is host memory
+// or that device's; errors name the argument.
+const attnopsTensor& requireTensorOn(const attnopsTensor* t, const char* argument, int32_t device);
+const attnopsTensor* optionalTensorOn(const attnopsTensor* t, const char* argument, int32_t device);
+
+bool shapeIs(const attnopsTensor& t, const std::vector<int64_t>& shape);
+std::string dimsText(const std::vector<int64_t>& dims);
+
 }  // namespace attnops

@@ -17,20 +17,10 @@ namespace {
 std::string dtypeName(DType d) { return attnopsDataTypeName(attnopsDataType(int(d))); }
 
 const attnopsTensor& required(const attnopsTensor* t, const char* name, int32_t device) {
-    const attnopsTensor& r = requireTensor(t, name);
-    if (r.device != ATTNOPS_HOST_MEMORY && r.device != device)
-        invalidArgument(fmt::format("{}.device", name), r.device, "must be ATTNOPS_HOST_MEMORY (-1) or the current device {}", device);
-    return r;
+    return requireTensorOn(t, name, device);
 }
 
-bool shapeIs(const attnopsTensor& t, const std::vector<int64_t>& shape) {
-    if (t.rank != int(shape.size())) return false;
-    for (int i = 0; i < t.rank; ++i)
-        if (t.shape[i] != shape[size_t(i)]) return false;
-    return true;
-}
-
-std::string shapeText(const std::vector<int64_t>& s) { return dimsText(s.data(), s.size()); }
+std::string shapeText(const std::vector<int64_t>& s) { return dimsText(s); }
 
 void requireShape(const attnopsTensor& t, const char* name, const std::vector<int64_t>& shape) {
     if (!shapeIs(t, shape)) invalidArgument(fmt::format("{}.shape", name), shapeString(t), "must be {}", shapeText(shape));

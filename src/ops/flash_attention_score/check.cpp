@@ -32,22 +32,12 @@ void requireRank(const attnopsTensor& t, const char* name, int rank, const char*
     if (t.rank != rank) invalidArgument(fmt::format("{}.shape", name), shapeString(t), "must have rank {} ({})", rank, why);
 }
 
-void requireDevice(const attnopsTensor& t, const char* name, int32_t device) {
-    if (t.device != ATTNOPS_HOST_MEMORY && t.device != device)
-        invalidArgument(fmt::format("{}.device", name), t.device,
-                        "must be ATTNOPS_HOST_MEMORY (-1) or the current device {}", device);
-}
-
 const attnopsTensor* optionalTensor(const attnopsTensor* t, const char* name, int32_t device) {
-    const attnopsTensor* r = liveTensorOrNull(t, name);
-    if (r) requireDevice(*r, name, device);
-    return r;
+    return optionalTensorOn(t, name, device);
 }
 
 const attnopsTensor& requiredTensor(const attnopsTensor* t, const char* name, int32_t device) {
-    const attnopsTensor& r = requireTensor(t, name);
-    requireDevice(r, name, device);
-    return r;
+    return requireTensorOn(t, name, device);
 }
 
 bool isMaskDType(DType d) { return d == DType::Bool || d == DType::U8; }
@@ -121,14 +111,7 @@ std::vector<int64_t> expectedShape(Layout layout, int64_t b, int64_t s, int64_t 
     return {};
 }
 
-bool shapeIs(const attnopsTensor& t, const std::vector<int64_t>& shape) {
-    if (t.rank != int(shape.size())) return false;
-    for (int i = 0; i < t.rank; ++i)
-        if (t.shape[i] != shape[size_t(i)]) return false;
-    return true;
-}
-
-std::string shapeText(const std::vector<int64_t>& s) { return dimsText(s.data(), s.size()); }
+std::string shapeText(const std::vector<int64_t>& s) { return dimsText(s); }
 
 void validateCumulative(const attnopsIntArray& a, const char* name, int64_t total, const char* totalName) {
     int64_t prev = 0;
