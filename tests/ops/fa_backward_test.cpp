@@ -26,6 +26,10 @@ namespace fa = attnops::fa;
 using attnops::tools::FaGrads;
 using attnops::tools::FaInstance;
 using attnops::tools::FaProblem;
+using attnops::tools::fixed;
+using attnops::tools::tnd;
+using attnops::tools::withMode;
+using attnops::tools::withPse;
 using attnops::tools::GradCheck;
 using attnops::tools::HostTensor;
 using attnops::tools::kNoBand;
@@ -38,47 +42,9 @@ constexpr attnopsDataType BF16 = ATTNOPS_BFLOAT16;
 
 // ---------------------------------------------------------------- problems
 
-FaProblem fixed(const std::string& layout, attnopsDataType dt, int64_t b, int64_t s1, int64_t s2, int64_t n1, int64_t n2,
-                int64_t d, int64_t dv = -1) {
-    FaProblem p;
-    p.layout = layout;
-    p.dtype = dt;
-    p.batch = b;
-    p.qSeqLen = s1;
-    p.kvSeqLen = s2;
-    p.heads = n1;
-    p.kvHeads = n2;
-    p.dim = d;
-    p.vDim = dv;
-    return p;
-}
 
-FaProblem tnd(attnopsDataType dt, std::vector<int64_t> q, std::vector<int64_t> kv, int64_t n1, int64_t n2, int64_t d,
-              int64_t dv = -1) {
-    FaProblem p;
-    p.layout = "TND";
-    p.dtype = dt;
-    p.qSeqLens = std::move(q);
-    p.kvSeqLens = std::move(kv);
-    p.heads = n1;
-    p.kvHeads = n2;
-    p.dim = d;
-    p.vDim = dv;
-    return p;
-}
 
-FaProblem withMode(FaProblem p, int64_t mode, int64_t pre = kNoBand, int64_t next = kNoBand) {
-    p.sparseMode = mode;
-    p.preTokens = pre;
-    p.nextTokens = next;
-    return p;
-}
 
-FaProblem withPse(FaProblem p, int type, const char* shape = "full") {
-    p.pseType = type;
-    p.pseShape = shape;
-    return p;
-}
 
 FaProblem withDropout(FaProblem p, double keep, bool explicitMask, int64_t seed = 1234, int64_t offset = 56) {
     p.keepProb = keep;

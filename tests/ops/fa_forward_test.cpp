@@ -17,6 +17,10 @@
 
 using attnops::tools::FaInstance;
 using attnops::tools::FaProblem;
+using attnops::tools::fixed;
+using attnops::tools::tnd;
+using attnops::tools::withMode;
+using attnops::tools::withPse;
 using attnops::tools::HostTensor;
 using attnops::tools::kNoBand;
 
@@ -193,41 +197,8 @@ struct Call {
     }
 };
 
-FaProblem fixed(const std::string& layout, attnopsDataType dt, int64_t b, int64_t s1, int64_t s2, int64_t n1, int64_t n2,
-                int64_t d, int64_t dv = -1) {
-    FaProblem p;
-    p.layout = layout;
-    p.dtype = dt;
-    p.batch = b;
-    p.qSeqLen = s1;
-    p.kvSeqLen = s2;
-    p.heads = n1;
-    p.kvHeads = n2;
-    p.dim = d;
-    p.vDim = dv;
-    return p;
-}
 
-FaProblem tnd(attnopsDataType dt, std::vector<int64_t> q, std::vector<int64_t> kv, int64_t n1, int64_t n2, int64_t d,
-              int64_t dv = -1) {
-    FaProblem p;
-    p.layout = "TND";
-    p.dtype = dt;
-    p.qSeqLens = std::move(q);
-    p.kvSeqLens = std::move(kv);
-    p.heads = n1;
-    p.kvHeads = n2;
-    p.dim = d;
-    p.vDim = dv;
-    return p;
-}
 
-FaProblem withMode(FaProblem p, int64_t mode, int64_t pre = kNoBand, int64_t next = kNoBand) {
-    p.sparseMode = mode;
-    p.preTokens = pre;
-    p.nextTokens = next;
-    return p;
-}
 
 std::string dtName(attnopsDataType dt) { return dt == F32 ? "f32" : (dt == F16 ? "f16" : "bf16"); }
 
@@ -460,11 +431,6 @@ INSTANTIATE_TEST_SUITE_P(SparseModes, FaForwardMatrix, ::testing::ValuesIn(spars
 
 std::vector<Case> pseCases() {
     std::vector<Case> cases;
-    auto withPse = [](FaProblem p, int type, const char* shape) {
-        p.pseType = type;
-        p.pseShape = shape;
-        return p;
-    };
     cases.push_back({"pse1_full_BNSD_f32", withPse(fixed("BNSD", F32, 2, 65, 129, 2, 1, 32), 1, "full")});
     cases.push_back({"pse0_full_BSH_bf16", withPse(fixed("BSH", BF16, 2, 65, 129, 2, 1, 32), 0, "full")});
     cases.push_back({"pse1_row_BSND_f16_causal", withPse(withMode(fixed("BSND", F16, 2, 129, 65, 2, 2, 32), 3), 1, "row")});

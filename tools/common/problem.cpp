@@ -198,6 +198,42 @@ std::string FaProblem::describe() const {
                        attnopsDataTypeName(dtype), sparseMode, pseType, keepProb, sink ? " sink" : "");
 }
 
+FaProblem fixed(const std::string& layout, attnopsDataType dt, int64_t b, int64_t s1, int64_t s2, int64_t n1,
+                int64_t n2, int64_t d, int64_t dv) {
+    FaProblem p;
+    p.layout = layout;
+    p.dtype = dt;
+    p.batch = b;
+    p.qSeqLen = s1;
+    p.kvSeqLen = s2;
+    p.heads = n1;
+    p.kvHeads = n2;
+    p.dim = d;
+    p.vDim = dv;
+    return p;
+}
+
+FaProblem tnd(attnopsDataType dt, std::vector<int64_t> q, std::vector<int64_t> kv, int64_t n1, int64_t n2, int64_t d,
+              int64_t dv) {
+    FaProblem p = fixed("TND", dt, 0, 0, 0, n1, n2, d, dv);
+    p.qSeqLens = std::move(q);
+    p.kvSeqLens = std::move(kv);
+    return p;
+}
+
+FaProblem withMode(FaProblem p, int64_t mode, int64_t pre, int64_t next) {
+    p.sparseMode = mode;
+    p.preTokens = pre;
+    p.nextTokens = next;
+    return p;
+}
+
+FaProblem withPse(FaProblem p, int type, const char* shape) {
+    p.pseType = type;
+    p.pseShape = shape;
+    return p;
+}
+
 // ---------------------------------------------------------------- FaInstance
 
 FaInstance::FaInstance(const FaProblem& p) : problem(p) {

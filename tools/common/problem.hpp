@@ -99,6 +99,14 @@ struct FaProblem {
     std::string describe() const;
 };
 
+// Problem builders shared by the tests: fixed layouts, TND, and the common variations.
+FaProblem fixed(const std::string& layout, attnopsDataType dt, int64_t b, int64_t s1, int64_t s2, int64_t n1,
+                int64_t n2, int64_t d, int64_t dv = -1);
+FaProblem tnd(attnopsDataType dt, std::vector<int64_t> q, std::vector<int64_t> kv, int64_t n1, int64_t n2, int64_t d,
+              int64_t dv = -1);
+FaProblem withMode(FaProblem p, int64_t mode, int64_t pre = kNoBand, int64_t next = kNoBand);
+FaProblem withPse(FaProblem p, int type, const char* shape = "full");
+
 // All tensors of one forward call. Built from a problem; inputs filled deterministically.
 struct FaInstance {
     FaProblem problem;
