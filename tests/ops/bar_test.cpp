@@ -3,10 +3,7 @@
 // NaN/Inf); the identities of the spec (section 3); the reference backward against central
 // finite differences; determinism over thread counts, runs and forced implementations; the grad
 // as the first call of a fresh process; and every validation rule.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,11 +26,16 @@
 #include "ops/block_attention_residuals/check.hpp"
 #include "ops/block_attention_residuals/plan.hpp"
 #include "ops/block_attention_residuals/reference.hpp"
+#include "child_process.hpp"
 #include "problem_bar.hpp"
 
 extern char** environ;
 
 namespace {
+
+using attnops::testing::expectChildPasses;
+using attnops::testing::isChild;
+using attnops::testing::runChild;
 
 using attnops::tools::BarCheck;
 using attnops::tools::BarInstance;
@@ -977,81 +979,11 @@ TEST(BarDeterminism, EveryImplementationAgainstTheReference) {
 
 // ================================================================ 6. first call of a process
 
-bool isChild() { return std::getenv("ATTNOPS_TEST_CHILD") != nullptr; }
-
-struct ChildResult {
-    int exitCode = -1;
-    std::string output;
-};
-
-// Runs this binary again with one disabled test; the attnops variables of the child come from
-// `env` only.
-ChildResult runChild(const std::string& test, const std::vector<std::pair<std::string, std::string>>& env) {
-    ChildResult r;
-    char exe[4096];
-    const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) {
-        r.output = "readlink(/proc/self/exe) failed";
-        return r;
-    }
-    exe[len] = '\0';
-    std::vector<std::string> envStore;
-    for (char** e = environ; *e != nullptr; ++e) {
-        const std::string entry(*e);
-        if (entry.rfind("GTEST_", 0) != 0 && entry.rfind("ATTNOPS_", 0) != 0) envStore.push_back(entry);
-    }
-    envStore.push_back("ATTNOPS_TEST_CHILD=1");
-    for (const auto& [name, value] : env) envStore.push_back(name + "=" + value);
-    std::vector<std::string> argStore = {exe, "--gtest_also_run_disabled_tests", "--gtest_filter=" + test};
-    std::vector<char*> argv, envp;
-    for (std::string& a : argStore) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (std::string& e : envStore) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        r.output = "pipe2 failed";
-        return r;
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-    pid_t pid = -1;
-    const int rc = posix_spawn(&pid, exe, &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    if (rc != 0) {
-        close(fds[0]);
-        r.output = std::string("posix_spawn failed: ") + std::strerror(rc);
-        return r;
-    }
-    char buf[4096];
-    for (;;) {
-        const ssize_t got = read(fds[0], buf, sizeof buf);
-        if (got > 0)
-            r.output.append(buf, size_t(got));
-        else if (!(got < 0 && errno == EINTR))
-            break;
-    }
-    close(fds[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    return r;
-}
-
 TEST(BarFirstCall, GradIsTheFirstOperationOfAFreshProcess) {
     for (const char* dtype : {"fp32", "fp16", "bf16"})
-        for (const char* blocking : {"0", "1"}) {
-            const ChildResult r = runChild("BarFirstCall.DISABLED_ChildGradFirst",
-                                           {{"ATTNOPS_TEST_BAR_DTYPE", dtype}, {"ATTNOPS_LAUNCH_BLOCKING", blocking}});
-            const std::string what = std::string(dtype) + " ATTNOPS_LAUNCH_BLOCKING=" + blocking + " output:\n" + r.output;
-            EXPECT_EQ(r.exitCode, 0) << what;
-            EXPECT_NE(r.output.find("[  PASSED  ] 1 test."), std::string::npos) << what;
-            EXPECT_EQ(r.output.find("[  SKIPPED ]"), std::string::npos) << what;
-        }
+        for (const char* blocking : {"0", "1"})
+            expectChildPasses("BarFirstCall.DISABLED_ChildGradFirst",
+                              {{"ATTNOPS_TEST_BAR_DTYPE", dtype}, {"ATTNOPS_LAUNCH_BLOCKING", blocking}});
 }
 
 // The child: no attnops call before the grad except creating tensors (the saved statistics
