@@ -4,6 +4,7 @@
 #   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer, warnings as errors: the suite
 #      again (this is also the clang warning check).
 #   3. clang with ThreadSanitizer: the runtime and concurrency tests.
+#   4. libFuzzer (clang, ASan+UBSan) over the FlashAttentionScore API for a bounded time.
 # Set ATTNOPS_TEST_QUICK=1 to run step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +40,20 @@ cmake --build build-tsan -j "$jobs" --target test_runtime test_fa_backward
 stamp "clang TSan tests (runtime, streams, concurrency)"
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
   -R '^(Device|Stream|AsyncError|Executor|PlanCache|Memory|ColdStart|Environment|MultiDevice|FaBackwardDeterminism)\.'
+stamp "libFuzzer build"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNOPS_SANITIZE=address,undefined \
+  -DATTNOPS_BUILD_FUZZERS=ON -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_CLI=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
+cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz
+stamp "libFuzzer: FlashAttentionScore API, ${ATTNOPS_FUZZ_SECONDS:-60} s"
+corpus=$(mktemp -d)
+status=0
+build-fuzz/fa_forward_fuzz -max_total_time="${ATTNOPS_FUZZ_SECONDS:-60}" -rss_limit_mb=4096 -print_final_stats=1 \
+  "$corpus" > "$corpus.log" 2>&1 || status=$?
+grep -E "^(Done|stat::number_of_executed_units)" "$corpus.log" || true
+if [ "$status" -ne 0 ]; then
+  tail -n 80 "$corpus.log"
+  echo "fuzzing found a failure (exit $status); the crashing input is in the log above"
+  exit 1
+fi
+rm -rf "$corpus" "$corpus.log"
 stamp "all test configurations passed"

@@ -1,0 +1,158 @@
+// libFuzzer target over the FlashAttentionScore two-phase API: the input bytes choose shapes,
+// strides, dtypes, layout, modes, attribute values, sequence-length arrays (decreasing,
+// negative, overflowing, mismatched) and NULL arguments. Every buffer is sized exactly to its
+// declared shape and strides, so AddressSanitizer catches any read or write outside it. The
+// library must return a status, never crash; accepted problems are executed.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+
+namespace {
+
+class Bytes {
+public:
+    Bytes(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+    uint8_t u8() { return pos_ < size_ ? data_[pos_++] : 0; }
+    int64_t small(int64_t lo, int64_t hi) { return lo + int64_t(u8()) % (hi - lo + 1); }
+    bool flag() { return (u8() & 1) != 0; }
+    // Mostly small values, sometimes extremes.
+    int64_t wide() {
+        switch (u8() % 8) {
+            case 0: return std::numeric_limits<int64_t>::max();
+            case 1: return std::numeric_limits<int64_t>::min();
+            case 2: return -small(0, 40);
+            case 3: return int64_t(1) << small(0, 62);
+            default: return small(0, 40);
+        }
+    }
+
+private:
+    const uint8_t* data_;
+    size_t size_;
+    size_t pos_ = 0;
+};
+
+// A tensor over a buffer of exactly the bytes its shape and strides reach.
+struct FuzzTensor {
+    std::unique_ptr<uint8_t[]> bytes;
+    attnopsTensor* handle = nullptr;
+    FuzzTensor() = default;
+    FuzzTensor(const FuzzTensor&) = delete;
+    FuzzTensor& operator=(const FuzzTensor&) = delete;
+    ~FuzzTensor() { attnopsDestroyTensor(handle); }
+
+    void make(Bytes& in, attnopsDataType dtype, std::vector<int64_t> shape) {
+        std::vector<int64_t> strides(shape.size());
+        int64_t expect = 1, reach = 0;
+        const bool padded = in.flag();
+        for (size_t i = shape.size(); i-- > 0;) {
+            strides[i] = padded ? expect + in.small(0, 2) : expect;
+            expect = strides[i] * std::max<int64_t>(shape[i], 1);
+        }
+        bool empty = false;
+        for (size_t i = 0; i < shape.size(); ++i) {
+            if (shape[i] == 0) empty = true;
+            reach += (shape[i] - 1) * strides[i];
+        }
+        const size_t elementBytes = attnopsDataTypeSize(dtype);
+        const size_t n = empty ? 0 : size_t(reach + 1) * elementBytes;
+        if (n > (size_t(64) << 20)) return;  // keep the fuzzer's memory bounded
+        bytes.reset(n ? new uint8_t[n] : nullptr);
+        for (size_t i = 0; i < n; ++i) bytes[i] = in.u8();
+        attnopsCreateTensor(bytes.get(), dtype, int64_t(shape.size()), shape.data(), strides.data(), ATTNOPS_HOST_MEMORY,
+                            &handle);
+    }
+};
+
+struct FuzzArray {
+    attnopsIntArray* handle = nullptr;
+    ~FuzzArray() { attnopsDestroyIntArray(handle); }
+    void make(Bytes& in, int64_t size) {
+        std::vector<int64_t> v(static_cast<size_t>(size));
+        int64_t acc = 0;
+        for (auto& x : v) x = in.flag() ? (acc += in.small(0, 6)) : in.wide();
+        attnopsCreateIntArray(v.data(), v.size(), &handle);
+    }
+};
+
+const attnopsDataType kFloatTypes[] = {ATTNOPS_FLOAT32, ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_UINT8};
+const char* const kLayouts[] = {"BSH", "SBH", "BSND", "BNSD", "TND", "bnsd", ""};
+
+std::vector<int64_t> shapeOf(const std::string& layout, int64_t b, int64_t s, int64_t n, int64_t d) {
+    if (layout == "BSH") return {b, s, n * d};
+    if (layout == "SBH") return {s, b, n * d};
+    if (layout == "BSND") return {b, s, n, d};
+    if (layout == "TND") return {s, n, d};
+    return {b, n, s, d};
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    static const bool init = [] {
+        setenv("ATTNOPS_LAUNCH_BLOCKING", "1", 1);
+        return true;
+    }();
+    (void)init;
+    Bytes in(data, size);
+    const std::string layout = kLayouts[in.small(0, 6)];
+    const attnopsDataType dtype = kFloatTypes[in.small(0, 3)];
+    const attnopsDataType otherDtype = in.small(0, 7) == 0 ? kFloatTypes[in.small(0, 3)] : dtype;
+    const int64_t b = in.small(0, 3), s1 = in.small(0, 20), s2 = in.small(0, 20);
+    const int64_t n2 = in.small(1, 3), n1 = n2 * in.small(1, 3) + (in.small(0, 9) == 0 ? 1 : 0);
+    const int64_t d = in.small(0, 17), dv = in.small(0, 7) == 0 ? d + 1 : std::min<int64_t>(d, in.small(0, 17));
+    FuzzTensor q, k, v, out, pse, drop, mask, sink, smax, ssum;
+    q.make(in, dtype, shapeOf(layout, b, s1, n1, d));
+    k.make(in, otherDtype, shapeOf(layout, b, s2, n2, d));
+    v.make(in, dtype, shapeOf(layout, b, s2, n2, dv));
+    out.make(in, dtype, shapeOf(layout, b, s1, n1, in.flag() ? dv : dv + 1));
+    if (in.flag()) pse.make(in, in.flag() ? dtype : ATTNOPS_FLOAT32, in.flag() ? std::vector<int64_t>{b, n1, s1, s2}
+                                                                               : std::vector<int64_t>{in.small(0, 400)});
+    if (in.flag()) drop.make(in, ATTNOPS_UINT8, {in.small(0, 300)});
+    if (in.flag()) mask.make(in, in.flag() ? ATTNOPS_BOOL : ATTNOPS_UINT8, in.flag() ? std::vector<int64_t>{s1, s2}
+                                                                                     : std::vector<int64_t>{b, 1, s1, s2});
+    if (in.flag()) sink.make(in, ATTNOPS_FLOAT32, {n1});
+    if (in.flag()) {
+        const int64_t lanes = in.flag() ? 8 : 1;
+        const std::vector<int64_t> st = layout == "TND" ? std::vector<int64_t>{s1, n1, lanes}
+                                                        : std::vector<int64_t>{b, n1, s1, lanes};
+        smax.make(in, ATTNOPS_FLOAT32, st);
+        ssum.make(in, ATTNOPS_FLOAT32, st);
+    }
+    FuzzArray prefix, qCum, kvCum, qStart, kvStart;
+    if (in.flag()) prefix.make(in, in.small(0, 4));
+    if (layout == "TND" || in.small(0, 7) == 0) {
+        const int64_t seqs = in.small(0, 5);
+        qCum.make(in, seqs);
+        kvCum.make(in, in.small(0, 7) == 0 ? seqs + 1 : seqs);
+    }
+    if (in.flag()) qStart.make(in, in.small(0, 2));
+    if (in.flag()) kvStart.make(in, in.small(0, 2));
+    const double keepProbs[] = {1.0, 0.5, 0.0, -1.0, 1.5, std::numeric_limits<double>::quiet_NaN(), 1e-300};
+    const double scales[] = {0.125, 1.0, -2.0, std::numeric_limits<double>::infinity(), 1e300};
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    const attnopsStatus st = attnopsFlashAttentionScoreGetWorkspaceSize(
+        in.small(0, 15) == 0 ? nullptr : q.handle, k.handle, v.handle, pse.handle, drop.handle, nullptr, mask.handle,
+        prefix.handle, qCum.handle, kvCum.handle, qStart.handle, kvStart.handle, sink.handle, scales[in.small(0, 4)],
+        keepProbs[in.small(0, 6)], in.wide(), in.wide(), in.small(0, 15) == 0 ? in.wide() : n1, layout.c_str(),
+        in.small(0, 3), in.small(-1, 9), in.small(-1, 4), in.wide(), in.wide(), smax.handle, ssum.handle, nullptr,
+        out.handle, &ws, &exec);
+    if (st != ATTNOPS_SUCCESS) return 0;
+    void* workspace = nullptr;
+    if (ws > 0 && attnopsMalloc(ws, &workspace) != ATTNOPS_SUCCESS) {
+        attnopsDestroyExecutor(exec);
+        return 0;
+    }
+    attnopsFlashAttentionScore(workspace, ws, exec, nullptr);
+    attnopsStreamSynchronize(nullptr);
+    attnopsFree(workspace);
+    return 0;
+}
