@@ -4,7 +4,8 @@
 #   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer, warnings as errors: the suite
 #      again (this is also the clang warning check).
 #   3. clang with ThreadSanitizer: the runtime and concurrency tests.
-#   4. libFuzzer (clang, ASan+UBSan) over the FlashAttentionScore API for a bounded time.
+#   4. libFuzzer (clang, ASan+UBSan) over the FlashAttentionScore and BlockAttentionResiduals
+#      APIs for a bounded time each.
 # Set ATTNOPS_TEST_QUICK=1 to run step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,17 +44,19 @@ ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
 stamp "libFuzzer build"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNOPS_SANITIZE=address,undefined \
   -DATTNOPS_BUILD_FUZZERS=ON -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_CLI=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz
-stamp "libFuzzer: FlashAttentionScore API, ${ATTNOPS_FUZZ_SECONDS:-60} s"
-corpus=$(mktemp -d)
-status=0
-build-fuzz/fa_forward_fuzz -max_total_time="${ATTNOPS_FUZZ_SECONDS:-60}" -rss_limit_mb=4096 -print_final_stats=1 \
-  "$corpus" > "$corpus.log" 2>&1 || status=$?
-grep -E "^(Done|stat::number_of_executed_units)" "$corpus.log" || true
-if [ "$status" -ne 0 ]; then
-  tail -n 80 "$corpus.log"
-  echo "fuzzing found a failure (exit $status); the crashing input is in the log above"
-  exit 1
-fi
-rm -rf "$corpus" "$corpus.log"
+cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz bar_fuzz
+for target in fa_forward_fuzz bar_fuzz; do
+  stamp "libFuzzer: $target, ${ATTNOPS_FUZZ_SECONDS:-45} s"
+  corpus=$(mktemp -d)
+  status=0
+  "build-fuzz/$target" -max_total_time="${ATTNOPS_FUZZ_SECONDS:-45}" -rss_limit_mb=4096 -print_final_stats=1 \
+    "$corpus" > "$corpus.log" 2>&1 || status=$?
+  grep -E "^(Done|stat::number_of_executed_units)" "$corpus.log" || true
+  if [ "$status" -ne 0 ]; then
+    tail -n 80 "$corpus.log"
+    echo "fuzzing $target found a failure (exit $status); the crashing input is in the log above"
+    exit 1
+  fi
+  rm -rf "$corpus" "$corpus.log"
+done
 stamp "all test configurations passed"

@@ -420,6 +420,21 @@ TEST(BarEdge, EmptyTokens) {
         }
 }
 
+// H = 0 (accepted, section 0): empty rows with NULL data. Found by the fuzzer: the prefetch of the
+// next source did pointer arithmetic on the NULL base (UBSan). Probabilities are uniform, as
+// every score is 0.
+TEST(BarEdge, EmptyHiddenSize) {
+    for (attnopsDataType d : {F32, BF16}) {
+        BarProblem p = makeProblem(d, 5, 3, 0);
+        SCOPED_TRACE(describe(p));
+        BarInstance inst(p);
+        ASSERT_EQ(inst.runForward(true), ATTNOPS_SUCCESS) << lastError();
+        for (int64_t t = 0; t < p.tokens; ++t)
+            for (int64_t i = 0; i <= p.blocks; ++i) EXPECT_EQ(inst.probs.get(t * (p.blocks + 1) + i), 0.25f);
+        EXPECT_EQ(inst.runBackward(), ATTNOPS_SUCCESS) << lastError();
+    }
+}
+
 TEST(BarEdge, NoBlocksInTheGrad) {
     // N = 0: p = 1, so dv = dy exactly and the weight gradients are 0 (spec section 3).
     for (attnopsDataType d : {F32, F16, BF16})

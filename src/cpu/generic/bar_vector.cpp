@@ -36,24 +36,23 @@ ATTNOPS_INLINE float dot(const float* __restrict a, const float* __restrict b, i
     return laneSum(lanes);
 }
 
-ATTNOPS_INLINE const char* sourceAddress(const Sources& s, int64_t t, int64_t i) {
+// Prefetches source i of token t line by line (contiguous rows only).
+ATTNOPS_INLINE void prefetchSource(const Sources& s, int64_t t, int64_t i) {
     const View3& v = i < s.blocks ? s.blockRes : s.partial;
+    if (s.hidden <= 0 || v.stride[2] != 1) return;
+    const int64_t elementBytes = v.dtype == DType::F32 ? 4 : 2;
     const int64_t row = i < s.blocks ? i : 0;
-    return static_cast<const char*>(v.data) + (t * v.stride[0] + row * v.stride[1]) * int64_t(sizeof(uint16_t)) *
-                                                  (v.dtype == DType::F32 ? 2 : 1);
+    const char* p = static_cast<const char*>(v.data) + (t * v.stride[0] + row * v.stride[1]) * elementBytes;
+    for (int64_t b = 0; b < s.hidden * elementBytes; b += 64) __builtin_prefetch(p + b);
 }
 
-// Loads source i of token t, prefetching source `next` (of token nextT) line by line meanwhile:
+// Loads source i of token t, prefetching source `next` of token nextT (nextT < 0: none) meanwhile:
 // the rows are streamed from memory once, and the prefetch keeps that stream ahead of the maths.
 ATTNOPS_INLINE void loadSource(const Sources& s, int64_t t, int64_t i, float* __restrict x, int64_t nextT,
                                int64_t next) {
     const View3& v = i < s.blocks ? s.blockRes : s.partial;
     const int64_t row = i < s.blocks ? i : 0;
-    if (nextT >= 0 && v.stride[2] == 1) {
-        const char* p = sourceAddress(s, nextT, next);
-        const int64_t bytes = s.hidden * int64_t(v.dtype == DType::F32 ? 4 : 2);
-        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
-    }
+    if (nextT >= 0) prefetchSource(s, nextT, next);
     cpu::loadRow(v.data, t * v.stride[0] + row * v.stride[1], v.stride[2], v.dtype, s.hidden, x);
 }
 
