@@ -50,11 +50,11 @@ for target in fa_forward_fuzz bar_fuzz; do
   corpus=$(mktemp -d)
   status=0
   "build-fuzz/$target" -max_total_time="${ATTNOPS_FUZZ_SECONDS:-45}" -rss_limit_mb=4096 -print_final_stats=1 \
-    "$corpus" > "$corpus.log" 2>&1 || status=$?
+    -artifact_prefix="$corpus/" "$corpus" > "$corpus.log" 2>&1 || status=$?
   grep -E "^(Done|stat::number_of_executed_units)" "$corpus.log" || true
   if [ "$status" -ne 0 ]; then
     tail -n 80 "$corpus.log"
-    echo "fuzzing $target found a failure (exit $status); the crashing input is in the log above"
+    echo "fuzzing $target found a failure (exit $status); the input that failed is in $corpus (crash-*)"
     exit 1
   fi
   rm -rf "$corpus" "$corpus.log"
