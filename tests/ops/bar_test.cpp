@@ -41,6 +41,7 @@ using attnops::tools::BarCheck;
 using attnops::tools::BarInstance;
 using attnops::tools::BarProblem;
 using attnops::tools::HostTensor;
+using attnops::tools::launchAndWait;
 namespace bar = attnops::bar;
 
 constexpr attnopsDataType F32 = ATTNOPS_FLOAT32;
@@ -76,20 +77,6 @@ std::string describe(const BarProblem& p) {
 
 // ---------------------------------------------------------------- calls
 
-attnopsStatus execute(attnopsStatus planned, uint64_t ws, attnopsExecutor* exec,
-                      attnopsStatus (*run)(void*, uint64_t, attnopsExecutor*, attnopsStream*), attnopsStream* stream = nullptr) {
-    if (planned != ATTNOPS_SUCCESS) return planned;
-    void* workspace = nullptr;
-    attnopsStatus st = ATTNOPS_SUCCESS;
-    if (ws > 0 && (st = attnopsMalloc(ws, &workspace)) != ATTNOPS_SUCCESS) {
-        attnopsDestroyExecutor(exec);
-        return st;
-    }
-    st = run(workspace, ws, exec, stream);
-    if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(stream);
-    attnopsFree(workspace);
-    return st;
-}
 
 bar::ForwardArgs forwardArgs(const BarInstance& inst, int64_t validBlockNum = -1, bool needBackward = true) {
     return bar::ForwardArgs{inst.partialBlock.handle(), inst.blockRes.handle(), inst.projWeight.handle(),
@@ -110,7 +97,7 @@ attnopsStatus runForward(const bar::ForwardArgs& a, attnopsStream* stream = null
     const attnopsStatus st = attnopsBlockAttentionResidualsGetWorkspaceSize(
         a.partialBlock, a.blockRes, a.projWeight, a.normWeight, a.validBlockNum, a.normEps, a.needBackward,
         a.hiddenStates, a.invNorm, a.probs, &ws, &exec);
-    return execute(st, ws, exec, attnopsBlockAttentionResiduals, stream);
+    return launchAndWait(st, ws, exec, attnopsBlockAttentionResiduals, stream);
 }
 
 attnopsStatus runGrad(const bar::BackwardArgs& a, attnopsStream* stream = nullptr) {
@@ -119,7 +106,7 @@ attnopsStatus runGrad(const bar::BackwardArgs& a, attnopsStream* stream = nullpt
     const attnopsStatus st = attnopsBlockAttentionResidualsGradGetWorkspaceSize(
         a.partialBlock, a.blockRes, a.projWeight, a.normWeight, a.gradHiddenStates, a.invNorm, a.probs,
         a.validBlockNum, a.gradPartialBlock, a.gradBlockRes, a.gradProjWeight, a.gradNormWeight, &ws, &exec);
-    return execute(st, ws, exec, attnopsBlockAttentionResidualsGrad, stream);
+    return launchAndWait(st, ws, exec, attnopsBlockAttentionResidualsGrad, stream);
 }
 
 // The saved statistics of the double reference forward (rounded to fp32), without calling attnops.
@@ -1108,7 +1095,7 @@ void expectRuns(const Call& c) {
     const attnopsStatus st = c.plan(&ws, &exec);
     ASSERT_EQ(st, ATTNOPS_SUCCESS) << lastError();
     const bool grad = std::is_same_v<Call, GradCall>;
-    EXPECT_EQ(execute(st, ws, exec, grad ? attnopsBlockAttentionResidualsGrad : attnopsBlockAttentionResiduals), ATTNOPS_SUCCESS)
+    EXPECT_EQ(launchAndWait(st, ws, exec, grad ? attnopsBlockAttentionResidualsGrad : attnopsBlockAttentionResiduals), ATTNOPS_SUCCESS)
         << lastError();
 }
 

@@ -1126,16 +1126,7 @@ struct GradCall {
         uint64_t ws = 0;
         attnopsExecutor* exec = nullptr;
         attnopsStatus st = plan(&ws, &exec);
-        if (st != ATTNOPS_SUCCESS) return st;
-        void* workspace = nullptr;
-        if (ws > 0 && (st = attnopsMalloc(ws, &workspace)) != ATTNOPS_SUCCESS) {
-            attnopsDestroyExecutor(exec);
-            return st;
-        }
-        st = attnopsFlashAttentionScoreGrad(workspace, ws, exec, nullptr);
-        if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(nullptr);
-        attnopsFree(workspace);
-        return st;
+        return attnops::tools::launchAndWait(st, ws, exec, attnopsFlashAttentionScoreGrad, nullptr);
     }
 };
 

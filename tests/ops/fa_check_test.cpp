@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "problem.hpp"
 
 namespace {
 
@@ -122,16 +123,7 @@ struct Args {
         uint64_t ws = 0;
         attnopsExecutor* exec = nullptr;
         attnopsStatus st = plan(&ws, &exec);
-        if (st != ATTNOPS_SUCCESS) return st;
-        void* workspace = nullptr;
-        if (ws > 0 && (st = attnopsMalloc(ws, &workspace)) != ATTNOPS_SUCCESS) {
-            attnopsDestroyExecutor(exec);
-            return st;
-        }
-        st = attnopsFlashAttentionScore(workspace, ws, exec, nullptr);
-        if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(nullptr);
-        attnopsFree(workspace);
-        return st;
+        return attnops::tools::launchAndWait(st, ws, exec, attnopsFlashAttentionScore, nullptr);
     }
 };
 

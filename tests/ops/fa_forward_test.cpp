@@ -184,16 +184,7 @@ struct Call {
             q, k, v, pse, drop, nullptr, mask, h(prefix), h(qCum), h(kvCum), h(qStart), h(kvStart), sink,
             p.effectiveScale(), p.keepProb, p.preTokens, p.nextTokens, p.heads, p.layout.c_str(), innerPrecise, p.sparseMode,
             p.pseType < 0 ? 1 : p.pseType, p.seed, p.offset, smax, ssum, nullptr, out, &ws, &exec);
-        if (st != ATTNOPS_SUCCESS) return st;
-        void* workspace = nullptr;
-        if (ws > 0 && (st = attnopsMalloc(ws, &workspace)) != ATTNOPS_SUCCESS) {
-            attnopsDestroyExecutor(exec);
-            return st;
-        }
-        st = attnopsFlashAttentionScore(workspace, ws, exec, nullptr);
-        if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(nullptr);
-        attnopsFree(workspace);
-        return st;
+        return attnops::tools::launchAndWait(st, ws, exec, attnopsFlashAttentionScore, nullptr);
     }
 };
 

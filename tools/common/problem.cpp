@@ -362,21 +362,27 @@ attnopsStatus FaInstance::plan(uint64_t* workspaceSize, attnopsExecutor** execut
     return getWorkspace(*this, a, workspaceSize, executor);
 }
 
+attnopsStatus launchAndWait(attnopsStatus planned, uint64_t workspaceSize, attnopsExecutor* executor, LaunchFn launch,
+                            attnopsStream* stream) {
+    if (planned != ATTNOPS_SUCCESS) return planned;
+    void* workspace = nullptr;
+    attnopsStatus st = ATTNOPS_SUCCESS;
+    if (workspaceSize > 0 && (st = attnopsMalloc(workspaceSize, &workspace)) != ATTNOPS_SUCCESS) {
+        attnopsDestroyExecutor(executor);
+        return st;
+    }
+    st = launch(workspace, workspaceSize, executor, stream);
+    if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(stream);
+    attnopsFree(workspace);
+    return st;
+}
+
 attnopsStatus FaInstance::runForward(attnopsStream* stream) {
     const FaArrays a(*this);
     uint64_t ws = 0;
     attnopsExecutor* exec = nullptr;
     attnopsStatus st = getWorkspace(*this, a, &ws, &exec);
-    if (st != ATTNOPS_SUCCESS) return st;
-    void* workspace = nullptr;
-    if (ws > 0 && (st = attnopsMalloc(ws, &workspace)) != ATTNOPS_SUCCESS) {
-        attnopsDestroyExecutor(exec);
-        return st;
-    }
-    st = attnopsFlashAttentionScore(workspace, ws, exec, stream);
-    if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(stream);
-    attnopsFree(workspace);
-    return st;
+    return launchAndWait(st, ws, exec, attnopsFlashAttentionScore, stream);
 }
 
 // ---------------------------------------------------------------- checking

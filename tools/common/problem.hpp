@@ -64,6 +64,13 @@ private:
 
 constexpr int64_t kNoBand = 2147483647;
 
+// Phase 2 of any operator (attnopsFlashAttentionScore, ...Grad, attnopsBlockAttentionResiduals,
+// ...Grad) for the executor phase 1 returned: workspace from the current device, launch on
+// `stream`, synchronize, free. A failed `planned` status is returned as it is.
+using LaunchFn = attnopsStatus (*)(void*, uint64_t, attnopsExecutor*, attnopsStream*);
+attnopsStatus launchAndWait(attnopsStatus planned, uint64_t workspaceSize, attnopsExecutor* executor, LaunchFn launch,
+                            attnopsStream* stream = nullptr);
+
 struct FaProblem {
     std::string layout = "BNSD";          // BSH, SBH, BSND, BNSD, TND
     int64_t batch = 1;                    // fixed layouts

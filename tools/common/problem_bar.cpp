@@ -43,20 +43,6 @@ bar::BackwardArgs backwardArgs(const BarInstance& inst) {
                              inst.gradProjWeight.handle(), inst.gradNormWeight.handle()};
 }
 
-attnopsStatus execute(attnopsStatus planned, uint64_t ws, attnopsExecutor* exec, attnopsStream* stream,
-                      attnopsStatus (*run)(void*, uint64_t, attnopsExecutor*, attnopsStream*)) {
-    if (planned != ATTNOPS_SUCCESS) return planned;
-    void* workspace = nullptr;
-    attnopsStatus st = ATTNOPS_SUCCESS;
-    if (ws > 0 && (st = attnopsMalloc(ws, &workspace)) != ATTNOPS_SUCCESS) {
-        attnopsDestroyExecutor(exec);
-        return st;
-    }
-    st = run(workspace, ws, exec, stream);
-    if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(stream);
-    attnopsFree(workspace);
-    return st;
-}
 
 }  // namespace
 
@@ -158,7 +144,7 @@ attnopsStatus BarInstance::runForward(bool needBackward, attnopsStream* stream) 
     const attnopsStatus st = attnopsBlockAttentionResidualsGetWorkspaceSize(
         a.partialBlock, a.blockRes, a.projWeight, a.normWeight, a.validBlockNum, a.normEps, a.needBackward,
         a.hiddenStates, a.invNorm, a.probs, &ws, &exec);
-    return execute(st, ws, exec, stream, attnopsBlockAttentionResiduals);
+    return launchAndWait(st, ws, exec, attnopsBlockAttentionResiduals, stream);
 }
 
 attnopsStatus BarInstance::runBackward(attnopsStream* stream) {
@@ -168,7 +154,7 @@ attnopsStatus BarInstance::runBackward(attnopsStream* stream) {
     const attnopsStatus st = attnopsBlockAttentionResidualsGradGetWorkspaceSize(
         a.partialBlock, a.blockRes, a.projWeight, a.normWeight, a.gradHiddenStates, a.invNorm, a.probs,
         a.validBlockNum, a.gradPartialBlock, a.gradBlockRes, a.gradProjWeight, a.gradNormWeight, &ws, &exec);
-    return execute(st, ws, exec, stream, attnopsBlockAttentionResidualsGrad);
+    return launchAndWait(st, ws, exec, attnopsBlockAttentionResidualsGrad, stream);
 }
 
 // ---------------------------------------------------------------- checks

@@ -54,16 +54,7 @@ attnopsStatus runBackward(const FaInstance& inst, FaGrads& g, attnopsStream* str
         nullptr, f.attentionOut, f.prefix, f.actualSeqQLen, f.actualSeqKvLen, f.qStartIdx, f.kvStartIdx, f.sink,
         f.scaleValue, f.keepProb, f.preTokens, f.nextTokens, f.headNum, f.inputLayout, f.innerPrecise, f.sparseMode,
         f.pseType, f.seed, f.offset, args.dq, args.dk, args.dv, nullptr, args.dsink, &ws, &exec);
-    if (st != ATTNOPS_SUCCESS) return st;
-    void* workspace = nullptr;
-    if (ws > 0 && (st = attnopsMalloc(ws, &workspace)) != ATTNOPS_SUCCESS) {
-        attnopsDestroyExecutor(exec);
-        return st;
-    }
-    st = attnopsFlashAttentionScoreGrad(workspace, ws, exec, stream);
-    if (st == ATTNOPS_SUCCESS) st = attnopsStreamSynchronize(stream);
-    attnopsFree(workspace);
-    return st;
+    return launchAndWait(st, ws, exec, attnopsFlashAttentionScoreGrad, stream);
 }
 
 fa::BackwardParams backwardParams(const FaInstance& inst, const FaGrads& g) {
