@@ -81,26 +81,30 @@ UnitSpace partitionUnits(int64_t sequences, int32_t threads, const std::function
     return space;
 }
 
+namespace {
+
+// Unit `local` of a sequence of `rows` rows cut into blocks of `blockRows`, kv head major:
+// kv head local / blocks, rows [first, last) of block local % blocks.
+struct BlockSpan {
+    int64_t n2, first, last;
+};
+
+BlockSpan blockAt(int64_t rows, int64_t blockRows, int64_t local) {
+    const int64_t blocks = blocksOf(rows, blockRows);
+    const int64_t first = (local % blocks) * blockRows;
+    return {local / blocks, first, std::min(rows, first + blockRows)};
+}
+
+}  // namespace
+
 WorkUnit queryUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local) {
-    const int64_t sq = p.seq.qLen[size_t(b)];
-    const int64_t blocks = blocksOf(sq, tile.queryRows);
-    WorkUnit w;
-    w.b = b;
-    w.n2 = local / blocks;
-    w.q0 = (local % blocks) * tile.queryRows;
-    w.q1 = std::min(sq, w.q0 + tile.queryRows);
-    return w;
+    const BlockSpan s = blockAt(p.seq.qLen[size_t(b)], tile.queryRows, local);
+    return WorkUnit{b, s.n2, s.first, s.last};
 }
 
 KeyUnit keyUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local) {
-    const int64_t skv = p.seq.kvLen[size_t(b)];
-    const int64_t blocks = blocksOf(skv, tile.keyRows);
-    KeyUnit k;
-    k.b = b;
-    k.n2 = local / blocks;
-    k.k0 = (local % blocks) * tile.keyRows;
-    k.k1 = std::min(skv, k.k0 + tile.keyRows);
-    return k;
+    const BlockSpan s = blockAt(p.seq.kvLen[size_t(b)], tile.keyRows, local);
+    return KeyUnit{b, s.n2, s.first, s.last};
 }
 
 std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::string& forcedKernel) {
