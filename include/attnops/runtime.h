@@ -70,6 +70,11 @@ ATTNOPS_API attnopsStatus attnopsFree(void* ptr);
 /* Releases an executor that will not be executed. Executing an executor consumes it. */
 ATTNOPS_API attnopsStatus attnopsDestroyExecutor(attnopsExecutor* executor);
 
+/* The name of the implementation a live (not yet executed) executor will run, e.g. "tiled-avx512"
+ * or "reference" (the names ATTNOPS_FORCE_IMPL accepts; `attnops info` lists them). *name stays
+ * valid for the life of the process. */
+ATTNOPS_API attnopsStatus attnopsGetExecutorImplementation(const attnopsExecutor* executor, const char** name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -138,6 +138,13 @@ attnopsStatus attnopsDestroyExecutor(attnopsExecutor* executor) {
     });
 }
 
+attnopsStatus attnopsGetExecutorImplementation(const attnopsExecutor* executor, const char** name) {
+    return guarded([&] {
+        if (name == nullptr) nullArgument("name");
+        *name = liveExecutor(executor, "executor").implementation();
+    });
+}
+
 }  // extern "C"
 
 namespace attnops {

@@ -19,13 +19,24 @@ attnopsExecutor* registerExecutor(std::unique_ptr<attnopsExecutor> executor) {
     return executor.release();
 }
 
+namespace {
+[[noreturn]] void notLive(const attnopsExecutor* executor, const char* argument) {
+    fail(ATTNOPS_ERROR_RUNTIME, fmt::format("{} = {}: not a live executor (already executed or destroyed, or not made by a "
+                                            "GetWorkspaceSize call); executors are single-use",
+                                            argument, static_cast<const void*>(executor)));
+}
+}  // namespace
+
 std::unique_ptr<attnopsExecutor> takeExecutor(attnopsExecutor* executor, const char* argument) {
     if (executor == nullptr) nullArgument(argument);
-    if (!registry().remove(executor))
-        fail(ATTNOPS_ERROR_RUNTIME, fmt::format("{} = {}: not a live executor (already executed or destroyed, or not made by a "
-                                                "GetWorkspaceSize call); executors are single-use",
-                                                argument, static_cast<void*>(executor)));
+    if (!registry().remove(executor)) notLive(executor, argument);
     return std::unique_ptr<attnopsExecutor>(executor);
+}
+
+const attnopsExecutor& liveExecutor(const attnopsExecutor* executor, const char* argument) {
+    if (executor == nullptr) nullArgument(argument);
+    if (!registry().contains(executor)) notLive(executor, argument);
+    return *executor;
 }
 
 }  // namespace attnops

@@ -12,6 +12,8 @@ namespace attnops {
 attnopsExecutor* registerExecutor(std::unique_ptr<attnopsExecutor> executor);
 // Removes a live executor and returns its ownership; throws naming `argument` otherwise.
 std::unique_ptr<attnopsExecutor> takeExecutor(attnopsExecutor* executor, const char* argument);
+// A live executor, still owned by the caller; throws naming `argument` otherwise.
+const attnopsExecutor& liveExecutor(const attnopsExecutor* executor, const char* argument);
 // Checks, submits to the stream's device, and (ATTNOPS_LAUNCH_BLOCKING=1) waits.
 void launchExecutor(std::unique_ptr<attnopsExecutor> executor, void* workspace, uint64_t workspaceSize,
                     attnopsStream* stream);

@@ -575,7 +575,7 @@ void expectPropagatesLikeReference(attnopsDataType d, const Poison& poison) {
     }
 }
 
-const char* const kImplementations[] = {"vector-avx512", "vector-avx2", "vector-generic", "reference"};
+const char* const kImplementations[] = {"stream-avx512", "vector-avx512", "vector-avx2", "vector-generic", "reference"};
 
 // Sets ATTNOPS_FORCE_IMPL for the scope (read when a call is planned).
 class ForcedImpl {
@@ -977,6 +977,20 @@ TEST(BarDeterminism, EveryImplementationAgainstTheReference) {
         }
     }
     EXPECT_GE(ran, 2) << "vector-generic and reference run everywhere";
+}
+
+// Outputs above stream-avx512's threshold (32 MiB) are written with non-temporal stores: the
+// same values as the cached path, checked on sampled tokens (and the weight gradients in full).
+TEST(BarDeterminism, LargeOutputsTakeTheStreamingPath) {
+    BarProblem p = makeProblem(F32, 2304, 2, 4096, 1e-6);  // hiddenStates 37.7 MB, gradients 113 MB
+    BarInstance inst(p);
+    ASSERT_EQ(inst.runForward(true), ATTNOPS_SUCCESS) << lastError();
+    EXPECT_FALSE(attnops::tools::lastImplementation().empty());
+    const BarCheck f = attnops::tools::checkBarForward(inst, 48);
+    EXPECT_TRUE(f.passed) << f.failure;
+    ASSERT_EQ(inst.runBackward(), ATTNOPS_SUCCESS) << lastError();
+    const BarCheck b = attnops::tools::checkBarBackward(inst, 48);
+    EXPECT_TRUE(b.passed) << b.failure;
 }
 
 // ================================================================ 6. first call of a process

@@ -1313,6 +1313,27 @@ TEST_F(FaCheck, ForcedImplementationName) {
     unsetenv("ATTNOPS_FORCE_IMPL");
 }
 
+TEST_F(FaCheck, ExecutorImplementationName) {
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    ASSERT_EQ(fixedArgs().plan(&ws, &exec), ATTNOPS_SUCCESS) << lastMessage();
+    const char* name = nullptr;
+    ASSERT_EQ(attnopsGetExecutorImplementation(exec, &name), ATTNOPS_SUCCESS) << lastMessage();
+    ASSERT_NE(name, nullptr);
+    EXPECT_NE(std::string(name), "");
+    EXPECT_STATUS(attnopsGetExecutorImplementation(exec, nullptr), NUL, {"name = NULL"});
+    ASSERT_EQ(attnopsDestroyExecutor(exec), ATTNOPS_SUCCESS);
+    EXPECT_STATUS(attnopsGetExecutorImplementation(exec, &name), RTE, {"executor = ", "not a live executor"});
+    EXPECT_STATUS(attnopsGetExecutorImplementation(nullptr, &name), NUL, {"executor = NULL"});
+
+    setenv("ATTNOPS_FORCE_IMPL", "reference", 1);
+    ASSERT_EQ(fixedArgs().plan(&ws, &exec), ATTNOPS_SUCCESS) << lastMessage();
+    unsetenv("ATTNOPS_FORCE_IMPL");
+    ASSERT_EQ(attnopsGetExecutorImplementation(exec, &name), ATTNOPS_SUCCESS) << lastMessage();
+    EXPECT_STREQ(name, "reference");
+    ASSERT_EQ(attnopsDestroyExecutor(exec), ATTNOPS_SUCCESS);
+}
+
 // ---------------------------------------------------------------- dropout-mask helpers
 
 TEST_F(FaCheck, DropMaskBytes) {

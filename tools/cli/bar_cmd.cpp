@@ -32,15 +32,6 @@ std::string scopeOf(int64_t checked, int64_t tokens) {
                              : fmt::format("{} of {} tokens", checked, tokens);
 }
 
-json timingJson(const Timing& t) {
-    return {{"warmUpRuns", 1}, {"runsMs", t.ms}, {"medianMs", t.median()}, {"minMs", t.min()}};
-}
-
-std::string timingText(const Timing& t) {
-    return fmt::format("median {} of {} run{} after 1 warm-up (min {})", formatMs(t.median()), t.ms.size(),
-                       t.ms.size() == 1 ? "" : "s", formatMs(t.min()));
-}
-
 json forwardCheckJson(const BarCheck& rc, int64_t tokens, bool stats) {
     json j = {{"scope", scopeOf(rc.tokens, tokens)},
               {"hiddenStates", {{"maxAbsError", rc.maxAbsError[0]}, {"tolerance", rc.tolerance[0]}}},

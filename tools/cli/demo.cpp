@@ -152,7 +152,7 @@ int runDemo(const DemoOptions& o) {
         auto t0 = std::chrono::steady_clock::now();
         tools::FaInstance inst(demoProblem(part));
         const double inputSeconds = seconds(t0);
-        const Timing timing = timeForward(inst, 1, false);
+        const Timing timing = timeForward(inst, 1, 0);
         const double partFlops = inst.problem.forwardFlops();
         t0 = std::chrono::steady_clock::now();
         const tools::RowCheck rc = tools::checkForwardRows(inst, shape.checkRowsPerSlice, 7 + s);
@@ -191,8 +191,8 @@ int runDemo(const DemoOptions& o) {
     tools::FaInstance bwdInst(demoProblem(subset));
     tools::FaGrads grads = tools::makeGrads(bwdInst);
     const double bwdInputSeconds = seconds(t0);
-    const double bwdForward = timeForward(bwdInst, 1, false).ms.front() * 1e-3;
-    const double bwdSeconds = timeCalls([&] { return tools::runBackward(bwdInst, grads); }, 1, false).ms.front() * 1e-3;
+    const double bwdForward = timeForward(bwdInst, 1, 0).ms.front() * 1e-3;
+    const double bwdSeconds = timeCalls([&] { return tools::runBackward(bwdInst, grads); }, 1, 0).ms.front() * 1e-3;
     const double bwdFlops = kBackwardFlopFactor * bwdInst.problem.forwardFlops();
     const double wholeBatchBwdFlops = kBackwardFlopFactor * flops;
     const SequenceSample sample = backwardSample(bwdInst.problem, 0);

@@ -44,15 +44,6 @@ std::string gradCheckLine(const tools::GradCheck& gc, const SequenceSample& samp
     return line;
 }
 
-json timingJson(const Timing& t) {
-    return {{"warmUpRuns", 1}, {"runsMs", t.ms}, {"medianMs", t.median()}, {"minMs", t.min()}};
-}
-
-std::string timingText(const Timing& t) {
-    return fmt::format("median {} of {} run{} after 1 warm-up (min {})", formatMs(t.median()), t.ms.size(),
-                       t.ms.size() == 1 ? "" : "s", formatMs(t.min()));
-}
-
 // Integers separated by commas and/or whitespace.
 std::vector<int64_t> parseIntList(const std::string& text, const std::string& what, bool allowNegative) {
     std::string body = text;

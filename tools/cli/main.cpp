@@ -1,4 +1,4 @@
-// The attnops command-line tool: `info`, `run [flash-attention]` and `demo`.
+// The attnops command-line tool: `info`, `run [flash-attention|block-attention-residuals]`, `demo` and `bench`.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -6,6 +6,7 @@
 
 #include "attnops/attnops.h"
 #include "bar_cmd.hpp"
+#include "bench.hpp"
 #include "commands.hpp"
 #include "flash_attention_cmd.hpp"
 #include "runner.hpp"
@@ -70,6 +71,14 @@ int main(int argc, char** argv) {
         "bf16); timed and checked against the reference");
     addDemoOptions(*demo, demoOptions);
 
+    BenchOptions benchOptions;
+    CLI::App* bench = app.add_subcommand(
+        "bench",
+        "The benchmark catalogue (BNSD, GQA, D=64/256, packed TND, 100,000 short sequences, BlockAttentionResiduals) per "
+        "dtype and direction: median time, TFLOP/s or GB/s, the implementation that ran, and the ratio to this "
+        "machine's fp32 FMA, bf16 dot-product and DRAM read peaks measured in the same run");
+    addBenchOptions(*bench, benchOptions);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -81,6 +90,7 @@ int main(int argc, char** argv) {
         if (*runBar) return runBlockAttentionResiduals(barFlags, runOptions);
         if (*run) return runLoaded(runOptions);
         if (*demo) return runDemo(demoOptions);
+        if (*bench) return runBench(benchOptions);
     } catch (const std::exception& e) {
         fmt::print(stderr, "error: {}\n", e.what());
         return kExitError;

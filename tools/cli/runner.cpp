@@ -34,11 +34,11 @@ double Timing::median() const {
 
 double Timing::min() const { return ms.empty() ? 0.0 : *std::min_element(ms.begin(), ms.end()); }
 
-Timing timeForward(tools::FaInstance& inst, int64_t repeat, bool warmUp) {
-    return timeCalls([&] { return inst.runForward(); }, repeat, warmUp);
+Timing timeForward(tools::FaInstance& inst, int64_t repeat, int64_t warmUps) {
+    return timeCalls([&] { return inst.runForward(); }, repeat, warmUps);
 }
 
-Timing timeCalls(const std::function<attnopsStatus()>& call, int64_t repeat, bool warmUp) {
+Timing timeCalls(const std::function<attnopsStatus()>& call, int64_t repeat, int64_t warmUps) {
     auto once = [&] {
         const auto t0 = std::chrono::steady_clock::now();
         const attnopsStatus st = call();
@@ -46,10 +46,19 @@ Timing timeCalls(const std::function<attnopsStatus()>& call, int64_t repeat, boo
         if (st != ATTNOPS_SUCCESS) throw CliError(libraryError(st));
         return std::chrono::duration<double, std::milli>(t1 - t0).count();
     };
-    if (warmUp) once();
     Timing t;
+    for (t.warmUps = 0; t.warmUps < warmUps; ++t.warmUps) once();
     for (int64_t i = 0; i < repeat; ++i) t.ms.push_back(once());
     return t;
+}
+
+nlohmann::json timingJson(const Timing& t) {
+    return {{"warmUpRuns", t.warmUps}, {"runsMs", t.ms}, {"medianMs", t.median()}, {"minMs", t.min()}};
+}
+
+std::string timingText(const Timing& t) {
+    return fmt::format("median {} of {} run{} after {} warm-up{} (min {})", formatMs(t.median()), t.ms.size(),
+                       t.ms.size() == 1 ? "" : "s", t.warmUps, t.warmUps == 1 ? "" : "s", formatMs(t.min()));
 }
 
 std::string formatMs(double ms) {

@@ -31,16 +31,20 @@ std::string libraryError(attnopsStatus status);
 // Sets device 0's worker threads (threads > 0) and returns the count the device now runs.
 int32_t useThreads(int32_t threads);
 
-// One warm-up call, then `repeat` timed calls of the whole two-phase API (check, plan,
+// `warmUps` untimed calls, then `repeat` timed calls of the whole two-phase API (check, plan,
 // workspace, execute, synchronize). Throws CliError with the library's message on failure.
 struct Timing {
+    int64_t warmUps = 0;
     std::vector<double> ms;
     double median() const;
     double min() const;
 };
-Timing timeForward(tools::FaInstance& inst, int64_t repeat, bool warmUp = true);
+Timing timeForward(tools::FaInstance& inst, int64_t repeat, int64_t warmUps = 1);
 // The same for any call returning a status (a backward, another operator).
-Timing timeCalls(const std::function<attnopsStatus()>& call, int64_t repeat, bool warmUp = true);
+Timing timeCalls(const std::function<attnopsStatus()>& call, int64_t repeat, int64_t warmUps = 1);
+// {"warmUpRuns", "runsMs", "medianMs", "minMs"} and "median 1.2 ms of 3 runs after 1 warm-up (min ...)".
+nlohmann::json timingJson(const Timing& t);
+std::string timingText(const Timing& t);
 
 // "1.234 ms" / "12.3 s" style durations, and rates.
 std::string formatMs(double ms);

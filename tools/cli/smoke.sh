@@ -45,7 +45,7 @@ corrupt_npy() {
 
 expect 0 "--version" '^[0-9]+\.[0-9]+\.[0-9]+' -- "$cli" --version
 expect 0 "--help" 'Subcommands' -- "$cli" --help
-for cmd in info run demo "run flash-attention" "run block-attention-residuals"; do
+for cmd in info run demo bench "run flash-attention" "run block-attention-residuals"; do
     # shellcheck disable=SC2086
     expect 0 "$cmd --help" 'Usage' -- "$cli" $cmd --help
 done
@@ -165,6 +165,13 @@ for f in gradBlockRes hiddenStates invNorm; do
 done
 
 expect 0 "demo --quick" '^check: .*PASS' -- "$cli" demo --quick
+
+expect 0 "bench --list" '^tnd-100000-short-causal' -- "$cli" bench --list
+expect 0 "bench --quick, one workload, both directions" '^bnsd-s512-d128 +fp32 +bwd +[a-z0-9-]+ .*TFLOP/s' -- \
+    "$cli" bench --quick --workloads bnsd-s512-d128,bar --dtypes fp32 --repeat 1 --warmup 0 --no-peaks
+expect 0 "bench --json with peaks" '"ratioToPeak"' -- \
+    "$cli" bench --quick --workloads bar --dtypes bf16 --directions fwd --repeat 1 --json
+expect 2 "bench: unknown workload" 'matched no workload' -- "$cli" bench --workloads no-such-workload
 
 if [ "$failures" -ne 0 ]; then
     echo "smoke: $failures failure(s)"

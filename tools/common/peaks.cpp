@@ -1,4 +1,4 @@
-// Memory-bandwidth microbenchmark.
+// Microbenchmarks of this machine's ceilings: DRAM read bandwidth and arithmetic peaks.
 #include "peaks.hpp"
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "attnops/runtime.h"
+#include "cpu/isa.hpp"
+#include "peaks_isa.hpp"
 
 namespace attnops::tools {
 namespace {
@@ -22,13 +24,73 @@ float sumRange(const float* a, uint64_t n) {
     return s;
 }
 
+int deviceThreads(int threads) {
+    if (threads > 0) return threads;
+    attnopsDeviceInfo info{};
+    return attnopsGetDeviceInfo(0, &info) == ATTNOPS_SUCCESS ? info.threads : 1;
+}
+
+using Loop = double (*)(int64_t, float*);
+
+// Runs `loop` on `threads` threads at once; iterations are calibrated on one thread so a pass
+// lasts about `seconds`. Median GFLOP/s of the passes.
+double timeLoop(Loop loop, int threads, double seconds, int repeats) {
+    float sink = 0.0f;
+    int64_t iterations = 1 << 12;
+    for (;;) {  // calibrate
+        const auto t0 = std::chrono::steady_clock::now();
+        loop(iterations, &sink);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (s >= seconds / 4 || iterations > (int64_t(1) << 40)) {
+            iterations = std::max<int64_t>(1, int64_t(double(iterations) * seconds / std::max(s, 1e-9)));
+            break;
+        }
+        iterations *= 4;
+    }
+    std::vector<double> rates;
+    std::vector<float> sinks(size_t(threads), 0.0f);
+    for (int r = 0; r < repeats; ++r) {
+        std::vector<double> flops(size_t(threads), 0.0);
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; ++t)
+            pool.emplace_back([&, t] { flops[size_t(t)] = loop(iterations, &sinks[size_t(t)]); });
+        for (auto& th : pool) th.join();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double total = 0.0;
+        for (double f : flops) total += f;
+        rates.push_back(total / s / 1e9);
+    }
+    volatile float keep = sink + sinks[0];
+    (void)keep;
+    std::sort(rates.begin(), rates.end());
+    return rates[rates.size() / 2];
+}
+
 }  // namespace
 
+ArithmeticPeak measureFp32Peak(int threads, double seconds, int repeats) {
+    const cpu::IsaFeatures& f = cpu::isa();
+    threads = deviceThreads(threads);
+    if (f.avx512f) return {timeLoop(isa_loops::fmaAvx512, threads, seconds, repeats), "AVX-512 FMA (vfmadd, zmm)"};
+    if (f.avx2 && f.fma) return {timeLoop(isa_loops::fmaAvx2, threads, seconds, repeats), "AVX2 FMA (vfmadd, ymm)"};
+    return {0.0, "no FMA instructions on this CPU"};
+}
+
+ArithmeticPeak measureBf16Peak(int threads, double seconds, int repeats) {
+    const cpu::IsaFeatures& f = cpu::isa();
+    threads = deviceThreads(threads);
+    if (f.amxBf16 && f.amxGranted)
+        return {timeLoop(isa_loops::dotBf16Amx, threads, seconds, repeats), "AMX bf16 tiles (tdpbf16ps)"};
+    if (f.avx512bf16)
+        return {timeLoop(isa_loops::dotBf16Avx512, threads, seconds, repeats),
+                f.amxBf16 ? "AVX512-BF16 (vdpbf16ps; AMX present but not granted by the OS)"
+                          : "AVX512-BF16 (vdpbf16ps; no AMX on this CPU)"};
+    return {0.0, "no bf16 dot-product instructions (AMX or AVX512-BF16) on this CPU"};
+}
+
 double measureReadBandwidth(uint64_t bytes, int threads, int repeats) {
-    if (threads <= 0) {
-        attnopsDeviceInfo info{};
-        threads = attnopsGetDeviceInfo(0, &info) == ATTNOPS_SUCCESS ? info.threads : 1;
-    }
+    threads = deviceThreads(threads);
     const uint64_t n = bytes / sizeof(float) / 16 * 16;
     std::vector<float> buffer(n);
     const uint64_t share = n / uint64_t(threads) / 16 * 16;

@@ -3,11 +3,24 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace attnops::tools {
 
 // DRAM read bandwidth in GB/s: `threads` threads each sum their share of a `bytes` buffer
 // (first touched by the same threads), median of `repeats` passes after a warm-up pass.
 double measureReadBandwidth(uint64_t bytes = uint64_t(512) << 20, int threads = 0, int repeats = 5);
+
+// An arithmetic peak in GFLOP/s over `threads` threads (0: device 0's worker count), the median
+// of `repeats` timed passes of about `seconds` each; `unit` names the instructions used. A peak
+// this CPU (or OS) lacks has gflops 0 and says why in `unit`.
+struct ArithmeticPeak {
+    double gflops = 0.0;
+    std::string unit;
+};
+// fp32 multiply-add: AVX-512 FMA, else AVX2 FMA.
+ArithmeticPeak measureFp32Peak(int threads = 0, double seconds = 0.2, int repeats = 3);
+// bf16 dot products: AMX tiles where the OS grants them, else AVX512-BF16 vdpbf16ps.
+ArithmeticPeak measureBf16Peak(int threads = 0, double seconds = 0.2, int repeats = 3);
 
 }  // namespace attnops::tools

@@ -362,9 +362,21 @@ attnopsStatus FaInstance::plan(uint64_t* workspaceSize, attnopsExecutor** execut
     return getWorkspace(*this, a, workspaceSize, executor);
 }
 
+namespace {
+std::string& lastImplementationName() {
+    thread_local std::string name;
+    return name;
+}
+}  // namespace
+
+const std::string& lastImplementation() { return lastImplementationName(); }
+
 attnopsStatus launchAndWait(attnopsStatus planned, uint64_t workspaceSize, attnopsExecutor* executor, LaunchFn launch,
                             attnopsStream* stream) {
     if (planned != ATTNOPS_SUCCESS) return planned;
+    const char* implementation = nullptr;
+    if (attnopsGetExecutorImplementation(executor, &implementation) == ATTNOPS_SUCCESS)
+        lastImplementationName() = implementation;
     void* workspace = nullptr;
     attnopsStatus st = ATTNOPS_SUCCESS;
     if (workspaceSize > 0 && (st = attnopsMalloc(workspaceSize, &workspace)) != ATTNOPS_SUCCESS) {

@@ -70,6 +70,8 @@ constexpr int64_t kNoBand = 2147483647;
 using LaunchFn = attnopsStatus (*)(void*, uint64_t, attnopsExecutor*, attnopsStream*);
 attnopsStatus launchAndWait(attnopsStatus planned, uint64_t workspaceSize, attnopsExecutor* executor, LaunchFn launch,
                             attnopsStream* stream = nullptr);
+// The implementation the last launchAndWait of this thread ran ("tiled-avx512", ...).
+const std::string& lastImplementation();
 
 struct FaProblem {
     std::string layout = "BNSD";          // BSH, SBH, BSND, BNSD, TND

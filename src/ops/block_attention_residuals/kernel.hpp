@@ -24,6 +24,7 @@ struct Kernel {
 // Fastest first, reference last.
 const std::vector<const Kernel*>& kernels();
 
+const Kernel& kernelStreamAvx512();
 const Kernel& kernelVectorAvx512();
 const Kernel& kernelVectorAvx2();
 const Kernel& kernelVectorGeneric();

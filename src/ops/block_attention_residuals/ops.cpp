@@ -10,7 +10,7 @@
 namespace attnops::bar {
 
 const std::vector<const Kernel*>& kernels() {
-    static const std::vector<const Kernel*> list = {&kernelVectorAvx512(), &kernelVectorAvx2(), &kernelVectorGeneric(),
+    static const std::vector<const Kernel*> list = {&kernelStreamAvx512(), &kernelVectorAvx512(), &kernelVectorAvx2(), &kernelVectorGeneric(),
                                                     &kernelReference()};
     return list;
 }

@@ -21,6 +21,7 @@ public:
         workspaceBytes = plan_->workspaceBytes;
     }
     const char* opName() const override { return name_; }
+    const char* implementation() const override { return plan_->kernel->name; }
     void run(void* workspace, ThreadPool& pool) override { Run(params_, *plan_, workspace, pool); }
 
 private:

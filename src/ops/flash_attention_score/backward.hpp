@@ -21,6 +21,7 @@ public:
         workspaceBytes = plan_->workspaceBytes;
     }
     const char* opName() const override { return "FlashAttentionScoreGrad"; }
+    const char* implementation() const override { return plan_->kernel->name; }
     void run(void* workspace, ThreadPool& pool) override {
         if (params_.dsink != nullptr)
             params_.sinkRowTerms = reinterpret_cast<float*>(static_cast<char*>(workspace) + plan_->sinkTermsOffset);

@@ -22,6 +22,7 @@ public:
         workspaceBytes = plan_->workspaceBytes;
     }
     const char* opName() const override { return "FlashAttentionScore"; }
+    const char* implementation() const override { return plan_->kernel->name; }
     void run(void* workspace, ThreadPool& pool) override { runForward(params_, *plan_, workspace, pool); }
     const ForwardPlan& plan() const { return *plan_; }
 

@@ -1,0 +1,324 @@
+// `attnops bench`: the workload catalogue of issue 6, each workload timed per dtype and direction
+// through the public two-phase API (median of repeated runs after warm-up), with the implementation
+// that ran and the ratio to a peak of this machine measured in the same run:
+//   fp32 and fp16 attention -> the fp32 FMA peak (the fp16 paths compute in fp32),
+//   bf16 attention          -> the bf16 dot-product peak (AMX where granted, else AVX512-BF16),
+//   Block Attention Residuals -> the DRAM read bandwidth.
+#include "bench.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <numbers>
+#include <numeric>
+#include <optional>
+
+#include "cpu/isa.hpp"
+#include "flash_attention_cmd.hpp"
+#include "peaks.hpp"
+#include "problem_bar.hpp"
+#include "problem_grad.hpp"
+#include "runner.hpp"
+
+namespace attnops::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kCausal = 3;  // sparse mode 3: causal aligned bottom-right
+
+struct Workload {
+    std::string name;
+    std::string description;
+    bool bar = false;
+    tools::FaProblem fa;
+    tools::BarProblem barProblem;
+};
+
+tools::FaProblem bnsd(int64_t heads, int64_t kvHeads, int64_t seq, int64_t dim, bool causal) {
+    tools::FaProblem p = tools::fixed("BNSD", ATTNOPS_FLOAT32, 1, seq, seq, heads, kvHeads, dim);
+    return causal ? tools::withMode(p, kCausal) : p;
+}
+
+tools::FaProblem packed(std::vector<int64_t> lengths) {
+    tools::FaProblem p = tools::tnd(ATTNOPS_FLOAT32, lengths, lengths, 16, 4, 128);
+    return tools::withMode(p, kCausal);
+}
+
+// Realistic packed lengths: log-normal (median 512, sigma 0.8), clamped to [16, 4096], drawn until
+// the batch holds `tokens` tokens (the last length trimmed). The same on every machine.
+std::vector<int64_t> realisticLengths(int64_t tokens) {
+    tools::Rng rng(32768);
+    std::vector<int64_t> lengths;
+    int64_t total = 0;
+    while (total < tokens) {
+        const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
+        const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+        int64_t len = std::clamp(int64_t(std::llround(512.0 * std::exp(0.8 * normal))), int64_t(16), int64_t(4096));
+        len = std::min(len, tokens - total);
+        lengths.push_back(len);
+        total += len;
+    }
+    return lengths;
+}
+
+std::vector<int64_t> shortLengths(int64_t sequences) {
+    tools::Rng rng(100000);
+    std::vector<int64_t> lengths(static_cast<size_t>(sequences));
+    for (int64_t& l : lengths) l = 1 + int64_t(rng.next() % 16);
+    return lengths;
+}
+
+std::vector<Workload> catalogue(const BenchOptions& o) {
+    const int64_t q = o.quick ? 8 : 1;
+    std::vector<Workload> w;
+    auto fa = [&](std::string name, std::string what, tools::FaProblem p) {
+        w.push_back({std::move(name), std::move(what), false, std::move(p), {}});
+    };
+    const int64_t s4k = 4096 / q, s2k = 2048 / q;
+    fa(fmt::format("bnsd-s{}-d128", s4k), fmt::format("BNSD B=1 N=16 S={} D=128, no mask", s4k), bnsd(16, 16, s4k, 128, false));
+    fa(fmt::format("bnsd-s{}-d128-causal", s4k), fmt::format("BNSD B=1 N=16 S={} D=128, causal", s4k),
+       bnsd(16, 16, s4k, 128, true));
+    fa(fmt::format("gqa32x8-s{}-d128-causal", s2k), fmt::format("BNSD B=1 N1=32 N2=8 S={} D=128, causal", s2k),
+       bnsd(32, 8, s2k, 128, true));
+    fa(fmt::format("bnsd-s{}-d64", s4k), fmt::format("BNSD B=1 N=16 S={} D=64, no mask", s4k), bnsd(16, 16, s4k, 64, false));
+    fa(fmt::format("bnsd-s{}-d256", s2k), fmt::format("BNSD B=1 N=16 S={} D=256, no mask", s2k),
+       bnsd(16, 16, s2k, 256, false));
+    const std::vector<int64_t> real = realisticLengths(32768 / q);
+    fa(fmt::format("tnd-{}k-causal", 32 / q),
+       fmt::format("TND {} sequences (log-normal lengths, median 512), {} tokens, N1=16 N2=4 D=128, causal", real.size(),
+                   std::accumulate(real.begin(), real.end(), int64_t(0))),
+       packed(real));
+    const std::vector<int64_t> tiny = shortLengths(100000 / q);
+    fa(fmt::format("tnd-{}-short-causal", tiny.size()),
+       fmt::format("TND {} sequences of length 1-16, {} tokens, N1=16 N2=4 D=128, causal", tiny.size(),
+                   std::accumulate(tiny.begin(), tiny.end(), int64_t(0))),
+       packed(tiny));
+    for (int64_t s : o.sweep)
+        fa(fmt::format("sweep-s{}-d128", s), fmt::format("BNSD B=1 N=16 S={} D=128, no mask", s), bnsd(16, 16, s, 128, false));
+    Workload bar;
+    bar.bar = true;
+    bar.barProblem.tokens = 8192 / q;
+    bar.barProblem.blocks = 8;
+    bar.barProblem.hidden = 4096;
+    bar.name = fmt::format("bar-t{}-n8-h4096", bar.barProblem.tokens);
+    bar.description = fmt::format("BlockAttentionResiduals T={} N=8 H=4096 (token-major cache)", bar.barProblem.tokens);
+    w.push_back(std::move(bar));
+    return w;
+}
+
+bool selected(const Workload& w, const BenchOptions& o) {
+    if (o.workloads.empty()) return w.name.rfind("sweep-", 0) != 0 || !o.sweep.empty();
+    for (const std::string& pattern : o.workloads)
+        if (w.name.rfind(pattern, 0) == 0) return true;
+    return false;
+}
+
+attnopsDataType dtypeOf(const std::string& name) {
+    if (name == "fp16") return ATTNOPS_FLOAT16;
+    if (name == "bf16") return ATTNOPS_BFLOAT16;
+    return ATTNOPS_FLOAT32;
+}
+
+struct Peaks {
+    tools::ArithmeticPeak fp32, bf16;
+    double readGBs = 0.0;
+};
+
+json problemJson(const Workload& w) {
+    if (w.bar)
+        return {{"op", "block-attention-residuals"}, {"tokens", w.barProblem.tokens}, {"blocks", w.barProblem.blocks},
+                {"hidden", w.barProblem.hidden}, {"eps", w.barProblem.eps}};
+    const tools::FaProblem& p = w.fa;
+    json j = {{"op", "flash-attention"}, {"layout", p.layout},  {"heads", p.heads},
+              {"kvHeads", p.kvHeads},    {"dim", p.dim},        {"sparseMode", p.sparseMode},
+              {"causal", p.sparseMode == kCausal}, {"scale", 1.0 / std::sqrt(double(p.dim))}};
+    if (p.tnd()) {
+        j["seqLens"] = p.qSeqLens;
+    } else {
+        j["batch"] = p.batch;
+        j["qSeqLen"] = p.qSeqLen;
+        j["kvSeqLen"] = p.kvSeqLen;
+    }
+    return j;
+}
+
+struct Result {
+    std::string implementation;
+    Timing timing;
+    double work = 0.0;  // FLOPs or bytes
+};
+
+Result runAttention(const Workload& w, attnopsDataType dt, bool backward, const BenchOptions& o) {
+    tools::FaProblem p = w.fa;
+    p.dtype = dt;
+    tools::FaInstance inst(p);
+    Result r;
+    if (!backward) {
+        r.timing = timeForward(inst, o.repeat, o.warmUps);
+        r.work = p.forwardFlops();
+    } else {
+        if (const attnopsStatus st = inst.runForward(); st != ATTNOPS_SUCCESS) throw CliError(libraryError(st));
+        tools::FaGrads grads = tools::makeGrads(inst);
+        r.timing = timeCalls([&] { return tools::runBackward(inst, grads); }, o.repeat, o.warmUps);
+        r.work = kBackwardFlopFactor * p.forwardFlops();
+    }
+    r.implementation = tools::lastImplementation();
+    return r;
+}
+
+Result runBar(const Workload& w, attnopsDataType dt, bool backward, const BenchOptions& o) {
+    tools::BarProblem p = w.barProblem;
+    p.dtype = dt;
+    tools::BarInstance inst(p);
+    Result r;
+    if (!backward) {
+        r.timing = timeCalls([&] { return inst.runForward(true); }, o.repeat, o.warmUps);
+        r.work = p.forwardBytes(true);
+    } else {
+        if (const attnopsStatus st = inst.runForward(true); st != ATTNOPS_SUCCESS) throw CliError(libraryError(st));
+        r.timing = timeCalls([&] { return inst.runBackward(); }, o.repeat, o.warmUps);
+        r.work = p.backwardBytes();
+    }
+    r.implementation = tools::lastImplementation();
+    return r;
+}
+
+}  // namespace
+
+void addBenchOptions(CLI::App& cmd, BenchOptions& o) {
+    cmd.add_option("--workloads,-w", o.workloads,
+                   "Workload names or name prefixes, comma separated (default: the whole catalogue; --list shows it)")
+        ->delimiter(',');
+    cmd.add_option("--dtypes", o.dtypes, "Data types, comma separated")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+        ->capture_default_str();
+    cmd.add_option("--directions", o.directions, "fwd and/or bwd, comma separated")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"fwd", "bwd"}))
+        ->capture_default_str();
+    cmd.add_option("--sweep", o.sweep,
+                   "Also run BNSD B=1 N=16 D=128 (no mask) at these sequence lengths (workloads sweep-s<S>-d128)")
+        ->delimiter(',')
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    cmd.add_option("--repeat", o.repeat, "Timed runs per workload (the median is reported)")
+        ->check(CLI::Range(int64_t(1), int64_t(1000)))
+        ->capture_default_str();
+    cmd.add_option("--warmup", o.warmUps, "Untimed runs before timing")
+        ->check(CLI::Range(int64_t(0), int64_t(100)))
+        ->capture_default_str();
+    cmd.add_option("--threads", o.threads, "Worker threads of device 0 (default: every usable core)")
+        ->check(CLI::Range(1, 4096));
+    cmd.add_flag("--quick", o.quick, "Every shape divided by 8 (a smoke run, not a measurement)");
+    cmd.add_flag("--list", o.list, "List the catalogue and exit");
+    cmd.add_flag("--no-peaks", o.noPeaks, "Skip the peak microbenchmarks (no ratios)");
+    cmd.add_flag("--json", o.json, "Print JSON instead of the table");
+    cmd.add_option("--output,-o", o.jsonFile, "Also write the JSON to this file");
+}
+
+int runBench(const BenchOptions& o) {
+    std::vector<Workload> all = catalogue(o);
+    if (o.list) {
+        for (const Workload& w : all) fmt::print("{:<28} {}\n", w.name, w.description);
+        return kExitOk;
+    }
+    std::vector<Workload> chosen;
+    for (Workload& w : all)
+        if (selected(w, o)) chosen.push_back(std::move(w));
+    if (chosen.empty()) throw CliError("--workloads matched no workload of the catalogue (see attnops bench --list)");
+
+    const int32_t threads = useThreads(o.threads);
+    const cpu::IsaFeatures& isa = cpu::isa();
+    Peaks peaks;
+    if (!o.noPeaks) {
+        peaks.fp32 = tools::measureFp32Peak(threads);
+        peaks.bf16 = tools::measureBf16Peak(threads);
+        peaks.readGBs = tools::measureReadBandwidth(uint64_t(512) << 20, threads);
+    }
+    json doc = {{"cpu", isa.brand},
+                {"threads", threads},
+                {"quick", o.quick},
+                {"repeat", o.repeat},
+                {"warmUpRuns", o.warmUps},
+                {"flopsNote", fmt::format("attention: mask-aware FLOPs; backward {}", kBackwardFlopNote)},
+                {"peaks",
+                 {{"fp32", {{"gflops", peaks.fp32.gflops}, {"unit", peaks.fp32.unit}}},
+                  {"bf16", {{"gflops", peaks.bf16.gflops}, {"unit", peaks.bf16.unit}}},
+                  {"dramReadGBs", peaks.readGBs}}},
+                {"results", json::array()}};
+    const bool table = !o.json;
+    if (table) {
+        fmt::print("attnops bench on {} ({} threads){}\n", isa.brand, threads, o.quick ? ", --quick shapes" : "");
+        if (!o.noPeaks)
+            fmt::print("peaks measured now: fp32 {:.1f} GFLOP/s [{}]; bf16 {:.1f} GFLOP/s [{}]; DRAM read {:.1f} GB/s\n",
+                       peaks.fp32.gflops, peaks.fp32.unit, peaks.bf16.gflops, peaks.bf16.unit, peaks.readGBs);
+        fmt::print("median of {} runs after {} warm-up; attention FLOPs mask-aware, backward {}\n\n", o.repeat,
+                   o.warmUps, kBackwardFlopNote);
+        fmt::print("{:<28} {:<5} {:<4} {:<16} {:>11} {:>12} {:>10}\n", "workload", "dtype", "dir", "implementation",
+                   "median", "rate", "of peak");
+        std::fflush(stdout);
+    }
+    for (const Workload& w : chosen)
+        for (const std::string& dtype : o.dtypes)
+            for (const std::string& direction : o.directions) {
+                const attnopsDataType dt = dtypeOf(dtype);
+                const bool backward = direction == "bwd";
+                const Result r = w.bar ? runBar(w, dt, backward, o) : runAttention(w, dt, backward, o);
+                const double seconds = r.timing.median() * 1e-3;
+                const double rate = r.work / seconds / 1e9;  // GFLOP/s or GB/s
+                double peak = 0.0;
+                std::string peakName;
+                if (w.bar) {
+                    peak = peaks.readGBs;
+                    peakName = "DRAM read";
+                } else if (dt == ATTNOPS_BFLOAT16) {
+                    peak = peaks.bf16.gflops;
+                    peakName = "bf16";
+                } else {
+                    peak = peaks.fp32.gflops;
+                    peakName = "fp32 FMA";
+                }
+                json j = {{"workload", w.name},
+                          {"description", w.description},
+                          {"dtype", dtype},
+                          {"direction", direction},
+                          {"implementation", r.implementation},
+                          {"problem", problemJson(w)},
+                          {"timing", timingJson(r.timing)},
+                          {"medianMs", r.timing.median()}};
+                if (w.bar) {
+                    j["bytes"] = r.work;
+                    j["GBs"] = rate;
+                } else {
+                    j["flops"] = r.work;
+                    j["TFLOPs"] = rate / 1e3;
+                }
+                if (peak > 0) {
+                    j["peak"] = peakName;
+                    j["ratioToPeak"] = rate / peak;
+                }
+                doc["results"].push_back(j);
+                if (table) {
+                    const std::string rateText =
+                        w.bar ? fmt::format("{:.1f} GB/s", rate) : fmt::format("{:.3f} TFLOP/s", rate / 1e3);
+                    const std::string ratioText = peak > 0 ? fmt::format("{:.1f}% {}", 100.0 * rate / peak, peakName) : "-";
+                    fmt::print("{:<28} {:<5} {:<4} {:<16} {:>11} {:>12} {}\n", w.name, dtype, direction, r.implementation,
+                               formatMs(r.timing.median()), rateText, ratioText);
+                    std::fflush(stdout);
+                }
+            }
+    if (o.json) fmt::print("{}\n", doc.dump(2));
+    if (!o.jsonFile.empty()) {
+        std::ofstream out(o.jsonFile);
+        out << doc.dump(2) << "\n";
+        if (!out) throw CliError(fmt::format("--output = {}: cannot write the file", o.jsonFile));
+    }
+    return kExitOk;
+}
+
+}  // namespace attnops::cli
