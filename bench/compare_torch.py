@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""attnops against PyTorch on the CPU, measured in one run.
+
+Runs `attnops bench --json` for the chosen workloads, then the same workloads through PyTorch:
+  - attention with torch.nn.functional.scaled_dot_product_attention (BNSD tensors; GQA through
+    enable_gqa; causal through is_causal, which for equal query and key lengths is the same
+    mask as sparse mode 3). A packed TND batch becomes the per-sequence loop a user would write
+    (slice, SDPA, concatenate); its backward is one autograd call over that loop's graph.
+  - Block Attention Residuals in its PyTorch form: stack the sources, RMSNorm, einsum with the
+    projection, softmax over the sources, einsum with the values.
+Both sides time the same thing: the forward call, or the backward call alone (PyTorch: autograd
+over a graph built once, attnops: FlashAttentionScoreGrad given the forward's outputs), median of
+repeated runs after a warm-up, with the same number of threads.
+
+It prints one line per workload, dtype and direction with both times, both rates and the
+speed-up (PyTorch time / attnops time); --json saves everything, --plot draws TFLOP/s against
+sequence length for the --sweep workloads.
+
+  pip install torch matplotlib
+  python3 bench/compare_torch.py --plot bench/results/sdpa-vs-attnops.png --json bench/results/compare.json
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--attnops", default=os.path.join(ROOT, "build", "tools", "cli", "attnops"),
+                    help="the attnops binary (built with CMake Release if it is missing)")
+    ap.add_argument("--workloads", default="", help="comma-separated names or prefixes (attnops bench --list)")
+    ap.add_argument("--dtypes", default="fp32,bf16", help="comma separated: fp32, bf16, fp16")
+    ap.add_argument("--directions", default="fwd,bwd")
+    ap.add_argument("--sweep", default="", help="sequence lengths for the BNSD N=16 D=128 sweep (e.g. 512,1024,2048,4096)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="threads for both (default: attnops' usable cores)")
+    ap.add_argument("--quick", action="store_true", help="shapes / 8 (a smoke run)")
+    ap.add_argument("--max-seconds", type=float, default=60.0,
+                    help="stop repeating a PyTorch case after this much time (slow per-sequence loops)")
+    ap.add_argument("--json", default="", help="write the combined results here")
+    ap.add_argument("--plot", default="", help="PNG of TFLOP/s against sequence length (needs --sweep)")
+    return ap.parse_args()
+
+
+def ensure_binary(path):
+    if os.path.exists(path):
+        return path
+    build = os.path.join(ROOT, "build")
+    print(f"building {path} ...", flush=True)
+    subprocess.run(["cmake", "-S", ROOT, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"], check=True)
+    subprocess.run(["cmake", "--build", build, "--target", "attnops_cli"], check=True)
+    return path
+
+
+def run_attnops(args):
+    cmd = [ensure_binary(args.attnops), "bench", "--json", "--repeat", str(args.repeat),
+           "--dtypes", args.dtypes, "--directions", args.directions]
+    if args.workloads:
+        cmd += ["--workloads", args.workloads]
+    if args.sweep:
+        cmd += ["--sweep", args.sweep]
+    if args.quick:
+        cmd.append("--quick")
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    print("$ " + " ".join(cmd), flush=True)
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out)
+
+
+def timed(fn, repeat, max_seconds):
+    fn()  # warm-up
+    times = []
+    start = time.perf_counter()
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+        if time.perf_counter() - start > max_seconds:
+            break
+    return times
+
+
+class TorchCase:
+    """One workload as PyTorch code: build(dtype) then forward() / backward()."""
+
+    def __init__(self, torch, problem, dtype, backward):
+        self.torch, self.p, self.backward_mode = torch, problem, backward
+        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        g = torch.Generator().manual_seed(1)
+        self.rand = lambda *shape: (torch.rand(*shape, generator=g) * 2 - 1).to(self.dtype)
+        if problem["op"] == "block-attention-residuals":
+            self._build_bar()
+        else:
+            self._build_attention()
+
+    # ---- attention
+    def _build_attention(self):
+        p, torch = self.p, self.torch
+        n1, n2, d = p["heads"], p["kvHeads"], p["dim"]
+        self.causal, self.scale, self.gqa = p["causal"], p["scale"], n1 != n2
+        if p["layout"] == "TND":
+            lens = p["seqLens"]
+            t = sum(lens)
+            self.q, self.k, self.v = self.rand(t, n1, d), self.rand(t, n2, d), self.rand(t, n2, d)
+            self.starts = [0]
+            for length in lens:
+                self.starts.append(self.starts[-1] + length)
+        else:
+            b, s1, s2 = p["batch"], p["qSeqLen"], p["kvSeqLen"]
+            self.q, self.k, self.v = self.rand(b, n1, s1, d), self.rand(b, n2, s2, d), self.rand(b, n2, s2, d)
+            self.starts = None
+        self.inputs = (self.q, self.k, self.v)
+
+    def _sdpa(self, q, k, v):
+        F = self.torch.nn.functional
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=self.scale, enable_gqa=self.gqa)
+
+    def _attention(self):
+        if self.starts is None:
+            return self._sdpa(*self.inputs)
+        q, k, v = self.inputs
+        outs = []
+        for i in range(len(self.starts) - 1):  # the loop a user writes for a packed batch
+            a, b = self.starts[i], self.starts[i + 1]
+            o = self._sdpa(q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1))
+            outs.append(o.transpose(0, 1))
+        return self.torch.cat(outs, 0)
+
+    # ---- Block Attention Residuals (the paper's PyTorch form)
+    def _build_bar(self):
+        p = self.p
+        t, n, h = p["tokens"], p["blocks"], p["hidden"]
+        self.eps = p["eps"]
+        self.inputs = (self.rand(t, h), self.rand(t, n, h), self.rand(h) * 0.1, 1 + self.rand(h) * 0.1)
+
+    def _bar(self):
+        torch = self.torch
+        partial, block_res, proj_weight, norm_weight = self.inputs
+        sources = torch.cat([block_res, partial.unsqueeze(1)], dim=1)  # [T, N+1, H]
+        keys = torch.nn.functional.rms_norm(sources, (sources.shape[-1],), weight=norm_weight, eps=self.eps)
+        logits = torch.einsum("tkh,h->tk", keys, proj_weight)
+        probs = torch.softmax(logits.float(), dim=-1).to(sources.dtype)
+        return torch.einsum("tk,tkh->th", probs, sources)
+
+    # ---- timing entry points
+    def _run(self):
+        return self._bar() if self.p["op"] == "block-attention-residuals" else self._attention()
+
+    def forward(self):
+        with self.torch.no_grad():
+            self._run()
+
+    def prepare_backward(self):
+        self.inputs = tuple(x.detach().requires_grad_(True) for x in self.inputs)
+        self.out = self._run()
+        self.dy = self.rand(*self.out.shape)
+
+    def backward(self):
+        self.torch.autograd.grad(self.out, self.inputs, self.dy, retain_graph=True)
+
+
+def main():
+    args = parse_args()
+    import torch
+
+    doc = run_attnops(args)
+    threads = args.threads or doc["threads"]
+    torch.set_num_threads(threads)
+    print(f"PyTorch {torch.__version__}, {threads} threads; attnops on {doc['cpu']}")
+    print(f"{'workload':<28} {'dtype':<5} {'dir':<4} {'attnops':>11} {'PyTorch':>11} {'attnops rate':>15} "
+          f"{'PyTorch rate':>15} {'speed-up':>9}")
+    rows = []
+    for r in doc["results"]:
+        backward = r["direction"] == "bwd"
+        try:
+            case = TorchCase(torch, r["problem"], r["dtype"], backward)
+            if backward:
+                case.prepare_backward()
+            times = timed(case.backward if backward else case.forward, args.repeat, args.max_seconds)
+            torch_ms = statistics.median(times)
+            error = None
+        except Exception as e:  # e.g. a dtype PyTorch's CPU kernels lack
+            torch_ms, error = None, f"{type(e).__name__}: {e}"
+        work = r.get("flops", r.get("bytes"))
+        unit, scale = ("TFLOP/s", 1e12) if "flops" in r else ("GB/s", 1e9)
+        attnops_rate = work / (r["medianMs"] * 1e-3) / scale
+        torch_rate = work / (torch_ms * 1e-3) / scale if torch_ms else None
+        speedup = torch_ms / r["medianMs"] if torch_ms else None
+        row = dict(workload=r["workload"], dtype=r["dtype"], direction=r["direction"],
+                   implementation=r["implementation"], problem={k: v for k, v in r["problem"].items() if k != "seqLens"},
+                   attnopsMs=r["medianMs"], torchMs=torch_ms, unit=unit, attnopsRate=attnops_rate,
+                   torchRate=torch_rate, speedup=speedup, torchError=error)
+        rows.append(row)
+        fmt_rate = lambda x: f"{x:.3f} {unit}" if x is not None and unit == "TFLOP/s" else (
+            f"{x:.1f} {unit}" if x is not None else "-")
+        print(f"{r['workload']:<28} {r['dtype']:<5} {r['direction']:<4} {r['medianMs']:>9.1f}ms "
+              + (f"{torch_ms:>9.1f}ms" if torch_ms else f"{'failed':>11}")
+              + f" {fmt_rate(attnops_rate):>15} {fmt_rate(torch_rate):>15} "
+              + (f"{speedup:>8.2f}x" if speedup else f"  ({error})"), flush=True)
+    result = dict(cpu=doc["cpu"], threads=threads, torch=torch.__version__, peaks=doc["peaks"],
+                  repeat=args.repeat, quick=args.quick, rows=rows)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(result, args.plot)
+
+
+def plot(result, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sweep = [r for r in result["rows"] if r["workload"].startswith("sweep-")]
+    if not sweep:
+        print("--plot: no sweep workloads (pass --sweep)", file=sys.stderr)
+        return
+    series = sorted({(r["dtype"], r["direction"]) for r in sweep})
+    fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 4), squeeze=False)
+    for ax, (dtype, direction) in zip(axes[0], series):
+        pts = sorted((r["problem"]["qSeqLen"], r) for r in sweep if r["dtype"] == dtype and r["direction"] == direction)
+        s = [x for x, _ in pts]
+        ax.plot(s, [r["attnopsRate"] for _, r in pts], "o-", label="attnops")
+        ax.plot(s, [r["torchRate"] or math.nan for _, r in pts], "s--", label="PyTorch SDPA")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length S (BNSD B=1 N=16 D=128, no mask)")
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"{dtype} {'forward' if direction == 'fwd' else 'backward'}")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{result['cpu']}, {result['threads']} threads, PyTorch {result['torch']}")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
