@@ -44,12 +44,12 @@ ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
 stamp "libFuzzer build"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNOPS_SANITIZE=address,undefined \
   -DATTNOPS_BUILD_FUZZERS=ON -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_CLI=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz bar_fuzz
-for target in fa_forward_fuzz bar_fuzz; do
-  stamp "libFuzzer: $target, ${ATTNOPS_FUZZ_SECONDS:-45} s"
+cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz fa_backward_fuzz bar_fuzz
+for target in fa_forward_fuzz fa_backward_fuzz bar_fuzz; do
+  stamp "libFuzzer: $target, ${ATTNOPS_FUZZ_SECONDS:-40} s"
   corpus=$(mktemp -d)
   status=0
-  "build-fuzz/$target" -max_total_time="${ATTNOPS_FUZZ_SECONDS:-45}" -rss_limit_mb=4096 -print_final_stats=1 \
+  "build-fuzz/$target" -max_total_time="${ATTNOPS_FUZZ_SECONDS:-40}" -rss_limit_mb=4096 -print_final_stats=1 \
     -artifact_prefix="$corpus/" "$corpus" > "$corpus.log" 2>&1 || status=$?
   grep -E "^(Done|stat::number_of_executed_units)" "$corpus.log" || true
   if [ "$status" -ne 0 ]; then

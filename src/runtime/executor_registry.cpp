@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/handles.hpp"
 
 namespace attnops {
@@ -15,9 +16,12 @@ HandleRegistry<attnopsExecutor>& registry() {
 }  // namespace
 
 attnopsExecutor* registerExecutor(std::unique_ptr<attnopsExecutor> executor) {
+    allocationPoint();
     registry().add(executor.get());
     return executor.release();
 }
+
+size_t liveExecutorCount() { return registry().size(); }
 
 std::unique_ptr<attnopsExecutor> takeExecutor(attnopsExecutor* executor, const char* argument) {
     if (executor == nullptr) nullArgument(argument);
