@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): builds attnops and runs every test configuration.
-#   1. g++ Release, warnings as errors: the whole CTest suite (unit, CLI smoke, install).
-#   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer, warnings as errors: the suite
-#      again (this is also the clang warning check).
-#   3. clang with ThreadSanitizer: the runtime and concurrency tests.
-#   4. libFuzzer (clang, ASan+UBSan) over the FlashAttentionScore and BlockAttentionResiduals
-#      APIs for a bounded time each.
+#   1. g++ Release, warnings as errors: the whole CTest suite (unit, CLI smoke, install), then
+#      the slow size tests (CTest label `large`: S = 65,536 forward and backward).
+#   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included),
+#      warnings as errors: the suite again without `large` (this is also the clang warning check).
+#   3. clang with ThreadSanitizer: the runtime, fault and concurrency tests (reduced iterations).
+#   4. libFuzzer (clang, ASan+UBSan) over the FlashAttentionScore, FlashAttentionScoreGrad and
+#      BlockAttentionResiduals APIs for a bounded time each (ATTNOPS_FUZZ_SECONDS, default 40).
 # Set ATTNOPS_TEST_QUICK=1 to run step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,10 @@ stamp "g++ Release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 stamp "g++ Release tests"
-ctest --test-dir build --output-on-failure -j "$jobs" --timeout 1200
+ctest --test-dir build --output-on-failure -j "$jobs" --timeout 1200 -LE large
+stamp "g++ Release tests, label large (long sequences)"
+ctest --test-dir build -j "$jobs" --timeout 2400 -L large -V > build/large.log 2>&1 || { tail -n 200 build/large.log; exit 1; }
+grep -E "long-sequence:|tests passed" build/large.log || true
 [ "${ATTNOPS_TEST_QUICK:-0}" = 1 ] && { stamp "quick run: sanitizers skipped"; exit 0; }
 
 # Sanitizers abort on huge allocations unless told to return NULL; the tests ask for some on
@@ -32,24 +36,24 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DATTNOPS_SANITIZE=address,undefined -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
 cmake --build build-asan -j "$jobs"
 stamp "clang ASan+UBSan tests"
-ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 -E '^install\.'
+ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 1800 -E '^install\.' -LE large
 
 stamp "clang TSan build"
 CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DATTNOPS_SANITIZE=thread -DATTNOPS_BUILD_CLI=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
-cmake --build build-tsan -j "$jobs" --target test_runtime test_fa_backward
-stamp "clang TSan tests (runtime, streams, concurrency)"
+cmake --build build-tsan -j "$jobs" --target test_runtime test_fa_backward test_faults test_concurrency
+stamp "clang TSan tests (runtime, streams, faults, concurrency)"
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 1800 \
-  -R '^(Device|Stream|AsyncError|Executor|PlanCache|Memory|ColdStart|Environment|MultiDevice|FaBackwardDeterminism)\.'
+  -R '^(Device|Stream|AsyncError|Executor|PlanCache|Memory|ColdStart|Environment|MultiDevice|FaBackwardDeterminism|Fault|Concurrency)\.'
 stamp "libFuzzer build"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNOPS_SANITIZE=address,undefined \
   -DATTNOPS_BUILD_FUZZERS=ON -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_CLI=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz bar_fuzz
-for target in fa_forward_fuzz bar_fuzz; do
-  stamp "libFuzzer: $target, ${ATTNOPS_FUZZ_SECONDS:-45} s"
+cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz fa_backward_fuzz bar_fuzz
+for target in fa_forward_fuzz fa_backward_fuzz bar_fuzz; do
+  stamp "libFuzzer: $target, ${ATTNOPS_FUZZ_SECONDS:-40} s"
   corpus=$(mktemp -d)
   status=0
-  "build-fuzz/$target" -max_total_time="${ATTNOPS_FUZZ_SECONDS:-45}" -rss_limit_mb=4096 -print_final_stats=1 \
+  "build-fuzz/$target" -max_total_time="${ATTNOPS_FUZZ_SECONDS:-40}" -rss_limit_mb=4096 -print_final_stats=1 \
     -artifact_prefix="$corpus/" "$corpus" > "$corpus.log" 2>&1 || status=$?
   grep -E "^(Done|stat::number_of_executed_units)" "$corpus.log" || true
   if [ "$status" -ne 0 ]; then

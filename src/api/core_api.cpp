@@ -6,6 +6,7 @@
 #include "attnops/status.h"
 #include "attnops/tensor.h"
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/handles.hpp"
 
 namespace attnops {
@@ -70,6 +71,7 @@ attnopsStatus attnopsCreateTensor(void* data, attnopsDataType dtype, int64_t ran
         if (rank < 0 || rank > ATTNOPS_MAX_RANK) invalidArgument("rank", rank, "must be in [0, {}]", ATTNOPS_MAX_RANK);
         if (rank > 0 && shape == nullptr) nullArgument("shape", "is required when rank > 0");
         if (device < ATTNOPS_HOST_MEMORY) invalidArgument("device", device, "must be a device index or ATTNOPS_HOST_MEMORY (-1)");
+        allocationPoint();
         auto t = std::make_unique<attnopsTensor>();
         t->data = data;
         t->dtype = DType(int32_t(dtype));
@@ -119,6 +121,7 @@ attnopsStatus attnopsCreateIntArray(const int64_t* values, uint64_t size, attnop
         if (array == nullptr) nullArgument("array");
         *array = nullptr;
         if (size > 0 && values == nullptr) nullArgument("values", "is required when size > 0");
+        allocationPoint();
         auto a = std::make_unique<attnopsIntArray>();
         a->values.assign(values, values + size);
         intArrayRegistry().add(a.get());

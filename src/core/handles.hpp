@@ -32,6 +32,10 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         return live_.count(p) != 0;
     }
+    size_t size() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return live_.size();
+    }
 
 private:
     mutable std::mutex mutex_;

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 
 namespace attnops {
 
@@ -36,10 +37,19 @@ void Device::submit(const StreamPtr& stream, std::unique_ptr<attnopsExecutor> ex
         std::lock_guard<std::mutex> lock(stream->mutex);
         ++stream->pending;
     }
-    {
+    try {
         std::lock_guard<std::mutex> lock(mutex_);
         ensureQueueThread();
+        allocationPoint();
         queue_.push_back(Task{stream, std::move(executor), workspace});
+    } catch (...) {
+        // Not queued: a synchronize must not wait for it.
+        {
+            std::lock_guard<std::mutex> lock(stream->mutex);
+            --stream->pending;
+        }
+        stream->idle.notify_all();
+        throw;
     }
     wake_.notify_one();
 }
@@ -47,7 +57,7 @@ void Device::submit(const StreamPtr& stream, std::unique_ptr<attnopsExecutor> ex
 void Device::queueLoop() {
     for (;;) {
         Task task;
-        ThreadPool* pool = nullptr;
+        int32_t threads = 0;
         {
             std::unique_lock<std::mutex> lock(mutex_);
             wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -55,13 +65,18 @@ void Device::queueLoop() {
             task = std::move(queue_.front());
             queue_.pop_front();
             running_ = true;
-            if (!pool_ || pool_->size() != threads_) pool_ = std::make_unique<ThreadPool>(threads_);
-            pool = pool_.get();
+            threads = threads_;
         }
         attnopsStatus status = ATTNOPS_SUCCESS;
         std::string message;
         try {
-            task.executor->run(task.workspace, *pool);
+            // The pool belongs to this thread; a failure to make one is the task's error.
+            if (!pool_ || pool_->size() != threads) {
+                pool_.reset();
+                allocationPoint();
+                pool_ = std::make_unique<ThreadPool>(threads);
+            }
+            task.executor->run(task.workspace, *pool_);
         } catch (const Error& e) {
             status = e.status();
             message = e.what();
@@ -105,12 +120,22 @@ void Device::setThreads(int32_t threads) {
 void* Device::allocate(uint64_t bytes) {
     constexpr uint64_t kAlign = 64;
     uint64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    if (rounded < bytes) return nullptr;
+    if (rounded < bytes || allocationFails()) return nullptr;
     void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
     if (p == nullptr) return nullptr;
-    std::lock_guard<std::mutex> lock(allocMutex_);
-    allocations_[p] = bytes;
+    try {
+        std::lock_guard<std::mutex> lock(allocMutex_);
+        allocations_[p] = bytes;
+    } catch (const std::bad_alloc&) {
+        std::free(p);
+        return nullptr;
+    }
     return p;
+}
+
+size_t Device::liveAllocations() {
+    std::lock_guard<std::mutex> lock(allocMutex_);
+    return allocations_.size();
 }
 
 bool Device::release(void* ptr) {
@@ -161,6 +186,7 @@ void Runtime::setCurrent(int32_t index) {
 }
 
 StreamPtr Runtime::createStream(Device& device) {
+    allocationPoint();
     auto stream = std::make_shared<attnopsStream>(device, false);
     std::lock_guard<std::mutex> lock(streamsMutex_);
     streams_[stream.get()] = stream;

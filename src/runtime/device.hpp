@@ -59,6 +59,7 @@ public:
 
     void* allocate(uint64_t bytes);
     bool release(void* ptr);
+    size_t liveAllocations();  // attnopsMalloc blocks not yet freed
 
 private:
     struct Task {
@@ -79,7 +80,7 @@ private:
     std::deque<Task> queue_;
     bool running_ = false;
     bool stop_ = false;
-    std::unique_ptr<ThreadPool> pool_;  // created by the queue thread on first use
+    std::unique_ptr<ThreadPool> pool_;  // the queue thread's alone: made (or remade) by it before a task
     std::thread queueThread_;
 
     std::mutex allocMutex_;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/handles.hpp"
 
 namespace attnops {
@@ -15,6 +16,7 @@ HandleRegistry<attnopsExecutor>& registry() {
 }  // namespace
 
 attnopsExecutor* registerExecutor(std::unique_ptr<attnopsExecutor> executor) {
+    allocationPoint();
     registry().add(executor.get());
     return executor.release();
 }
@@ -26,6 +28,8 @@ namespace {
                                             argument, static_cast<const void*>(executor)));
 }
 }  // namespace
+
+size_t liveExecutorCount() { return registry().size(); }
 
 std::unique_ptr<attnopsExecutor> takeExecutor(attnopsExecutor* executor, const char* argument) {
     if (executor == nullptr) nullArgument(argument);

@@ -10,6 +10,8 @@
 namespace attnops {
 
 attnopsExecutor* registerExecutor(std::unique_ptr<attnopsExecutor> executor);
+// Executors planned and not yet executed or destroyed (tests: nothing leaks on a failure path).
+size_t liveExecutorCount();
 // Removes a live executor and returns its ownership; throws naming `argument` otherwise.
 std::unique_ptr<attnopsExecutor> takeExecutor(attnopsExecutor* executor, const char* argument);
 // A live executor, still owned by the caller; throws naming `argument` otherwise.

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/fault.hpp"
+
 namespace attnops {
 
 struct PlanBase {
@@ -23,6 +25,7 @@ public:
 
     template <typename Plan, typename Make>
     std::shared_ptr<const Plan> getOrMake(const std::string& key, Make&& make) {
+        allocationPoint();  // the key, and the plan when it is not cached
         if (key.size() > kMaxKeyBytes) return std::make_shared<const Plan>(make());
         {
             std::lock_guard<std::mutex> lock(mutex_);

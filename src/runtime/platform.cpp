@@ -23,9 +23,15 @@ int affinityCores() {
     return n > 0 ? int(n) : 0;
 }
 
+std::string& cgroupRoot() {
+    static std::string root = "/sys/fs/cgroup";
+    return root;
+}
+
 // CPU quota in cores (rounded up), or 0 when there is none.
 int cgroupQuotaCores() {
-    std::ifstream v2("/sys/fs/cgroup/cpu.max");
+    const std::string& root = cgroupRoot();
+    std::ifstream v2(root + "/cpu.max");
     if (v2) {
         std::string quota;
         double period = 0;
@@ -35,7 +41,7 @@ int cgroupQuotaCores() {
         }
         return 0;
     }
-    std::ifstream q1("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p1("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+    std::ifstream q1(root + "/cpu/cpu.cfs_quota_us"), p1(root + "/cpu/cpu.cfs_period_us");
     double q = 0, p = 0;
     if (q1 >> q && p1 >> p && q > 0 && p > 0) return int(std::ceil(q / p));
     return 0;
@@ -86,6 +92,10 @@ const PlatformInfo& platform() {
     static const PlatformInfo info = probe();
     return info;
 }
+
+namespace testing {
+void setCgroupRoot(const std::string& root) { cgroupRoot() = root; }
+}  // namespace testing
 
 void logWarning(const std::string& message) { std::fprintf(stderr, "attnops warning: %s\n", message.c_str()); }
 

@@ -25,4 +25,10 @@ std::string envString(const char* name);
 
 void logWarning(const std::string& message);
 
+namespace testing {
+// Tests only (internal): read the cgroup CPU quota files (cpu.max; cpu/cpu.cfs_quota_us and
+// cpu/cpu.cfs_period_us) under `root` instead of /sys/fs/cgroup. Call before the first platform().
+void setCgroupRoot(const std::string& root);
+}  // namespace testing
+
 }  // namespace attnops

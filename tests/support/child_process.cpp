@@ -78,13 +78,14 @@ ChildResult runChild(const std::string& test, const Environment& env) {
 }
 
 
-void expectChildPasses(const std::string& test, const Environment& env) {
+ChildResult expectChildPasses(const std::string& test, const Environment& env) {
     const ChildResult r = runChild(test, env);
     std::string envText;
     for (const auto& [k, v] : env) envText += k + "=" + v + " ";
     EXPECT_EQ(r.exitCode, 0) << envText << test << " output:\n" << r.output;
     EXPECT_NE(r.output.find("[  PASSED  ] 1 test."), std::string::npos) << envText << test << " output:\n" << r.output;
     EXPECT_EQ(r.output.find("[  SKIPPED ]"), std::string::npos) << envText << test << " output:\n" << r.output;
+    return r;
 }
 
 }  // namespace attnops::testing

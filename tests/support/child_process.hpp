@@ -22,7 +22,7 @@ struct ChildResult {
 // child's GTEST_* and ATTNOPS_* variables come from `env` only; everything else is inherited.
 ChildResult runChild(const std::string& test, const Environment& env);
 
-// Expects the child to exit 0 after running (not skipping) exactly its one test.
-void expectChildPasses(const std::string& test, const Environment& env);
+// Expects the child to exit 0 after running (not skipping) exactly its one test; returns its result.
+ChildResult expectChildPasses(const std::string& test, const Environment& env);
 
 }  // namespace attnops::testing

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/handles.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
@@ -159,6 +160,7 @@ Sequences fixedSequences(int64_t batch, int64_t s1, int64_t s2, int64_t n1) {
     Sequences seq;
     seq.count = batch;
     const size_t n = size_t(batch);
+    allocationPoint();  // the O(B) tables below
     seq.qStart.assign(n, 0);
     seq.kvStart.assign(n, 0);
     seq.qLen.assign(n, s1);
@@ -182,6 +184,7 @@ Sequences tndSequences(const attnopsIntArray& qCum, const attnopsIntArray& kvCum
     Sequences seq;
     const size_t n = qCum.values.size();
     seq.count = int64_t(n);
+    allocationPoint();  // the O(B) tables below
     seq.qStart.resize(n);
     seq.qLen.resize(n);
     seq.kvStart.resize(n);

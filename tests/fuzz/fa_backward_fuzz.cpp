@@ -1,0 +1,109 @@
+// libFuzzer target over the FlashAttentionScoreGrad two-phase API: the input bytes choose shapes,
+// strides, dtypes, layout, modes, attribute values, the saved statistics (lanes, shape), dy,
+// gradient outputs (shape, dtype), sink/dsink, sequence-length arrays (decreasing, negative,
+// overflowing, mismatched) and NULL arguments. Every buffer is sized exactly to its declared shape
+// and strides, so AddressSanitizer catches any read or write outside it. The library must return
+// a status, never crash; accepted problems are executed.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "fuzz_input.hpp"
+
+namespace {
+
+using attnops::fuzz::Bytes;
+using attnops::fuzz::FuzzArray;
+using attnops::fuzz::FuzzTensor;
+
+const attnopsDataType kFloatTypes[] = {ATTNOPS_FLOAT32, ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_UINT8};
+const char* const kLayouts[] = {"BSH", "SBH", "BSND", "BNSD", "TND", "tnd", ""};
+
+std::vector<int64_t> shapeOf(const std::string& layout, int64_t b, int64_t s, int64_t n, int64_t d) {
+    if (layout == "BSH") return {b, s, n * d};
+    if (layout == "SBH") return {s, b, n * d};
+    if (layout == "BSND") return {b, s, n, d};
+    if (layout == "TND") return {s, n, d};
+    return {b, n, s, d};
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    static const bool init = [] {
+        setenv("ATTNOPS_LAUNCH_BLOCKING", "1", 1);
+        return true;
+    }();
+    (void)init;
+    Bytes in(data, size);
+    const std::string layout = kLayouts[in.small(0, 6)];
+    const attnopsDataType dtype = kFloatTypes[in.small(0, 3)];
+    const auto maybeOther = [&] { return in.small(0, 11) == 0 ? kFloatTypes[in.small(0, 3)] : dtype; };
+    const int64_t b = in.small(0, 3), s1 = in.small(0, 20), s2 = in.small(0, 20);
+    const int64_t n2 = in.small(1, 3), n1 = n2 * in.small(1, 3) + (in.small(0, 9) == 0 ? 1 : 0);
+    const int64_t d = in.small(0, 17), dv = in.small(0, 7) == 0 ? d + 1 : std::min<int64_t>(d, in.small(0, 17));
+    const auto pick = [&](int64_t v) { return in.small(0, 15) == 0 ? v + 1 : v; };  // occasionally wrong
+    FuzzTensor q, k, v, dy, attn, pse, drop, mask, sink, smax, ssum, dq, dk, dv_, dsink;
+    q.make(in, dtype, shapeOf(layout, b, s1, n1, d));
+    k.make(in, maybeOther(), shapeOf(layout, b, s2, n2, d));
+    v.make(in, dtype, shapeOf(layout, b, s2, n2, dv));
+    dy.make(in, maybeOther(), shapeOf(layout, b, s1, n1, pick(dv)));
+    attn.make(in, dtype, shapeOf(layout, b, s1, n1, pick(dv)));
+    if (in.flag()) pse.make(in, in.flag() ? dtype : ATTNOPS_FLOAT32, in.flag() ? std::vector<int64_t>{b, n1, s1, s2}
+                                                                               : std::vector<int64_t>{in.small(0, 400)});
+    if (in.flag()) drop.make(in, ATTNOPS_UINT8, {in.small(0, 300)});
+    if (in.flag()) mask.make(in, in.flag() ? ATTNOPS_BOOL : ATTNOPS_UINT8, in.flag() ? std::vector<int64_t>{s1, s2}
+                                                                                     : std::vector<int64_t>{b, 1, s1, s2});
+    if (in.small(0, 7) != 0) {
+        const int64_t lanes = in.flag() ? 8 : in.small(0, 9);
+        const std::vector<int64_t> st = layout == "TND" ? std::vector<int64_t>{pick(s1), n1, lanes}
+                                                        : std::vector<int64_t>{b, pick(n1), s1, lanes};
+        smax.make(in, in.small(0, 15) == 0 ? dtype : ATTNOPS_FLOAT32, st);
+        ssum.make(in, ATTNOPS_FLOAT32, in.small(0, 15) == 0 ? std::vector<int64_t>{1} : st);
+    }
+    dq.make(in, dtype, shapeOf(layout, b, s1, n1, pick(d)));
+    dk.make(in, maybeOther(), shapeOf(layout, b, s2, n2, d));
+    dv_.make(in, dtype, shapeOf(layout, b, s2, pick(n2), dv));
+    if (in.flag()) {
+        sink.make(in, ATTNOPS_FLOAT32, {pick(n1)});
+        if (in.small(0, 7) != 0) dsink.make(in, in.small(0, 15) == 0 ? dtype : ATTNOPS_FLOAT32, {pick(n1)});
+    }
+    FuzzArray prefix, qCum, kvCum, qStart, kvStart;
+    if (in.flag()) prefix.make(in, in.small(0, 4));
+    if (layout == "TND" || in.small(0, 7) == 0) {
+        const int64_t seqs = in.small(0, 5);
+        qCum.make(in, seqs);
+        kvCum.make(in, in.small(0, 7) == 0 ? seqs + 1 : seqs);
+    }
+    if (in.flag()) qStart.make(in, in.small(0, 2));
+    if (in.flag()) kvStart.make(in, in.small(0, 2));
+    const double keepProbs[] = {1.0, 0.5, 0.0, -1.0, 1.5, std::numeric_limits<double>::quiet_NaN(), 1e-300};
+    const double scales[] = {0.125, 1.0, -2.0, std::numeric_limits<double>::infinity(), 1e300};
+    // Which required argument, if any, is passed as NULL.
+    const int64_t nullArg = in.small(0, 31);
+    const auto orNull = [&](int64_t which, attnopsTensor* t) { return nullArg == which ? nullptr : t; };
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    const attnopsStatus st = attnopsFlashAttentionScoreGradGetWorkspaceSize(
+        orNull(0, q.handle), orNull(1, k.handle), orNull(2, v.handle), orNull(3, dy.handle), pse.handle, drop.handle,
+        nullptr, mask.handle, orNull(4, smax.handle), orNull(5, ssum.handle), nullptr, orNull(6, attn.handle),
+        prefix.handle, qCum.handle, kvCum.handle, qStart.handle, kvStart.handle, sink.handle, scales[in.small(0, 4)],
+        keepProbs[in.small(0, 6)], in.wide(), in.wide(), in.small(0, 15) == 0 ? in.wide() : n1, layout.c_str(),
+        in.small(0, 3), in.small(-1, 9), in.small(-1, 4), in.wide(), in.wide(), orNull(7, dq.handle),
+        orNull(8, dk.handle), orNull(9, dv_.handle), nullptr, dsink.handle, nullArg == 10 ? nullptr : &ws,
+        nullArg == 11 ? nullptr : &exec);
+    if (st != ATTNOPS_SUCCESS) return 0;
+    void* workspace = nullptr;
+    if (ws > 0 && attnopsMalloc(ws, &workspace) != ATTNOPS_SUCCESS) {
+        attnopsDestroyExecutor(exec);
+        return 0;
+    }
+    attnopsFlashAttentionScoreGrad(workspace, ws, exec, nullptr);
+    attnopsStreamSynchronize(nullptr);
+    attnopsFree(workspace);
+    return 0;
+}
