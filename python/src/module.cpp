@@ -13,13 +13,75 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "attnops/attnops.hpp"
+#include "attnops/attnops.h"
 
 namespace nb = nanobind;
 
+// Everything here has internal linkage. The extension links the static library, whose internal
+// classes share the namespace `attnops` with the public C++ layer (attnops.hpp): including both
+// would merge two different `attnops::Error` classes (vtables, inline members) into one binary.
+// So this file uses the C API only, with its own small handles.
 namespace {
+
+// A failed status with the library's message for the calling thread.
+class Error : public std::exception {
+public:
+    Error(attnopsStatus status, std::string message)
+        : status_(status), message_(std::string(attnopsStatusName(status)) + ": " + std::move(message)) {}
+    attnopsStatus status() const noexcept { return status_; }
+    const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+    attnopsStatus status_;
+    std::string message_;
+};
+
+void check(attnopsStatus status) {
+    if (status != ATTNOPS_SUCCESS) throw Error(status, attnopsGetLastErrorMessage());
+}
+
+// Owner of one C object.
+template <typename T, attnopsStatus (*Destroy)(T*)>
+class Handle {
+public:
+    Handle() = default;
+    explicit Handle(T* raw) : raw_(raw) {}
+    ~Handle() {
+        if (raw_) Destroy(raw_);
+    }
+    Handle(Handle&& o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
+    Handle& operator=(Handle&&) = delete;
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    T* get() const noexcept { return raw_; }
+    T* release() noexcept { return std::exchange(raw_, nullptr); }
+
+private:
+    T* raw_ = nullptr;
+};
+
+using Tensor = Handle<attnopsTensor, attnopsDestroyTensor>;
+using IntArray = Handle<attnopsIntArray, attnopsDestroyIntArray>;
+using Stream = Handle<attnopsStream, attnopsStreamDestroy>;
+using Executor = Handle<attnopsExecutor, attnopsDestroyExecutor>;
+
+// Workspace memory from the current device's pool.
+class Workspace {
+public:
+    explicit Workspace(uint64_t bytes) {
+        if (bytes > 0) check(attnopsMalloc(bytes, &ptr_));
+    }
+    ~Workspace() { attnopsFree(ptr_); }
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+    void* data() const noexcept { return ptr_; }
+
+private:
+    void* ptr_ = nullptr;
+};
 
 using In = nb::ndarray<nb::ro, nb::device::cpu>;
 using Out = nb::ndarray<nb::device::cpu>;
@@ -30,7 +92,7 @@ using OptInts = std::optional<std::vector<int64_t>>;
 // Python exceptions carrying the library's message: a failure the caller can fix by changing the
 // arguments is a ValueError, everything else (unsupported configuration, runtime, memory,
 // internal) a RuntimeError.
-[[noreturn]] void raise(const attnops::Error& e) {
+[[noreturn]] void raise(const Error& e) {
     const attnopsStatus s = e.status();
     if (s == ATTNOPS_ERROR_INVALID_ARGUMENT || s == ATTNOPS_ERROR_NULL_ARGUMENT) throw nb::value_error(e.what());
     throw std::runtime_error(e.what());
@@ -57,7 +119,7 @@ attnopsDataType dataType(const nb::dlpack::dtype& t, const char* name) {
 
 // Describes a DLPack array to attnops: same memory, shape and element strides.
 template <typename Array>
-attnops::Tensor describe(const Array& a, const char* name) {
+Tensor describe(const Array& a, const char* name) {
     std::vector<int64_t> shape(a.ndim()), strides(a.ndim());
     for (size_t i = 0; i < a.ndim(); ++i) {
         shape[i] = int64_t(a.shape(i));
@@ -67,30 +129,36 @@ attnops::Tensor describe(const Array& a, const char* name) {
                                    " in dimension " + std::to_string(i) + ": attnops reads non-negative strides only")
                                       .c_str());
     }
+    const attnopsDataType dtype = dataType(a.dtype(), name);
+    attnopsTensor* t = nullptr;
     try {
-        return attnops::Tensor(const_cast<void*>(static_cast<const void*>(a.data())), dataType(a.dtype(), name), shape,
-                               strides);
-    } catch (const attnops::Error& e) {
+        check(attnopsCreateTensor(const_cast<void*>(static_cast<const void*>(a.data())), dtype, int64_t(shape.size()),
+                                  shape.data(), strides.data(), ATTNOPS_HOST_MEMORY, &t));
+    } catch (const Error& e) {
         raise(e);
     }
+    return Tensor(t);
 }
 
 template <typename Array>
-attnops::Tensor describe(const std::optional<Array>& a, const char* name) {
-    return a ? describe(*a, name) : attnops::Tensor();
+Tensor describe(const std::optional<Array>& a, const char* name) {
+    return a ? describe(*a, name) : Tensor();
 }
 
-attnops::IntArray intArray(const OptInts& v) {
+IntArray intArray(const OptInts& v) {
+    if (!v) return {};
+    attnopsIntArray* a = nullptr;
     try {
-        return v ? attnops::IntArray(*v) : attnops::IntArray();
-    } catch (const attnops::Error& e) {
+        check(attnopsCreateIntArray(v->data(), v->size(), &a));
+    } catch (const Error& e) {
         raise(e);
     }
+    return IntArray(a);
 }
 
 // Host integer arrays may also come as 1-D integer tensors (cumulative sequence lengths kept in a
 // tensor keep torch.compile graphs free of .tolist()).
-attnops::IntArray intArray(const std::optional<In>& t, const char* name) {
+IntArray intArray(const std::optional<In>& t, const char* name) {
     if (!t) return {};
     const In& a = *t;
     if (a.ndim() != 1)
@@ -106,8 +174,8 @@ attnops::IntArray intArray(const std::optional<In>& t, const char* name) {
     return intArray(OptInts(std::move(v)));
 }
 
-const attnopsTensor* raw(const attnops::Tensor& t) { return t.get(); }
-const attnopsIntArray* raw(const attnops::IntArray& a) { return a.get(); }
+const attnopsTensor* raw(const Tensor& t) { return t.get(); }
+const attnopsIntArray* raw(const IntArray& a) { return a.get(); }
 
 // Phase 1 (validation and planning) and phase 2 (the kernels) run without the GIL, on a stream of
 // this call's own; the call returns when the work is done.
@@ -117,13 +185,15 @@ void run(Plan plan, attnopsStatus (*launch)(void*, uint64_t, attnopsExecutor*, a
         nb::gil_scoped_release unlocked;
         uint64_t bytes = 0;
         attnopsExecutor* executor = nullptr;
-        attnops::check(plan(&bytes, &executor));
-        attnops::Handle<attnopsExecutor, attnopsDestroyExecutor> owned(executor);  // until launched
-        attnops::Workspace workspace(bytes);
-        attnops::Stream stream = attnops::Stream::create();
-        attnops::check(launch(workspace.data(), bytes, owned.release(), stream.get()));
-        stream.synchronize();
-    } catch (const attnops::Error& e) {
+        check(plan(&bytes, &executor));
+        Executor owned(executor);  // until launched
+        Workspace workspace(bytes);
+        attnopsStream* created = nullptr;
+        check(attnopsStreamCreate(&created));
+        Stream stream(created);
+        check(launch(workspace.data(), bytes, owned.release(), stream.get()));
+        check(attnopsStreamSynchronize(stream.get()));
+    } catch (const Error& e) {
         raise(e);
     }
 }
@@ -185,9 +255,9 @@ void genDropMask(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqL
     const auto m = describe(mask, "drop_mask");
     try {
         nb::gil_scoped_release unlocked;
-        attnops::check(attnopsFlashAttentionGenDropMask(batch, headNum, qSeqLen, kvSeqLen, raw(aq), raw(ak), keepProb,
+        check(attnopsFlashAttentionGenDropMask(batch, headNum, qSeqLen, kvSeqLen, raw(aq), raw(ak), keepProb,
                                                         seed, offset, raw(m)));
-    } catch (const attnops::Error& e) {
+    } catch (const Error& e) {
         raise(e);
     }
 }
@@ -197,8 +267,8 @@ uint64_t dropMaskBytes(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t 
     const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
     uint64_t bytes = 0;
     try {
-        attnops::check(attnopsFlashAttentionDropMaskBytes(batch, headNum, qSeqLen, kvSeqLen, raw(aq), raw(ak), &bytes));
-    } catch (const attnops::Error& e) {
+        check(attnopsFlashAttentionDropMaskBytes(batch, headNum, qSeqLen, kvSeqLen, raw(aq), raw(ak), &bytes));
+    } catch (const Error& e) {
         raise(e);
     }
     return bytes;
@@ -247,16 +317,16 @@ NB_MODULE(_C, m) {
     m.def("version", [] { return std::string(attnopsVersion()); });
     m.def("set_threads", [](int32_t threads, int32_t device) {
         try {
-            attnops::check(attnopsSetDeviceThreads(device, threads));
-        } catch (const attnops::Error& e) {
+            check(attnopsSetDeviceThreads(device, threads));
+        } catch (const Error& e) {
             raise(e);
         }
     }, nb::arg("threads"), nb::arg("device") = 0);
     m.def("threads", [](int32_t device) {
         attnopsDeviceInfo info{};
         try {
-            attnops::check(attnopsGetDeviceInfo(device, &info));
-        } catch (const attnops::Error& e) {
+            check(attnopsGetDeviceInfo(device, &info));
+        } catch (const Error& e) {
             raise(e);
         }
         return info.threads;
