@@ -7,6 +7,7 @@
 #   3. clang with ThreadSanitizer: the runtime, fault and concurrency tests (reduced iterations).
 #   4. libFuzzer (clang, ASan+UBSan) over the FlashAttentionScore, FlashAttentionScoreGrad and
 #      BlockAttentionResiduals APIs for a bounded time each (ATTNOPS_FUZZ_SECONDS, default 40).
+#   5. The Python package (pip install .) and its pytest suite (tests/python).
 # Set ATTNOPS_TEST_QUICK=1 to run step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,4 +64,22 @@ for target in fa_forward_fuzz fa_backward_fuzz bar_fuzz; do
   fi
   rm -rf "$corpus" "$corpus.log"
 done
+
+# Python package: `pip install .` (scikit-build-core + nanobind, the same CMake project) and its
+# pytest suite. Uses python3 when it already has the packages, else a virtual environment in
+# .venv with a CPU-only torch wheel; pip's cache keeps reruns fast, and the fixed build folder
+# (build-python/) plus ccache keep the extension build incremental.
+stamp "Python package: install"
+py=python3
+if ! "$py" -c "import torch, numpy, pytest, nanobind, scikit_build_core" 2>/dev/null; then
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  py=.venv/bin/python
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q numpy pytest "nanobind>=2.0" "scikit-build-core>=0.10"
+  "$py" -c "import torch" 2>/dev/null ||
+    "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+fi
+CCACHE_BASEDIR="$PWD" "$py" -m pip install -q --no-build-isolation .
+stamp "Python package: pytest"
+"$py" -m pytest tests/python -q -p no:cacheprovider
 stamp "all test configurations passed"

@@ -1,0 +1,38 @@
+"""attnops for PyTorch (CPU tensors).
+
+- torch_npu interface: :func:`npu_fusion_attention`, :func:`npu_fusion_attention_grad`
+- flash-attn 2 interface: :func:`flash_attn_func`, :func:`flash_attn_varlen_func` and the
+  qkv-/kv-packed variants
+- Block Attention Residuals: :func:`block_attention_residuals`,
+  :func:`block_attention_residuals_backward`
+
+The operators are registered with torch.library as ``torch.ops.attnops.*`` (fake
+implementations for torch.compile, autograd formulas that call the attnops grads).
+"""
+
+from . import _ops
+from .bar import block_attention_residuals, block_attention_residuals_backward, block_attention_residuals_with_stats
+from .flash_attn import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+from .npu import npu_fusion_attention, npu_fusion_attention_grad, npu_gen_drop_mask
+
+__all__ = [
+    "block_attention_residuals",
+    "block_attention_residuals_backward",
+    "block_attention_residuals_with_stats",
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "npu_fusion_attention",
+    "npu_fusion_attention_grad",
+    "npu_gen_drop_mask",
+]

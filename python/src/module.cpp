@@ -1,0 +1,365 @@
+// attnops._C: the C API of the three operators for Python. Arrays arrive by DLPack (PyTorch CPU
+// tensors, NumPy arrays, anything with __dlpack__) and are described to attnops in place, with
+// their strides: nothing is copied. Outputs are allocated by the caller (the Python layer) and
+// filled here. Every call runs on its own stream with the GIL released, so Python threads run
+// operators concurrently and a stream error can only belong to the call that raised it.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnops/attnops.h"
+
+namespace nb = nanobind;
+
+// Everything here has internal linkage. The extension links the static library, whose internal
+// classes share the namespace `attnops` with the public C++ layer (attnops.hpp): including both
+// would merge two different `attnops::Error` classes (vtables, inline members) into one binary.
+// So this file uses the C API only, with its own small handles.
+namespace {
+
+// A failed status with the library's message for the calling thread.
+class Error : public std::exception {
+public:
+    Error(attnopsStatus status, std::string message)
+        : status_(status), message_(std::string(attnopsStatusName(status)) + ": " + std::move(message)) {}
+    attnopsStatus status() const noexcept { return status_; }
+    const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+    attnopsStatus status_;
+    std::string message_;
+};
+
+void check(attnopsStatus status) {
+    if (status != ATTNOPS_SUCCESS) throw Error(status, attnopsGetLastErrorMessage());
+}
+
+// Owner of one C object.
+template <typename T, attnopsStatus (*Destroy)(T*)>
+class Handle {
+public:
+    Handle() = default;
+    explicit Handle(T* raw) : raw_(raw) {}
+    ~Handle() {
+        if (raw_) Destroy(raw_);
+    }
+    Handle(Handle&& o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
+    Handle& operator=(Handle&&) = delete;
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    T* get() const noexcept { return raw_; }
+    T* release() noexcept { return std::exchange(raw_, nullptr); }
+
+private:
+    T* raw_ = nullptr;
+};
+
+using Tensor = Handle<attnopsTensor, attnopsDestroyTensor>;
+using IntArray = Handle<attnopsIntArray, attnopsDestroyIntArray>;
+using Stream = Handle<attnopsStream, attnopsStreamDestroy>;
+using Executor = Handle<attnopsExecutor, attnopsDestroyExecutor>;
+
+// Workspace memory from the current device's pool.
+class Workspace {
+public:
+    explicit Workspace(uint64_t bytes) {
+        if (bytes > 0) check(attnopsMalloc(bytes, &ptr_));
+    }
+    ~Workspace() { attnopsFree(ptr_); }
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+    void* data() const noexcept { return ptr_; }
+
+private:
+    void* ptr_ = nullptr;
+};
+
+using In = nb::ndarray<nb::ro, nb::device::cpu>;
+using Out = nb::ndarray<nb::device::cpu>;
+using OptIn = std::optional<In>;
+using OptOut = std::optional<Out>;
+using OptInts = std::optional<std::vector<int64_t>>;
+
+// Python exceptions carrying the library's message: a failure the caller can fix by changing the
+// arguments is a ValueError, everything else (unsupported configuration, runtime, memory,
+// internal) a RuntimeError.
+[[noreturn]] void raise(const Error& e) {
+    const attnopsStatus s = e.status();
+    if (s == ATTNOPS_ERROR_INVALID_ARGUMENT || s == ATTNOPS_ERROR_NULL_ARGUMENT) throw nb::value_error(e.what());
+    throw std::runtime_error(e.what());
+}
+
+attnopsDataType dataType(const nb::dlpack::dtype& t, const char* name) {
+    using Code = nb::dlpack::dtype_code;
+    const auto code = Code(t.code);
+    if (t.lanes == 1) {
+        if (code == Code::Float && t.bits == 32) return ATTNOPS_FLOAT32;
+        if (code == Code::Float && t.bits == 16) return ATTNOPS_FLOAT16;
+        if (code == Code::Float && t.bits == 64) return ATTNOPS_FLOAT64;
+        if (code == Code::Bfloat && t.bits == 16) return ATTNOPS_BFLOAT16;
+        if (code == Code::Bool && t.bits == 8) return ATTNOPS_BOOL;
+        if (code == Code::UInt && t.bits == 8) return ATTNOPS_UINT8;
+        if (code == Code::Int && t.bits == 8) return ATTNOPS_INT8;
+        if (code == Code::Int && t.bits == 32) return ATTNOPS_INT32;
+        if (code == Code::Int && t.bits == 64) return ATTNOPS_INT64;
+    }
+    throw nb::value_error((std::string(name) + ": unsupported element type (DLPack code " + std::to_string(t.code) +
+                           ", " + std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) + " lanes)")
+                              .c_str());
+}
+
+// Describes a DLPack array to attnops: same memory, shape and element strides.
+template <typename Array>
+Tensor describe(const Array& a, const char* name) {
+    std::vector<int64_t> shape(a.ndim()), strides(a.ndim());
+    for (size_t i = 0; i < a.ndim(); ++i) {
+        shape[i] = int64_t(a.shape(i));
+        strides[i] = a.stride(i);
+        if (strides[i] < 0)
+            throw nb::value_error((std::string(name) + ": negative stride " + std::to_string(strides[i]) +
+                                   " in dimension " + std::to_string(i) + ": attnops reads non-negative strides only")
+                                      .c_str());
+    }
+    const attnopsDataType dtype = dataType(a.dtype(), name);
+    attnopsTensor* t = nullptr;
+    try {
+        check(attnopsCreateTensor(const_cast<void*>(static_cast<const void*>(a.data())), dtype, int64_t(shape.size()),
+                                  shape.data(), strides.data(), ATTNOPS_HOST_MEMORY, &t));
+    } catch (const Error& e) {
+        raise(e);
+    }
+    return Tensor(t);
+}
+
+template <typename Array>
+Tensor describe(const std::optional<Array>& a, const char* name) {
+    return a ? describe(*a, name) : Tensor();
+}
+
+IntArray intArray(const OptInts& v) {
+    if (!v) return {};
+    attnopsIntArray* a = nullptr;
+    try {
+        check(attnopsCreateIntArray(v->data(), v->size(), &a));
+    } catch (const Error& e) {
+        raise(e);
+    }
+    return IntArray(a);
+}
+
+// Host integer arrays may also come as 1-D integer tensors (cumulative sequence lengths kept in a
+// tensor keep torch.compile graphs free of .tolist()).
+IntArray intArray(const std::optional<In>& t, const char* name) {
+    if (!t) return {};
+    const In& a = *t;
+    if (a.ndim() != 1)
+        throw nb::value_error((std::string(name) + ": rank " + std::to_string(a.ndim()) + ": must be 1-D").c_str());
+    const attnopsDataType dt = dataType(a.dtype(), name);
+    if (dt != ATTNOPS_INT32 && dt != ATTNOPS_INT64)
+        throw nb::value_error((std::string(name) + ": dtype " + attnopsDataTypeName(dt) + ": must be int32 or int64").c_str());
+    std::vector<int64_t> v(a.shape(0));
+    for (size_t i = 0; i < v.size(); ++i) {
+        const int64_t at = int64_t(i) * a.stride(0);
+        v[i] = dt == ATTNOPS_INT32 ? static_cast<const int32_t*>(a.data())[at] : static_cast<const int64_t*>(a.data())[at];
+    }
+    return intArray(OptInts(std::move(v)));
+}
+
+const attnopsTensor* raw(const Tensor& t) { return t.get(); }
+const attnopsIntArray* raw(const IntArray& a) { return a.get(); }
+
+// Phase 1 (validation and planning) and phase 2 (the kernels) run without the GIL, on a stream of
+// this call's own; the call returns when the work is done.
+template <typename Plan>
+void run(Plan plan, attnopsStatus (*launch)(void*, uint64_t, attnopsExecutor*, attnopsStream*)) {
+    try {
+        nb::gil_scoped_release unlocked;
+        uint64_t bytes = 0;
+        attnopsExecutor* executor = nullptr;
+        check(plan(&bytes, &executor));
+        Executor owned(executor);  // until launched
+        Workspace workspace(bytes);
+        attnopsStream* created = nullptr;
+        check(attnopsStreamCreate(&created));
+        Stream stream(created);
+        check(launch(workspace.data(), bytes, owned.release(), stream.get()));
+        check(attnopsStreamSynchronize(stream.get()));
+    } catch (const Error& e) {
+        raise(e);
+    }
+}
+
+void flashAttentionScore(const In& query, const In& key, const In& value, const OptIn& pse, const OptIn& dropMask,
+                         const OptIn& attenMask, const OptInts& prefix, const OptIn& actualSeqQLen,
+                         const OptIn& actualSeqKvLen, const OptInts& qStartIdx, const OptInts& kvStartIdx,
+                         const OptIn& sink, double scale, double keepProb, int64_t preTokens, int64_t nextTokens,
+                         int64_t headNum, const std::string& layout, int64_t innerPrecise, int64_t sparseMode,
+                         int64_t pseType, int64_t seed, int64_t offset, const Out& attentionOut,
+                         const OptOut& softmaxMax, const OptOut& softmaxSum) {
+    const auto q = describe(query, "query"), k = describe(key, "key"), v = describe(value, "value");
+    const auto p = describe(pse, "pse"), dm = describe(dropMask, "drop_mask"), am = describe(attenMask, "atten_mask");
+    const auto sk = describe(sink, "sink"), out = describe(attentionOut, "attention_out");
+    const auto mx = describe(softmaxMax, "softmax_max"), sm = describe(softmaxSum, "softmax_sum");
+    const auto pre = intArray(prefix), qs = intArray(qStartIdx), ks = intArray(kvStartIdx);
+    const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** ex) {
+            return attnopsFlashAttentionScoreGetWorkspaceSize(
+                raw(q), raw(k), raw(v), raw(p), raw(dm), nullptr, raw(am), raw(pre), raw(aq), raw(ak), raw(qs), raw(ks),
+                raw(sk), scale, keepProb, preTokens, nextTokens, headNum, layout.c_str(), innerPrecise, sparseMode,
+                pseType, seed, offset, raw(mx), raw(sm), nullptr, raw(out), bytes, ex);
+        },
+        attnopsFlashAttentionScore);
+}
+
+void flashAttentionScoreGrad(const In& query, const In& key, const In& value, const In& dy, const OptIn& pse,
+                             const OptIn& dropMask, const OptIn& attenMask, const In& softmaxMax, const In& softmaxSum,
+                             const In& attentionIn, const OptInts& prefix, const OptIn& actualSeqQLen,
+                             const OptIn& actualSeqKvLen, const OptInts& qStartIdx, const OptInts& kvStartIdx,
+                             const OptIn& sink, double scale, double keepProb, int64_t preTokens, int64_t nextTokens,
+                             int64_t headNum, const std::string& layout, int64_t innerPrecise, int64_t sparseMode,
+                             int64_t pseType, int64_t seed, int64_t offset, const Out& dq, const Out& dk,
+                             const Out& dv, const OptOut& dsink) {
+    const auto q = describe(query, "query"), k = describe(key, "key"), v = describe(value, "value");
+    const auto g = describe(dy, "dy"), p = describe(pse, "pse"), dm = describe(dropMask, "drop_mask");
+    const auto am = describe(attenMask, "atten_mask"), mx = describe(softmaxMax, "softmax_max");
+    const auto sm = describe(softmaxSum, "softmax_sum"), o = describe(attentionIn, "attention_in");
+    const auto sk = describe(sink, "sink");
+    const auto gq = describe(dq, "dq"), gk = describe(dk, "dk"), gv = describe(dv, "dv");
+    const auto gs = describe(dsink, "dsink");
+    const auto pre = intArray(prefix), qs = intArray(qStartIdx), ks = intArray(kvStartIdx);
+    const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** ex) {
+            return attnopsFlashAttentionScoreGradGetWorkspaceSize(
+                raw(q), raw(k), raw(v), raw(g), raw(p), raw(dm), nullptr, raw(am), raw(mx), raw(sm), nullptr, raw(o),
+                raw(pre), raw(aq), raw(ak), raw(qs), raw(ks), raw(sk), scale, keepProb, preTokens, nextTokens, headNum,
+                layout.c_str(), innerPrecise, sparseMode, pseType, seed, offset, raw(gq), raw(gk), raw(gv), nullptr,
+                raw(gs), bytes, ex);
+        },
+        attnopsFlashAttentionScoreGrad);
+}
+
+void genDropMask(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen, const OptIn& actualSeqQLen,
+                 const OptIn& actualSeqKvLen, double keepProb, int64_t seed, int64_t offset, const Out& mask) {
+    const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
+    const auto m = describe(mask, "drop_mask");
+    try {
+        nb::gil_scoped_release unlocked;
+        check(attnopsFlashAttentionGenDropMask(batch, headNum, qSeqLen, kvSeqLen, raw(aq), raw(ak), keepProb,
+                                                        seed, offset, raw(m)));
+    } catch (const Error& e) {
+        raise(e);
+    }
+}
+
+uint64_t dropMaskBytes(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen, const OptIn& actualSeqQLen,
+                       const OptIn& actualSeqKvLen) {
+    const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
+    uint64_t bytes = 0;
+    try {
+        check(attnopsFlashAttentionDropMaskBytes(batch, headNum, qSeqLen, kvSeqLen, raw(aq), raw(ak), &bytes));
+    } catch (const Error& e) {
+        raise(e);
+    }
+    return bytes;
+}
+
+void blockAttentionResiduals(const In& partialBlock, const In& blockRes, const In& projWeight, const In& normWeight,
+                             int64_t validBlockNum, double normEps, const Out& hiddenStates, const OptOut& invNorm,
+                             const OptOut& probs) {
+    const auto pb = describe(partialBlock, "partial_block"), br = describe(blockRes, "block_res");
+    const auto pw = describe(projWeight, "proj_weight"), nw = describe(normWeight, "norm_weight");
+    const auto hs = describe(hiddenStates, "hidden_states"), inv = describe(invNorm, "inv_norm");
+    const auto pr = describe(probs, "probs");
+    const bool needBackward = invNorm.has_value() || probs.has_value();
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** ex) {
+            return attnopsBlockAttentionResidualsGetWorkspaceSize(raw(pb), raw(br), raw(pw), raw(nw), validBlockNum,
+                                                                  normEps, needBackward, raw(hs), raw(inv), raw(pr),
+                                                                  bytes, ex);
+        },
+        attnopsBlockAttentionResiduals);
+}
+
+void blockAttentionResidualsGrad(const In& partialBlock, const In& blockRes, const In& projWeight,
+                                 const In& normWeight, const In& gradHidden, const In& invNorm, const In& probs,
+                                 int64_t validBlockNum, const Out& gradPartialBlock, const Out& gradBlockRes,
+                                 const Out& gradProjWeight, const Out& gradNormWeight) {
+    const auto pb = describe(partialBlock, "partial_block"), br = describe(blockRes, "block_res");
+    const auto pw = describe(projWeight, "proj_weight"), nw = describe(normWeight, "norm_weight");
+    const auto go = describe(gradHidden, "grad_hidden_states"), inv = describe(invNorm, "inv_norm");
+    const auto pr = describe(probs, "probs");
+    const auto gpb = describe(gradPartialBlock, "grad_partial_block"), gbr = describe(gradBlockRes, "grad_block_res");
+    const auto gpw = describe(gradProjWeight, "grad_proj_weight"), gnw = describe(gradNormWeight, "grad_norm_weight");
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** ex) {
+            return attnopsBlockAttentionResidualsGradGetWorkspaceSize(raw(pb), raw(br), raw(pw), raw(nw), raw(go),
+                                                                      raw(inv), raw(pr), validBlockNum, raw(gpb),
+                                                                      raw(gbr), raw(gpw), raw(gnw), bytes, ex);
+        },
+        attnopsBlockAttentionResidualsGrad);
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+    m.doc() = "attnops C API (low level; use attnops / attnops.torch)";
+    m.def("version", [] { return std::string(attnopsVersion()); });
+    m.def("set_threads", [](int32_t threads, int32_t device) {
+        try {
+            check(attnopsSetDeviceThreads(device, threads));
+        } catch (const Error& e) {
+            raise(e);
+        }
+    }, nb::arg("threads"), nb::arg("device") = 0);
+    m.def("threads", [](int32_t device) {
+        attnopsDeviceInfo info{};
+        try {
+            check(attnopsGetDeviceInfo(device, &info));
+        } catch (const Error& e) {
+            raise(e);
+        }
+        return info.threads;
+    }, nb::arg("device") = 0);
+    m.def("data_ptr", [](const In& a) { return reinterpret_cast<uintptr_t>(a.data()); }, nb::arg("array"),
+          "Address attnops sees for an array (tests use it to check that nothing was copied).");
+
+    m.def("flash_attention_score", &flashAttentionScore, nb::arg("query"), nb::arg("key"), nb::arg("value"),
+          nb::arg("pse").none(), nb::arg("drop_mask").none(), nb::arg("atten_mask").none(), nb::arg("prefix").none(),
+          nb::arg("actual_seq_qlen").none(), nb::arg("actual_seq_kvlen").none(), nb::arg("q_start_idx").none(),
+          nb::arg("kv_start_idx").none(), nb::arg("sink").none(), nb::arg("scale"), nb::arg("keep_prob"),
+          nb::arg("pre_tokens"), nb::arg("next_tokens"), nb::arg("head_num"), nb::arg("input_layout"),
+          nb::arg("inner_precise"), nb::arg("sparse_mode"), nb::arg("pse_type"), nb::arg("seed"), nb::arg("offset"),
+          nb::arg("attention_out"), nb::arg("softmax_max").none(), nb::arg("softmax_sum").none());
+    m.def("flash_attention_score_grad", &flashAttentionScoreGrad, nb::arg("query"), nb::arg("key"), nb::arg("value"),
+          nb::arg("dy"), nb::arg("pse").none(), nb::arg("drop_mask").none(), nb::arg("atten_mask").none(),
+          nb::arg("softmax_max"), nb::arg("softmax_sum"), nb::arg("attention_in"), nb::arg("prefix").none(),
+          nb::arg("actual_seq_qlen").none(), nb::arg("actual_seq_kvlen").none(), nb::arg("q_start_idx").none(),
+          nb::arg("kv_start_idx").none(), nb::arg("sink").none(), nb::arg("scale"), nb::arg("keep_prob"),
+          nb::arg("pre_tokens"), nb::arg("next_tokens"), nb::arg("head_num"), nb::arg("input_layout"),
+          nb::arg("inner_precise"), nb::arg("sparse_mode"), nb::arg("pse_type"), nb::arg("seed"), nb::arg("offset"),
+          nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("dsink").none());
+    m.def("flash_attention_gen_drop_mask", &genDropMask, nb::arg("batch"), nb::arg("head_num"), nb::arg("q_seq_len"),
+          nb::arg("kv_seq_len"), nb::arg("actual_seq_qlen").none(), nb::arg("actual_seq_kvlen").none(),
+          nb::arg("keep_prob"), nb::arg("seed"), nb::arg("offset"), nb::arg("drop_mask"));
+    m.def("flash_attention_drop_mask_bytes", &dropMaskBytes, nb::arg("batch"), nb::arg("head_num"),
+          nb::arg("q_seq_len"), nb::arg("kv_seq_len"), nb::arg("actual_seq_qlen").none(),
+          nb::arg("actual_seq_kvlen").none());
+    m.def("block_attention_residuals", &blockAttentionResiduals, nb::arg("partial_block"), nb::arg("block_res"),
+          nb::arg("proj_weight"), nb::arg("norm_weight"), nb::arg("valid_block_num"), nb::arg("norm_eps"),
+          nb::arg("hidden_states"), nb::arg("inv_norm").none(), nb::arg("probs").none());
+    m.def("block_attention_residuals_grad", &blockAttentionResidualsGrad, nb::arg("partial_block"),
+          nb::arg("block_res"), nb::arg("proj_weight"), nb::arg("norm_weight"), nb::arg("grad_hidden_states"),
+          nb::arg("inv_norm"), nb::arg("probs"), nb::arg("valid_block_num"), nb::arg("grad_partial_block"),
+          nb::arg("grad_block_res"), nb::arg("grad_proj_weight"), nb::arg("grad_norm_weight"));
+}
