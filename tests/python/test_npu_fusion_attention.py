@@ -219,7 +219,7 @@ def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, k
         assert torch.all(out[-tail:] == 0) and torch.all(q.grad[-tail:] == 0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode,pre,nxt", [(0, INT32_MAX, INT32_MAX), (2, INT32_MAX, INT32_MAX),
                                           (3, INT32_MAX, INT32_MAX), (4, 3, 0), (0, 2, 2)])
 def test_varlen_tnd(dtype, mode, pre, nxt):
