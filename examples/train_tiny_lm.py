@@ -140,10 +140,11 @@ class Attention(torch.nn.Module):
 
 
 class TinyLM(torch.nn.Module):
-    def __init__(self, dim=128, heads=4, layers=4, layers_per_block=2, fused=True):
+    def __init__(self, dim=128, heads=4, layers=4, layers_per_block=2, max_len=512, fused=True):
         super().__init__()
         self.layers_per_block = layers_per_block
         self.embed = torch.nn.Embedding(256, dim)
+        self.position = torch.nn.Embedding(max_len, dim)  # position inside the document
         self.attn = torch.nn.ModuleList(Attention(dim, heads, fused) for _ in range(layers))
         self.mlp = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
                                                            torch.nn.Linear(4 * dim, dim)) for _ in range(layers))
@@ -153,7 +154,9 @@ class TinyLM(torch.nn.Module):
 
     def forward(self, tokens, lens):
         cu = torch.tensor(lens).cumsum(0).tolist()
-        blocks, partial = [self.embed(tokens)], None
+        starts = torch.repeat_interleave(torch.tensor([0] + cu[:-1]), torch.tensor(lens))
+        pos = torch.arange(tokens.shape[0]) - starts
+        blocks, partial = [self.embed(tokens) + self.position(pos)], None
         for i in range(len(self.attn)):
             for j, sub in enumerate((self.attn[i], self.mlp[i])):
                 site = 2 * i + j

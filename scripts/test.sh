@@ -66,15 +66,13 @@ for target in fa_forward_fuzz fa_backward_fuzz bar_fuzz; do
 done
 
 # Python package: `pip install .` (scikit-build-core + nanobind, the same CMake project) and its
-# pytest suite. Uses python3 when it already has the packages, else a virtual environment in
-# .venv with a CPU-only torch wheel; pip's cache keeps reruns fast, and the fixed build folder
-# (build-python/) plus ccache keep the extension build incremental.
+# pytest suite, in a virtual environment (.venv) that also sees python3's own packages; what is
+# missing comes from pip (torch as the CPU-only wheel), with pip's cache. The fixed build folder
+# (build-python/) and ccache keep the extension build incremental.
 stamp "Python package: install"
-py=python3
+[ -x .venv/bin/python ] || python3 -m venv --system-site-packages .venv
+py=.venv/bin/python
 if ! "$py" -c "import torch, numpy, pytest, nanobind, scikit_build_core" 2>/dev/null; then
-  [ -x .venv/bin/python ] || python3 -m venv .venv
-  py=.venv/bin/python
-  "$py" -m pip install -q --upgrade pip
   "$py" -m pip install -q numpy pytest "nanobind>=2.0" "scikit-build-core>=0.10"
   "$py" -c "import torch" 2>/dev/null ||
     "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu

@@ -181,7 +181,18 @@ def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, k
         outs, maxs = torch.zeros(t1, n1, dv, dtype=dt), torch.full((t1, n1), -math.inf, dtype=torch.float64)
         a = c = used = 0
         pieces = []
-        for sq, sk in zip(qlens, kvlens):
+        nonempty = [i for i, (x, y) in enumerate(zip(qlens, kvlens)) if x > 0 and y > 0]
+
+        def seq_mode(m, i):
+            """Modes 7/8: one sequence (last/first non-empty) takes the bottom-right band (mode 4),
+            the others bottom-right (7) or top-left (8) causal."""
+            if m == 7:
+                return 4 if i == nonempty[-1] else 3
+            if m == 8:
+                return 4 if i == nonempty[0] else 2
+            return m
+
+        for idx, (sq, sk) in enumerate(zip(qlens, kvlens)):
             bits = None
             if keep_bits is not None:
                 bits = keep_bits[used:used + n1 * sq * sk].view(1, n1, sq, sk)
@@ -189,7 +200,8 @@ def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, k
             qs = qq[a:a + sq].permute(1, 0, 2)[None]
             ks = kk[c:c + sk].permute(1, 0, 2)[None]
             vs = vv[c:c + sk].permute(1, 0, 2)[None]
-            masked = mode_mask(mode, sq, sk, pre, nxt) if mode != 0 or pre != INT32_MAX or nxt != INT32_MAX else None
+            masked = mode_mask(seq_mode(mode, idx), sq, sk, pre, nxt) \
+                if mode != 0 or pre != INT32_MAX or nxt != INT32_MAX else None
             o_, m_, _ = attention_math(qs, ks, vs, scale, masked, keep=bits, keep_prob=keep_prob, dtype=dt)
             pieces.append(o_[0].permute(1, 0, 2))
             maxs[a:a + sq] = m_[0].T.double()
@@ -207,11 +219,16 @@ def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, k
         assert torch.all(out[-tail:] == 0) and torch.all(q.grad[-tail:] == 0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode,pre,nxt", [(0, INT32_MAX, INT32_MAX), (2, INT32_MAX, INT32_MAX),
                                           (3, INT32_MAX, INT32_MAX), (4, 3, 0), (0, 2, 2)])
 def test_varlen_tnd(dtype, mode, pre, nxt):
     tnd_case(dtype, [3, 0, 5, 1, 4], [4, 2, 5, 1, 6], 4, 2, mode, pre, nxt, tail=2)
+
+
+@pytest.mark.parametrize("mode,pre,nxt", [(7, 6, -1), (8, 4, 0)])
+def test_varlen_split_modes(mode, pre, nxt):
+    tnd_case(torch.float32, [3, 0, 5, 1, 4], [4, 2, 5, 1, 6], 4, 2, mode, pre, nxt, tail=1)
 
 
 def test_varlen_tnd_dropout():

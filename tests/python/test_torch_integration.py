@@ -135,3 +135,22 @@ def test_torch_compile_flash_attn_func_fullgraph():
     f = torch.compile(lambda x: at.flash_attn_func(x, x, x, causal=True, window_size=(2, 0)), fullgraph=True,
                       backend="aot_eager")
     torch.testing.assert_close(f(q), at.flash_attn_func(q, q, q, causal=True, window_size=(2, 0)))
+
+
+def test_torch_compile_fullgraph_with_dropout():
+    # Drawing the dropout seed reads a tensor value: dynamo captures it as a scalar when allowed.
+    q = torch.randn(2, 6, 4, 8, requires_grad=True)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        torch._dynamo.reset()
+        f = torch.compile(lambda x: at.flash_attn_func(x, x, x, dropout_p=0.2, causal=True), fullgraph=True,
+                          backend="aot_eager")
+        torch.manual_seed(1)
+        got = f(q)
+        got.sum().backward()
+    grad = q.grad.clone()
+    q.grad = None
+    torch.manual_seed(1)
+    expect = at.flash_attn_func(q, q, q, dropout_p=0.2, causal=True)
+    expect.sum().backward()
+    assert torch.equal(got, expect) and torch.equal(grad, q.grad)
+    assert not torch.equal(expect, at.flash_attn_func(q, q, q, causal=True))
