@@ -67,15 +67,15 @@ done
 
 # Python package: `pip install .` (scikit-build-core + nanobind, the same CMake project) and its
 # pytest suite, in a virtual environment (.venv) that also sees python3's own packages; what is
-# missing comes from pip (torch as the CPU-only wheel), with pip's cache. The fixed build folder
+# missing comes from PyPI (torch's PyPI wheel, a CUDA build that runs on the CPU; the only index
+# this project's machines reach), with pip's cache. The fixed build folder
 # (build-python/) and ccache keep the extension build incremental.
 stamp "Python package: install"
 [ -x .venv/bin/python ] || python3 -m venv --system-site-packages .venv
 py=.venv/bin/python
 if ! "$py" -c "import torch, numpy, pytest, nanobind, scikit_build_core" 2>/dev/null; then
   "$py" -m pip install -q numpy pytest "nanobind>=2.0" "scikit-build-core>=0.10"
-  "$py" -c "import torch" 2>/dev/null ||
-    "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+  "$py" -c "import torch" 2>/dev/null || "$py" -m pip install -q torch
 fi
 CCACHE_BASEDIR="$PWD" "$py" -m pip install -q --no-build-isolation .
 stamp "Python package: pytest"

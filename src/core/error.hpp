@@ -1,4 +1,4 @@
-// The one catalogue of failures inside attnops: an Error carries a public status and a message
+// The one catalogue of failures inside attnops: a StatusError carries a public status and a message
 // in the house style "<argument> = <value>: <rule broken>". The API layer turns it into a status.
 #pragma once
 
@@ -12,9 +12,9 @@
 
 namespace attnops {
 
-class Error : public std::exception {
+class StatusError : public std::exception {
 public:
-    Error(attnopsStatus status, std::string message) : status_(status), message_(std::move(message)) {}
+    StatusError(attnopsStatus status, std::string message) : status_(status), message_(std::move(message)) {}
     attnopsStatus status() const noexcept { return status_; }
     const char* what() const noexcept override { return message_.c_str(); }
 
@@ -23,7 +23,7 @@ private:
     std::string message_;
 };
 
-[[noreturn]] inline void fail(attnopsStatus status, std::string message) { throw Error(status, std::move(message)); }
+[[noreturn]] inline void fail(attnopsStatus status, std::string message) { throw StatusError(status, std::move(message)); }
 
 // "<argument> = <value>: <rule>" with status INVALID_ARGUMENT.
 template <typename Value, typename... Args>
@@ -65,7 +65,7 @@ attnopsStatus guarded(Body&& body) noexcept {
     try {
         body();
         return ATTNOPS_SUCCESS;
-    } catch (const Error& e) {
+    } catch (const StatusError& e) {
         setLastError(e.status(), e.what());
         return e.status();
     } catch (const std::bad_alloc&) {

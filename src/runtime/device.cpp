@@ -77,7 +77,7 @@ void Device::queueLoop() {
                 pool_ = std::make_unique<ThreadPool>(threads);
             }
             task.executor->run(task.workspace, *pool_);
-        } catch (const Error& e) {
+        } catch (const StatusError& e) {
             status = e.status();
             message = e.what();
         } catch (const std::bad_alloc&) {

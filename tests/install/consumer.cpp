@@ -1,8 +1,11 @@
-// Uses the installed headers and library: one causal forward through the C++ layer.
+// Uses the installed headers and library: one causal forward through the C++ layer, and one
+// library error caught as attnops::Error (this once crashed with the static library, whose
+// internal error class had the same name).
 #include <attnops/attnops.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 int main() {
@@ -20,6 +23,12 @@ int main() {
     attnops::flashAttentionScore(a);
     for (float x : out)
         if (std::fabs(x - 1.0f) > 1e-6f) return 1;  // every row averages values of 1
+    try {
+        attnops::flashAttentionScore(attnops::FlashAttentionScoreArgs{});  // no query: an error
+        return 2;
+    } catch (const attnops::Error& e) {
+        if (std::string(e.what()).find("query") == std::string::npos) return 3;
+    }
     std::printf("attnops %s: ok\n", attnopsVersion());
     return 0;
 }
