@@ -4,10 +4,17 @@
 namespace attnops {
 
 ThreadPool::ThreadPool(int threads) {
-    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { workerLoop(w); });
+    try {
+        for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { workerLoop(w); });
+    } catch (...) {
+        stopWorkers();  // the workers already started, or std::thread's destructor would terminate
+        throw;
+    }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stopWorkers(); }
+
+void ThreadPool::stopWorkers() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;

@@ -28,6 +28,7 @@ public:
 
 private:
     void workerLoop(int worker);
+    void stopWorkers();
     void runItems(int worker);
 
     std::vector<std::thread> workers_;

@@ -238,7 +238,7 @@ TEST(ConcurrencyChild, DISABLED_MixedOpsOnDevicesAndStreams) {
 
 TEST(Concurrency, MixedOpsFromFourHostThreadsOnThreeDevices) {
 #ifdef ATTNOPS_TEST_TSAN
-    const char* rounds = "6";  // ThreadSanitizer: a reduced run
+    const char* rounds = "20";  // ThreadSanitizer: a reduced run
 #else
     const char* rounds = "300";
 #endif
