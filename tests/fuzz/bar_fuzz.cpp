@@ -34,11 +34,7 @@ attnopsStatus execute(attnopsStatus planned, uint64_t ws, attnopsExecutor* exec,
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const bool init = [] {
-        setenv("ATTNOPS_LAUNCH_BLOCKING", "1", 1);
-        return true;
-    }();
-    (void)init;
+    attnops::fuzz::launchBlockingOnce();
     Bytes in(data, size);
     const attnopsDataType dtype = kTypes[in.small(0, 3)];
     const attnopsDataType other = in.small(0, 7) == 0 ? kTypes[in.small(0, 3)] : dtype;

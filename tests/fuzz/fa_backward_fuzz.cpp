@@ -19,28 +19,17 @@ namespace {
 using attnops::fuzz::Bytes;
 using attnops::fuzz::FuzzArray;
 using attnops::fuzz::FuzzTensor;
-
-const attnopsDataType kFloatTypes[] = {ATTNOPS_FLOAT32, ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_UINT8};
-const char* const kLayouts[] = {"BSH", "SBH", "BSND", "BNSD", "TND", "tnd", ""};
-
-std::vector<int64_t> shapeOf(const std::string& layout, int64_t b, int64_t s, int64_t n, int64_t d) {
-    if (layout == "BSH") return {b, s, n * d};
-    if (layout == "SBH") return {s, b, n * d};
-    if (layout == "BSND") return {b, s, n, d};
-    if (layout == "TND") return {s, n, d};
-    return {b, n, s, d};
-}
+using attnops::fuzz::kFloatTypes;
+using attnops::fuzz::kLayoutCount;
+using attnops::fuzz::kLayouts;
+using attnops::fuzz::layoutShape;
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const bool init = [] {
-        setenv("ATTNOPS_LAUNCH_BLOCKING", "1", 1);
-        return true;
-    }();
-    (void)init;
+    attnops::fuzz::launchBlockingOnce();
     Bytes in(data, size);
-    const std::string layout = kLayouts[in.small(0, 6)];
+    const std::string layout = kLayouts[in.small(0, kLayoutCount - 1)];
     const attnopsDataType dtype = kFloatTypes[in.small(0, 3)];
     const auto maybeOther = [&] { return in.small(0, 11) == 0 ? kFloatTypes[in.small(0, 3)] : dtype; };
     const int64_t b = in.small(0, 3), s1 = in.small(0, 20), s2 = in.small(0, 20);
@@ -48,11 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t d = in.small(0, 17), dv = in.small(0, 7) == 0 ? d + 1 : std::min<int64_t>(d, in.small(0, 17));
     const auto pick = [&](int64_t v) { return in.small(0, 15) == 0 ? v + 1 : v; };  // occasionally wrong
     FuzzTensor q, k, v, dy, attn, pse, drop, mask, sink, smax, ssum, dq, dk, dv_, dsink;
-    q.make(in, dtype, shapeOf(layout, b, s1, n1, d));
-    k.make(in, maybeOther(), shapeOf(layout, b, s2, n2, d));
-    v.make(in, dtype, shapeOf(layout, b, s2, n2, dv));
-    dy.make(in, maybeOther(), shapeOf(layout, b, s1, n1, pick(dv)));
-    attn.make(in, dtype, shapeOf(layout, b, s1, n1, pick(dv)));
+    q.make(in, dtype, layoutShape(layout, b, s1, n1, d));
+    k.make(in, maybeOther(), layoutShape(layout, b, s2, n2, d));
+    v.make(in, dtype, layoutShape(layout, b, s2, n2, dv));
+    dy.make(in, maybeOther(), layoutShape(layout, b, s1, n1, pick(dv)));
+    attn.make(in, dtype, layoutShape(layout, b, s1, n1, pick(dv)));
     if (in.flag()) pse.make(in, in.flag() ? dtype : ATTNOPS_FLOAT32, in.flag() ? std::vector<int64_t>{b, n1, s1, s2}
                                                                                : std::vector<int64_t>{in.small(0, 400)});
     if (in.flag()) drop.make(in, ATTNOPS_UINT8, {in.small(0, 300)});
@@ -65,9 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         smax.make(in, in.small(0, 15) == 0 ? dtype : ATTNOPS_FLOAT32, st);
         ssum.make(in, ATTNOPS_FLOAT32, in.small(0, 15) == 0 ? std::vector<int64_t>{1} : st);
     }
-    dq.make(in, dtype, shapeOf(layout, b, s1, n1, pick(d)));
-    dk.make(in, maybeOther(), shapeOf(layout, b, s2, n2, d));
-    dv_.make(in, dtype, shapeOf(layout, b, s2, pick(n2), dv));
+    dq.make(in, dtype, layoutShape(layout, b, s1, n1, pick(d)));
+    dk.make(in, maybeOther(), layoutShape(layout, b, s2, n2, d));
+    dv_.make(in, dtype, layoutShape(layout, b, s2, pick(n2), dv));
     if (in.flag()) {
         sink.make(in, ATTNOPS_FLOAT32, {pick(n1)});
         if (in.small(0, 7) != 0) dsink.make(in, in.small(0, 15) == 0 ? dtype : ATTNOPS_FLOAT32, {pick(n1)});

@@ -20,38 +20,27 @@ namespace {
 using attnops::fuzz::Bytes;
 using attnops::fuzz::FuzzArray;
 using attnops::fuzz::FuzzTensor;
-
-const attnopsDataType kFloatTypes[] = {ATTNOPS_FLOAT32, ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_UINT8};
-const char* const kLayouts[] = {"BSH", "SBH", "BSND", "BNSD", "TND", "bnsd", ""};
-
-std::vector<int64_t> shapeOf(const std::string& layout, int64_t b, int64_t s, int64_t n, int64_t d) {
-    if (layout == "BSH") return {b, s, n * d};
-    if (layout == "SBH") return {s, b, n * d};
-    if (layout == "BSND") return {b, s, n, d};
-    if (layout == "TND") return {s, n, d};
-    return {b, n, s, d};
-}
+using attnops::fuzz::kFloatTypes;
+using attnops::fuzz::kLayoutCount;
+using attnops::fuzz::kLayouts;
+using attnops::fuzz::layoutShape;
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const bool init = [] {
-        setenv("ATTNOPS_LAUNCH_BLOCKING", "1", 1);
-        return true;
-    }();
-    (void)init;
+    attnops::fuzz::launchBlockingOnce();
     Bytes in(data, size);
-    const std::string layout = kLayouts[in.small(0, 6)];
+    const std::string layout = kLayouts[in.small(0, kLayoutCount - 1)];
     const attnopsDataType dtype = kFloatTypes[in.small(0, 3)];
     const attnopsDataType otherDtype = in.small(0, 7) == 0 ? kFloatTypes[in.small(0, 3)] : dtype;
     const int64_t b = in.small(0, 3), s1 = in.small(0, 20), s2 = in.small(0, 20);
     const int64_t n2 = in.small(1, 3), n1 = n2 * in.small(1, 3) + (in.small(0, 9) == 0 ? 1 : 0);
     const int64_t d = in.small(0, 17), dv = in.small(0, 7) == 0 ? d + 1 : std::min<int64_t>(d, in.small(0, 17));
     FuzzTensor q, k, v, out, pse, drop, mask, sink, smax, ssum;
-    q.make(in, dtype, shapeOf(layout, b, s1, n1, d));
-    k.make(in, otherDtype, shapeOf(layout, b, s2, n2, d));
-    v.make(in, dtype, shapeOf(layout, b, s2, n2, dv));
-    out.make(in, dtype, shapeOf(layout, b, s1, n1, in.flag() ? dv : dv + 1));
+    q.make(in, dtype, layoutShape(layout, b, s1, n1, d));
+    k.make(in, otherDtype, layoutShape(layout, b, s2, n2, d));
+    v.make(in, dtype, layoutShape(layout, b, s2, n2, dv));
+    out.make(in, dtype, layoutShape(layout, b, s1, n1, in.flag() ? dv : dv + 1));
     if (in.flag()) pse.make(in, in.flag() ? dtype : ATTNOPS_FLOAT32, in.flag() ? std::vector<int64_t>{b, n1, s1, s2}
                                                                                : std::vector<int64_t>{in.small(0, 400)});
     if (in.flag()) drop.make(in, ATTNOPS_UINT8, {in.small(0, 300)});

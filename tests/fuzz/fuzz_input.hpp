@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attnops/attnops.h"
@@ -78,5 +80,25 @@ struct FuzzArray {
         attnopsCreateIntArray(v.data(), v.size(), &handle);
     }
 };
+
+// Every call completes before the API returns, so a fault is reported at the call that made it.
+inline void launchBlockingOnce() {
+    static const bool set = setenv("ATTNOPS_LAUNCH_BLOCKING", "1", 1) == 0;
+    (void)set;
+}
+
+// FlashAttentionScore inputs: the dtypes (one not floating) and layouts (valid ones, wrong case,
+// empty) the targets draw from, and a layout's shape for (batch, seq, heads, dim).
+inline const attnopsDataType kFloatTypes[] = {ATTNOPS_FLOAT32, ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_UINT8};
+inline const char* const kLayouts[] = {"BSH", "SBH", "BSND", "BNSD", "TND", "bnsd", "tnd", ""};
+constexpr int64_t kLayoutCount = int64_t(sizeof(kLayouts) / sizeof(kLayouts[0]));
+
+inline std::vector<int64_t> layoutShape(const std::string& layout, int64_t b, int64_t s, int64_t n, int64_t d) {
+    if (layout == "BSH") return {b, s, n * d};
+    if (layout == "SBH") return {s, b, n * d};
+    if (layout == "BSND") return {b, s, n, d};
+    if (layout == "TND") return {s, n, d};
+    return {b, n, s, d};
+}
 
 }  // namespace attnops::fuzz

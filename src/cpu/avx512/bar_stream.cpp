@@ -98,15 +98,16 @@ ATTNOPS_AVX512_INLINE float combine(const __m512 a[4]) {
     return lanesSum(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
 
-// Where row i of token t starts, as a contiguous row (nullptr: its hidden stride is not 1).
+// Where row i of token t starts, as a contiguous row (nullptr: its hidden stride is not 1, or
+// the tensor is empty and may have a NULL base, which takes no offset).
 ATTNOPS_AVX512_INLINE const void* contiguousRow(const View3& v, int64_t t, int64_t row) {
-    if (v.stride[2] != 1) return nullptr;
+    if (v.stride[2] != 1 || v.data == nullptr) return nullptr;
     const int64_t bytes = v.dtype == DType::F32 ? 4 : 2;
     return static_cast<const char*>(v.data) + (t * v.stride[0] + row * v.stride[1]) * bytes;
 }
 
 ATTNOPS_AVX512_INLINE void* contiguousRow(const MutView3& v, int64_t t, int64_t row) {
-    if (v.stride[2] != 1) return nullptr;
+    if (v.stride[2] != 1 || v.data == nullptr) return nullptr;
     const int64_t bytes = v.dtype == DType::F32 ? 4 : 2;
     return static_cast<char*>(v.data) + (t * v.stride[0] + row * v.stride[1]) * bytes;
 }
