@@ -160,6 +160,7 @@ ATTNOPS_AVX512_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, 
     if (e < h) loadStep(src, dtype, y, x, e, tailMask(h - e), ss[0], dy[0]);
     if ((e += kW) < h) loadStep(src, dtype, y, x, e, tailMask(h - e), ss[1], dy[1]);
     if ((e += kW) < h) loadStep(src, dtype, y, x, e, tailMask(h - e), ss[2], dy[2]);
+    if ((e += kW) < h) loadStep(src, dtype, y, x, e, tailMask(h - e), ss[3], dy[3]);
     sumSquares = combine(ss);
     dotY = combine(dy);
 }
