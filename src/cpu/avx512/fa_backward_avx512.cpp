@@ -4,9 +4,10 @@
 //
 // A key unit transposes its key and value block once and walks the query blocks with scores in
 // [query][key] order; a query unit transposes its query and dO block once and walks the key
-// blocks with scores in [key][query] order, so no block is transposed inside a loop. Blocks that
-// every row keeps entirely (no pse, explicit mask or dropout, no fully masked row) are computed
-// with vectors; the others take the row steps shared with the tiled kernel.
+// blocks with scores in [key][query] order, so no block is transposed inside a loop. Without
+// pse, explicit mask, dropout or fully masked rows, blocks are computed with vectors (the sparse
+// mode's band evaluated per lane; a partly masked block only when the operands its zero
+// probabilities multiply are finite); the others take the row steps shared with the tiled kernel.
 //
 // Order of every reduction, fixed per element: dot products over the head dim ascending; dK
 // and dV over query heads of the group, then query rows ascending; dQ over keys ascending.
@@ -165,19 +166,20 @@ ATTNOPS_AVX512_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n,
         cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * cols);
 }
 
-// P = exp(scale * s - m) / l and dp := scale * P * (dp - delta) for one query row against nk
-// keys (a fully kept block).
+// P = exp(scale * s - m) / l and dp := scale * P * (dp - delta) for query row `row` against nk
+// keys from key0; with a band, both are 0 for the pairs it masks.
 ATTNOPS_AVX512_INLINE void rowProbabilities(int64_t nk, float scale, float m, float l, float delta, float* s,
-                                            float* dp) {
+                                            float* dp, const simd::BandLanes* band, int64_t row, int64_t key0) {
     const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(m), invL = _mm512_set1_ps(1.0f / l),
                  vd = _mm512_set1_ps(delta);
     for (int64_t j = 0; j < nk; j += simd::kLanes) {
         const __mmask16 mk = simd::tailMask(nk - j);
+        const __mmask16 kept = band != nullptr ? simd::keptKeys(*band, key0 + j, row) : __mmask16(0xFFFF);
         const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, s + j), vs);  // rounded like the forward's
-        const __m512 pr = _mm512_mul_ps(simd::exp(_mm512_sub_ps(x, vm)), invL);
+        const __m512 pr = _mm512_maskz_mov_ps(kept, _mm512_mul_ps(simd::exp(_mm512_sub_ps(x, vm)), invL));
         _mm512_mask_storeu_ps(s + j, mk, pr);
         const __m512 ds = _mm512_mul_ps(pr, _mm512_sub_ps(_mm512_maskz_loadu_ps(mk, dp + j), vd));
-        _mm512_mask_storeu_ps(dp + j, mk, _mm512_mul_ps(ds, vs));
+        _mm512_mask_storeu_ps(dp + j, mk, _mm512_maskz_mov_ps(kept, _mm512_mul_ps(ds, vs)));
     }
 }
 
@@ -189,6 +191,8 @@ ATTNOPS_AVX512_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const K
     const int64_t nk = u.k1 - u.k0, kr = t.keyRows, d = p.d, dv = p.dv;
     const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + u.k0;
     const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    const bool bandVector = simd::BandLanes::usable(sq, skv);
+    const simd::BandLanes band = simd::bandLanes(rule, skv);
     simd::loadRowsTransposed(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.row, sc.kt);
     simd::loadRowsTransposed(p.v, u.b, u.n2, kvRow0, nk, dv, kr, sc.row, sc.vt);
     std::fill(sc.dkAcc, sc.dkAcc + nk * d, 0.0f);
@@ -204,10 +208,12 @@ ATTNOPS_AVX512_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const K
             const bool anyEmpty = loadQueryStats(bp, u.b, n1, q0, rows, 0, sc, sc.doRows, nullptr);
             simd::gemm<false>(rows, nk, d, sc.qRows, d, sc.kt, kr, sc.s, kr, false);    // S = Q . K^T
             simd::gemm<false>(rows, nk, dv, sc.doRows, dv, sc.vt, kr, sc.dp, kr, false);  // dP = dO . V^T
-            if (vectorRows && !anyEmpty && blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv)) {
+            const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
+            if (vectorRows && !anyEmpty &&
+                (full || (bandVector && simd::allFinite(sc.qRows, rows, d, d) && simd::allFinite(sc.doRows, rows, dv, dv)))) {
                 for (int64_t r = 0; r < rows; ++r)
                     rowProbabilities(nk, p.scale, sc.rowMax[r], sc.rowSum[r], sc.delta[r], sc.s + r * kr,
-                                     sc.dp + r * kr);
+                                     sc.dp + r * kr, full ? nullptr : &band, q0 + r, u.k0);
                 simd::gemm<true>(nk, dv, rows, sc.s, kr, sc.doRows, dv, sc.dvAcc, dv, true);  // dV += P^T . dO
                 simd::gemm<true>(nk, d, rows, sc.dp, kr, sc.qRows, d, sc.dkAcc, d, true);     // dK += dS^T . Q
                 continue;
@@ -233,10 +239,11 @@ ATTNOPS_AVX512_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const K
     storeRows(bp.dv, u.b, u.n2, kvRow0, nk, dv, sc.dvAcc);
 }
 
-// The vector form of rowProbabilities for a [key][row] block, 16 rows per vector; adds
-// sum_j P dP to exactDelta when given.
+// rowProbabilities for a [key][row] block, 16 rows per vector (rows from row0, keys from key0);
+// adds sum_j P dP to exactDelta when given.
 ATTNOPS_AVX512_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64_t rows, int64_t nk, int64_t ld,
-                                                        float scale, float* exactDelta) {
+                                                        float scale, float* exactDelta, const simd::BandLanes* band,
+                                                        int64_t row0, int64_t key0) {
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t r0 = 0; r0 < rows; r0 += simd::kLanes) {
         const __m512 m = _mm512_loadu_ps(sc.rowMax + r0), invL = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(sc.rowSum + r0));
@@ -245,10 +252,12 @@ ATTNOPS_AVX512_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64
         for (int64_t j = 0; j < nk; ++j) {
             float* s = sc.st + j * ld + r0;
             float* dp = sc.dpt + j * ld + r0;
-            const __m512 pr = _mm512_mul_ps(simd::exp(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s), vs), m)), invL);
+            const __mmask16 kept = band != nullptr ? simd::keptRows(*band, key0 + j, row0 + r0) : __mmask16(0xFFFF);
+            const __m512 pr = _mm512_maskz_mov_ps(
+                kept, _mm512_mul_ps(simd::exp(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s), vs), m)), invL));
             const __m512 g = _mm512_loadu_ps(dp);
             sumPdP = _mm512_fmadd_ps(pr, g, sumPdP);
-            _mm512_storeu_ps(dp, _mm512_mul_ps(_mm512_mul_ps(pr, _mm512_sub_ps(g, delta)), vs));
+            _mm512_storeu_ps(dp, _mm512_maskz_mov_ps(kept, _mm512_mul_ps(_mm512_mul_ps(pr, _mm512_sub_ps(g, delta)), vs)));
         }
         if (exactDelta != nullptr) _mm512_storeu_ps(exactDelta + r0, _mm512_add_ps(_mm512_loadu_ps(exactDelta + r0), sumPdP));
     }
@@ -263,6 +272,8 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
     const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv;
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    const bool bandVector = simd::BandLanes::usable(sq, skv);
+    const simd::BandLanes band = simd::bandLanes(rule, skv);
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
         simd::loadRowsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.row, sc.qt);
@@ -277,8 +288,9 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
             simd::loadRows(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
             simd::gemm<false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);     // S^T = K . Q^T
             simd::gemm<false>(nk, rows, dv, sc.v, dv, sc.dot, qr, sc.dpt, qr, false);  // dP^T = V . dO^T
-            if (vectorRows && !anyEmpty && blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv)) {
-                blockProbabilitiesTransposed(sc, rows, nk, qr, p.scale, exactDelta);
+            const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
+            if (vectorRows && !anyEmpty && (full || (bandVector && simd::allFinite(sc.k, nk, d, d)))) {
+                blockProbabilitiesTransposed(sc, rows, nk, qr, p.scale, exactDelta, full ? nullptr : &band, u.q0, k0);
                 simd::gemm<true>(rows, d, nk, sc.dpt, qr, sc.k, d, sc.dqAcc, d, true);  // dQ += dS . K
                 continue;
             }

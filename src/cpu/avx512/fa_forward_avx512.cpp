@@ -4,10 +4,10 @@
 //
 // Scores are kept transposed, St[key][query row]: the query block is transposed once per work
 // unit and key/value blocks are used as stored, so no block is transposed inside the key loop,
-// and the softmax statistics of 16 rows sit in one vector. Key blocks that every row of the unit
-// keeps entirely (no pse, explicit mask or dropout) take the vector path; the others (the
-// diagonal of a causal mask, bands, explicit masks, pse, dropout) take the row steps shared with
-// the tiled kernel, which skip masked keys exactly as the reference does.
+// and the softmax statistics of 16 rows sit in one vector. Without pse, explicit mask or dropout
+// every block takes the vector path (the sparse mode's band evaluated per lane), except a partly
+// masked block whose values are not all finite; those and the rest take the row steps shared
+// with the tiled kernel, which skip masked keys exactly as the reference does.
 //
 // Order of every reduction, fixed per element: Q.K over the head dim ascending, the row max and
 // sum over keys ascending (per lane), P.V over keys ascending.
@@ -87,16 +87,19 @@ bool blockFullyKept(const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0, int
     return std::max(k0, prefixEnd) >= last.lo && k1 <= first.hi;
 }
 
-// Online softmax of a fully kept block for rows [0, rows), 16 rows per vector: scales the scores
-// in st, turns them into probabilities, updates m and l, and rescales the accumulator rows.
+// Online softmax of a block for rows [0, rows), 16 rows per vector: scales the scores in st,
+// turns them into probabilities, updates m and l, and rescales the accumulator rows. With a
+// band, pairs it masks get score -inf and probability 0 (query rows from row0, keys from key0).
 ATTNOPS_AVX512_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int64_t nk, int64_t ld, float* st,
-                                        float* m, float* l, float* acc) {
+                                        float* m, float* l, float* acc, const simd::BandLanes* band, int64_t row0,
+                                        int64_t key0) {
     const __m512 scale = _mm512_set1_ps(p.scale), negInf = _mm512_set1_ps(kNegInf);
     for (int64_t r0 = 0; r0 < rows; r0 += simd::kLanes) {
         __m512 blockMax = negInf;
         __mmask16 nan = 0;
         for (int64_t j = 0; j < nk; ++j) {
-            const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(st + j * ld + r0), scale);
+            __m512 x = _mm512_mul_ps(_mm512_loadu_ps(st + j * ld + r0), scale);
+            if (band != nullptr) x = _mm512_mask_mov_ps(negInf, simd::keptRows(*band, key0 + j, row0 + r0), x);
             _mm512_storeu_ps(st + j * ld + r0, x);
             nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
             blockMax = _mm512_max_ps(blockMax, x);
@@ -112,7 +115,9 @@ ATTNOPS_AVX512_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, in
         const __mmask16 live = _mm512_cmp_ps_mask(mNew, negInf, _CMP_NEQ_UQ);
         __m512 sum = _mm512_setzero_ps();
         for (int64_t j = 0; j < nk; ++j) {
-            const __m512 e = _mm512_maskz_mov_ps(live, simd::exp(_mm512_sub_ps(_mm512_loadu_ps(st + j * ld + r0), mNew)));
+            const __m512 x = _mm512_loadu_ps(st + j * ld + r0);
+            const __mmask16 kept = live & _mm512_cmp_ps_mask(x, negInf, _CMP_NEQ_UQ);
+            const __m512 e = _mm512_maskz_mov_ps(kept, simd::exp(_mm512_sub_ps(x, mNew)));
             _mm512_storeu_ps(st + j * ld + r0, e);
             sum = _mm512_add_ps(sum, e);
         }
@@ -132,6 +137,8 @@ ATTNOPS_AVX512_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUn
     const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv;
     const bool vectorSoftmax = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    const bool bandVector = simd::BandLanes::usable(sq, skv);
+    const simd::BandLanes band = simd::bandLanes(rule, skv);
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
         simd::loadRowsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.s, sc.qt);
@@ -144,8 +151,11 @@ ATTNOPS_AVX512_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUn
             simd::loadRows(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
             simd::loadRows(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
             simd::gemm<false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
-            if (vectorSoftmax && blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv)) {
-                softmaxBlock(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc);
+            // Partly masked blocks go through the GEMM too when the band is vectorisable and the
+            // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
+            const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
+            if (vectorSoftmax && (full || (bandVector && simd::allFinite(sc.v, nk, dv, dv)))) {
+                softmaxBlock(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
                 simd::gemm<true>(rows, dv, nk, sc.st, qr, sc.v, dv, sc.acc, dv, true);  // acc += P . V
                 continue;
             }

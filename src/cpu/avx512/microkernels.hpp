@@ -23,6 +23,7 @@
 
 #include "cpu/generic/convert.hpp"
 #include "ops/flash_attention_score/params.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
 
 #define ATTNOPS_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define ATTNOPS_AVX512_INLINE static inline __attribute__((always_inline)) ATTNOPS_AVX512_FN
@@ -172,6 +173,59 @@ ATTNOPS_AVX512_INLINE void loadRowsTransposed(const fa::View4& view, int64_t b, 
         loadRow(view, b, n, row0 + r, cols, row);
         for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = row[c];
     }
+}
+
+// The analytic mask of a sequence (fa::SeqRule) evaluated for 16 (query row, key) pairs at a
+// time in 32-bit lanes. Usable when both lengths are below 2^28: then every key - row difference
+// fits, and clamping the rule's differences to +-2^29 changes no comparison.
+struct BandLanes {
+    __m512i minDiff, maxDiff;
+    int64_t prefixEnd = 0;
+
+    static bool usable(int64_t sq, int64_t skv) {
+        constexpr int64_t kMaxLength = int64_t(1) << 28;
+        return sq < kMaxLength && skv < kMaxLength;
+    }
+};
+
+ATTNOPS_AVX512_INLINE BandLanes bandLanes(const fa::SeqRule& rule, int64_t skv) {
+    constexpr int64_t kClamp = int64_t(1) << 29;
+    BandLanes b;
+    b.minDiff = _mm512_set1_epi32(int32_t(std::clamp(rule.minDiff, -kClamp, kClamp)));
+    b.maxDiff = _mm512_set1_epi32(int32_t(std::clamp(rule.maxDiff, -kClamp, kClamp)));
+    b.prefixEnd = std::min(rule.prefix, skv);
+    return b;
+}
+
+// Lanes l of query rows row0 + l that keep `key`.
+ATTNOPS_AVX512_INLINE __mmask16 keptRows(const BandLanes& b, int64_t key, int64_t row0) {
+    if (key < b.prefixEnd) return __mmask16(0xFFFF);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i diff = _mm512_sub_epi32(_mm512_set1_epi32(int32_t(key - row0)), lane);
+    return _mm512_cmp_epi32_mask(diff, b.minDiff, _MM_CMPINT_NLT) & _mm512_cmp_epi32_mask(diff, b.maxDiff, _MM_CMPINT_LE);
+}
+
+// Lanes l of keys key0 + l that query row `row` keeps.
+ATTNOPS_AVX512_INLINE __mmask16 keptKeys(const BandLanes& b, int64_t key0, int64_t row) {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i diff = _mm512_add_epi32(_mm512_set1_epi32(int32_t(key0 - row)), lane);
+    const __mmask16 prefix = tailMask(std::max<int64_t>(0, b.prefixEnd - key0));
+    return prefix | (_mm512_cmp_epi32_mask(diff, b.minDiff, _MM_CMPINT_NLT) &
+                     _mm512_cmp_epi32_mask(diff, b.maxDiff, _MM_CMPINT_LE));
+}
+
+// Whether rows [0, rows) x cols [0, cols) of a row-major array hold finite values only: then a
+// zero probability times them is exactly zero, and masked pairs may go through a GEMM.
+ATTNOPS_AVX512_INLINE bool allFinite(const float* a, int64_t rows, int64_t cols, int64_t ld) {
+    __mmask16 bad = 0;
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; c += kLanes) {
+            const __mmask16 mk = tailMask(cols - c);
+            const __m512 x = _mm512_maskz_loadu_ps(mk, a + r * ld + c);
+            bad |= _mm512_cmp_ps_mask(_mm512_mul_ps(x, zero), zero, _CMP_NEQ_UQ);  // inf * 0, NaN * 0: NaN
+        }
+    return bad == 0;
 }
 
 }  // namespace attnops::cpu::avx512
