@@ -40,11 +40,17 @@ struct Scratch {
     float* s;     // [max(keyRows, d)] one row of scores (row steps), one loaded row (transposes)
     uint8_t* kept;  // [keyRows]
     uint8_t* keep;  // [keyRows]
+    // bf16 pairs (the avx512-bf16 entry), dPairs = ceil(d / 2), keyPairs = keyRows / 2:
+    uint32_t* qp;   // [dPairs][queryRows]  the query block, column pairs, transposed
+    uint32_t* kp;   // [keyRows][dPairs]    the key block, column pairs
+    uint32_t* vp;   // [keyPairs][dv]       the value block, row pairs
+    uint32_t* pp;   // [keyPairs][queryRows] probabilities, row pairs of st
 
     static int64_t floats(const ForwardParams& p, TileShape t) {
-        const int64_t qr = t.queryRows, kr = t.keyRows;
+        const int64_t qr = t.queryRows, kr = t.keyRows, dPairs = (p.d + 1) / 2;
         return alignUp(p.d * qr) + alignUp(kr * p.d) + alignUp(kr * p.dv) + alignUp(kr * qr) + alignUp(qr * p.dv) +
-               2 * alignUp(qr) + alignUp(std::max(kr, p.d)) + 2 * alignUp(kr);
+               2 * alignUp(qr) + alignUp(std::max(kr, p.d)) + 2 * alignUp(kr) + alignUp(dPairs * qr) +
+               alignUp(kr * dPairs) + alignUp(kr / 2 * p.dv) + alignUp(kr / 2 * qr);
     }
 
     Scratch(const ForwardParams& p, TileShape t, void* base) {
@@ -65,6 +71,11 @@ struct Scratch {
         s = take(std::max(kr, p.d));
         kept = reinterpret_cast<uint8_t*>(take(kr));
         keep = reinterpret_cast<uint8_t*>(take(kr));
+        const int64_t dPairs = (p.d + 1) / 2;
+        qp = reinterpret_cast<uint32_t*>(take(dPairs * qr));
+        kp = reinterpret_cast<uint32_t*>(take(kr * dPairs));
+        vp = reinterpret_cast<uint32_t*>(take(kr / 2 * p.dv));
+        pp = reinterpret_cast<uint32_t*>(take(kr / 2 * qr));
     }
 };
 
@@ -129,36 +140,69 @@ ATTNOPS_AVX512_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, in
     }
 }
 
+// Whether the value block is finite (bf16 pairs: checked on their fp32 widening).
+template <bool PairDot>
+ATTNOPS_AVX512_INLINE bool valuesFinite(const Scratch& sc, int64_t nk, int64_t dv) {
+    if (!PairDot) return simd::allFinite(sc.v, nk, dv, dv);
+    // A bf16 is finite iff its exponent bits are not all ones.
+    const __m512i expMask = _mm512_set1_epi16(0x7F80);
+    for (int64_t pair = 0; pair < (nk + 1) / 2; ++pair)
+        for (int64_t c = 0; c < dv; c += simd::kLanes) {
+            const __m512i x = _mm512_maskz_loadu_epi32(simd::tailMask(dv - c), sc.vp + pair * dv + c);
+            if (_mm512_cmpeq_epi16_mask(_mm512_and_si512(x, expMask), expMask) != 0) return false;
+        }
+    return true;
+}
+
+// PairDot: bf16 inputs multiplied as bf16 pairs with vdpbf16ps (Q.K^T exact products, P rounded
+// to bf16 for P.V like the naive low-precision computation of the tolerance rule); otherwise
+// everything is converted to fp32 and multiplied with fp32 FMAs.
+template <bool PairDot>
 ATTNOPS_AVX512_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit& u, void* scratch) {
     Scratch sc(p, t, scratch);
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
     const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
-    const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv;
+    const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv, dPairs = (d + 1) / 2;
     const bool vectorSoftmax = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool bandVector = simd::BandLanes::usable(sq, skv);
     const simd::BandLanes band = simd::bandLanes(rule, skv);
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
-        simd::loadRowsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.s, sc.qt);
+        if (PairDot)
+            simd::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.qp);
+        else
+            simd::loadRowsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.s, sc.qt);
         std::fill(sc.m, sc.m + qr, kNegInf);
         std::fill(sc.l, sc.l + qr, 0.0f);
         std::fill(sc.acc, sc.acc + rows * dv, 0.0f);
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
             const int64_t nk = std::min(t.keyRows, keys.hi - k0);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            simd::loadRows(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
-            simd::loadRows(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
-            simd::gemm<false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
+            if (PairDot) {
+                simd::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
+                simd::gemm<false, simd::Bf16PairDot>(nk, rows, dPairs, sc.kp, dPairs, sc.qp, qr, sc.st, qr, false);
+            } else {
+                simd::loadRows(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
+                simd::loadRows(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+                simd::gemm<false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
+            }
             // Partly masked blocks go through the GEMM too when the band is vectorisable and the
             // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
-            if (vectorSoftmax && (full || (bandVector && simd::allFinite(sc.v, nk, dv, dv)))) {
+            if (PairDot) simd::packRowPairs(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vp);
+            if (vectorSoftmax && (full || (bandVector && valuesFinite<PairDot>(sc, nk, dv)))) {
                 softmaxBlock(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
-                simd::gemm<true>(rows, dv, nk, sc.st, qr, sc.v, dv, sc.acc, dv, true);  // acc += P . V
+                if (PairDot) {  // acc += P . V
+                    simd::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
+                    simd::gemm<true, simd::Bf16PairDot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, sc.acc, dv, true);
+                } else {
+                    simd::gemm<true>(rows, dv, nk, sc.st, qr, sc.v, dv, sc.acc, dv, true);
+                }
                 continue;
             }
+            if (PairDot) simd::loadRows(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);  // the row steps read fp32
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t i = u.q0 + r;
                 for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];
@@ -174,15 +218,37 @@ ATTNOPS_AVX512_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUn
 
 bool acceptsAll(const ForwardParams&) { return true; }
 
+// bf16 operands with unit column stride (the packing reads rows as arrays).
+bool pairOperands(const ForwardParams& p) {
+    for (const View4* v : {&p.q, &p.k, &p.v})
+        if (v->dtype != DType::BF16 || v->stride[3] != 1) return false;
+    return true;
+}
+
+void runFloat(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) { runUnit<false>(p, t, u, s); }
+// Other problems than pairOperands ones run as in the avx512 entry.
+void runPairs(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+    if (pairOperands(p))
+        runUnit<true>(p, t, u, s);
+    else
+        runUnit<false>(p, t, u, s);
+}
+
 bool hasAvx512() {
     const cpu::IsaFeatures& f = cpu::isa();
     return f.avx512f && f.avx512bw && f.avx512vl && f.avx2 && f.fma && f.f16c;
 }
 
+bool hasAvx512Bf16() { return hasAvx512() && cpu::isa().avx512bf16; }
+
 }  // namespace
 
+const ForwardKernel& forwardKernelAvx512Bf16() {
+    static const ForwardKernel k{"avx512-bf16", hasAvx512Bf16, acceptsAll, chooseTile, scratchBytes, runPairs};
+    return k;
+}
 const ForwardKernel& forwardKernelAvx512() {
-    static const ForwardKernel k{"avx512", hasAvx512, acceptsAll, chooseTile, scratchBytes, runUnit};
+    static const ForwardKernel k{"avx512", hasAvx512, acceptsAll, chooseTile, scratchBytes, runFloat};
     return k;
 }
 

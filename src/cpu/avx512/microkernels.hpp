@@ -1,9 +1,9 @@
-// AVX-512 building blocks of the flash-attention kernels: a register-blocked fp32 GEMM
-// microkernel, a vector exp, and row loaders that convert bf16/fp16 to fp32 on the fly. Every
+// AVX-512 building blocks of the flash-attention kernels: a register-blocked GEMM microkernel
+// (fp32 FMA, or vdpbf16ps on bf16 pairs), a vector exp, the sparse-mode band per lane, and row loaders that convert bf16/fp16 to fp32 on the fly. Every
 // function carries the AVX-512 target attribute, so only the files in src/cpu/avx512 include
 // this header and only CPUs that pass the isa() probe ever reach them.
 //
-// Reduction order: each output element of gemm() is a chain of FMAs over k ascending, so the
+// Reduction order: each output element of gemm() is a chain of multiply-adds over k ascending, so the
 // result of an element depends on neither the register tile it falls in nor the thread count.
 #pragma once
 
@@ -20,12 +20,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/generic/convert.hpp"
 #include "ops/flash_attention_score/params.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
-#define ATTNOPS_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+// avx512bf16 is in the target of every function so that the GEMM template serves both element
+// kinds; its instructions come only from the Bf16PairDot intrinsics (compilers do not synthesise
+// them from fp32 code), which run only behind the avx512bf16 check of their kernel entry.
+#define ATTNOPS_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 #define ATTNOPS_AVX512_INLINE static inline __attribute__((always_inline)) ATTNOPS_AVX512_FN
 
 namespace attnops::cpu::avx512 {
@@ -38,11 +42,33 @@ ATTNOPS_AVX512_INLINE __mmask16 tailMask(int64_t n) {
     return n >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
 }
 
+// The multiply-accumulate of a GEMM microkernel, on fp32 elements or on bf16 pairs.
+struct F32Dot {
+    using Elem = float;  // A and B elements
+    ATTNOPS_AVX512_INLINE __m512 broadcast(const float* a) { return _mm512_set1_ps(*a); }
+    ATTNOPS_AVX512_INLINE __m512 load(__mmask16 mk, const float* b) { return _mm512_maskz_loadu_ps(mk, b); }
+    ATTNOPS_AVX512_INLINE __m512 madd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+};
+
+// Elements are pairs of bf16 (the low half first) packed in 32 bits; vdpbf16ps adds both
+// products of a pair to an fp32 lane, so k counts pairs.
+struct Bf16PairDot {
+    using Elem = uint32_t;
+    ATTNOPS_AVX512_INLINE __m512 broadcast(const uint32_t* a) { return _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(*a))); }
+    ATTNOPS_AVX512_INLINE __m512 load(__mmask16 mk, const uint32_t* b) {
+        return _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(mk, b));
+    }
+    ATTNOPS_AVX512_INLINE __m512 madd(__m512 a, __m512 b, __m512 c) {
+        return _mm512_dpbf16_ps(c, (__m512bh)a, (__m512bh)b);
+    }
+};
+
 // C[MR x 16*NV] (+)= A(MR x K) * B(K x 16*NV); A(m, k) = A[m * lda + k], or A[k * lda + m] when
 // TransA. The last vector of each row is masked by `last`.
-template <int MR, int NV, bool TransA>
-ATTNOPS_AVX512_FN static void gemmTile(int64_t k, const float* __restrict a, int64_t lda, const float* __restrict b,
-                                      int64_t ldb, float* __restrict c, int64_t ldc, __mmask16 last, bool accumulate) {
+template <typename Dot, int MR, int NV, bool TransA>
+ATTNOPS_AVX512_FN static void gemmTile(int64_t k, const typename Dot::Elem* __restrict a, int64_t lda,
+                                      const typename Dot::Elem* __restrict b, int64_t ldb, float* __restrict c,
+                                      int64_t ldc, __mmask16 last, bool accumulate) {
     __m512 acc[MR][NV];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
@@ -53,13 +79,12 @@ ATTNOPS_AVX512_FN static void gemmTile(int64_t k, const float* __restrict a, int
     for (int64_t kk = 0; kk < k; ++kk) {
         __m512 bv[NV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v)
-            bv[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : __mmask16(0xFFFF), b + kk * ldb + v * kLanes);
+        for (int v = 0; v < NV; ++v) bv[v] = Dot::load(v == NV - 1 ? last : __mmask16(0xFFFF), b + kk * ldb + v * kLanes);
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
-            const __m512 av = _mm512_set1_ps(TransA ? a[kk * lda + i] : a[i * lda + kk]);
+            const __m512 av = Dot::broadcast(TransA ? a + kk * lda + i : a + i * lda + kk);
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+            for (int v = 0; v < NV; ++v) acc[i][v] = Dot::madd(av, bv[v], acc[i][v]);
         }
     }
 #pragma GCC unroll 8
@@ -69,36 +94,38 @@ ATTNOPS_AVX512_FN static void gemmTile(int64_t k, const float* __restrict a, int
             _mm512_mask_storeu_ps(c + i * ldc + v * kLanes, v == NV - 1 ? last : __mmask16(0xFFFF), acc[i][v]);
 }
 
-template <int MR, bool TransA>
-ATTNOPS_AVX512_FN static void gemmRowStrip(int nv, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                                          float* c, int64_t ldc, __mmask16 last, bool accumulate) {
+template <typename Dot, int MR, bool TransA>
+ATTNOPS_AVX512_FN static void gemmRowStrip(int nv, int64_t k, const typename Dot::Elem* a, int64_t lda,
+                                          const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc,
+                                          __mmask16 last, bool accumulate) {
     switch (nv) {
-        case 1: gemmTile<MR, 1, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
-        case 2: gemmTile<MR, 2, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
-        case 3: gemmTile<MR, 3, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
-        default: gemmTile<MR, 4, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
+        case 1: gemmTile<Dot, MR, 1, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
+        case 2: gemmTile<Dot, MR, 2, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
+        case 3: gemmTile<Dot, MR, 3, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
+        default: gemmTile<Dot, MR, 4, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
     }
 }
 
-// C[m x n] (+)= A(m x k) * B[k x n] with row-major B and C; A as in gemmTile.
-template <bool TransA>
-ATTNOPS_AVX512_FN static void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                                  int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+// C[m x n] (+)= A(m x k) * B[k x n] with row-major B and C (fp32 out); A as in gemmTile.
+template <bool TransA, typename Dot = F32Dot>
+ATTNOPS_AVX512_FN static void gemm(int64_t m, int64_t n, int64_t k, const typename Dot::Elem* a, int64_t lda,
+                                  const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
     constexpr int64_t kStripCols = kTileVectors * kLanes;
     for (int64_t n0 = 0; n0 < n; n0 += kStripCols) {
         const int64_t cols = std::min(kStripCols, n - n0);
         const int nv = int((cols + kLanes - 1) / kLanes);
         const __mmask16 last = tailMask(cols - (nv - 1) * kLanes);
         for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
-            const float* aTile = TransA ? a + m0 : a + m0 * lda;
+            const typename Dot::Elem* aTile = TransA ? a + m0 : a + m0 * lda;
+            const typename Dot::Elem* bStrip = b + n0;
             float* cTile = c + m0 * ldc + n0;
             switch (std::min<int64_t>(kTileRows, m - m0)) {
-                case 1: gemmRowStrip<1, TransA>(nv, k, aTile, lda, b + n0, ldb, cTile, ldc, last, accumulate); break;
-                case 2: gemmRowStrip<2, TransA>(nv, k, aTile, lda, b + n0, ldb, cTile, ldc, last, accumulate); break;
-                case 3: gemmRowStrip<3, TransA>(nv, k, aTile, lda, b + n0, ldb, cTile, ldc, last, accumulate); break;
-                case 4: gemmRowStrip<4, TransA>(nv, k, aTile, lda, b + n0, ldb, cTile, ldc, last, accumulate); break;
-                case 5: gemmRowStrip<5, TransA>(nv, k, aTile, lda, b + n0, ldb, cTile, ldc, last, accumulate); break;
-                default: gemmRowStrip<6, TransA>(nv, k, aTile, lda, b + n0, ldb, cTile, ldc, last, accumulate); break;
+                case 1: gemmRowStrip<Dot, 1, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
+                case 2: gemmRowStrip<Dot, 2, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
+                case 3: gemmRowStrip<Dot, 3, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
+                case 4: gemmRowStrip<Dot, 4, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
+                case 5: gemmRowStrip<Dot, 5, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
+                default: gemmRowStrip<Dot, 6, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
             }
         }
     }
@@ -226,6 +253,71 @@ ATTNOPS_AVX512_INLINE bool allFinite(const float* a, int64_t rows, int64_t cols,
             bad |= _mm512_cmp_ps_mask(_mm512_mul_ps(x, zero), zero, _CMP_NEQ_UQ);  // inf * 0, NaN * 0: NaN
         }
     return bad == 0;
+}
+
+// --- bf16 pair packing for Bf16PairDot (views of bf16 with unit column stride) ---
+
+ATTNOPS_AVX512_INLINE const uint16_t* bf16Row(const fa::View4& view, int64_t b, int64_t n, int64_t row) {
+    return static_cast<const uint16_t*>(view.data) + view.offset(b, n, row, 0);
+}
+
+// dst[p * ld + r] = (row r col 2p, row r col 2p + 1) for rows [row0, row0 + rows), a zero high
+// half past an odd cols: the B operand of a GEMM whose n axis is rows.
+ATTNOPS_AVX512_INLINE void packColumnPairsTransposed(const fa::View4& view, int64_t b, int64_t n, int64_t row0,
+                                                     int64_t rows, int64_t cols, int64_t ld, uint32_t* __restrict dst) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t* src = bf16Row(view, b, n, row0 + r);
+        for (int64_t p = 0; p < cols / 2; ++p) dst[p * ld + r] = uint32_t(src[2 * p]) | (uint32_t(src[2 * p + 1]) << 16);
+        if (cols % 2 != 0) dst[(cols / 2) * ld + r] = src[cols - 1];
+    }
+}
+
+// Rows as column pairs, dst[r * ldPairs + p]: the A operand of a GEMM whose k axis is columns.
+ATTNOPS_AVX512_INLINE void packColumnPairs(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                           int64_t cols, int64_t ldPairs, uint32_t* __restrict dst) {
+    for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(dst + r * ldPairs, bf16Row(view, b, n, row0 + r), size_t(cols) * sizeof(uint16_t));
+        if (cols % 2 != 0) reinterpret_cast<uint16_t*>(dst + r * ldPairs)[cols] = 0;
+    }
+}
+
+// Row pairs, dst[p * cols + c] = (row 2p col c, row 2p + 1 col c), a zero high half past an odd
+// rows: the B operand of a GEMM whose k axis is rows.
+ATTNOPS_AVX512_INLINE void packRowPairs(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                        int64_t cols, uint32_t* __restrict dst) {
+    const __m512i lowIdx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                            37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i highIdx = _mm512_add_epi16(lowIdx, _mm512_set1_epi16(16));
+    for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
+        const uint16_t* even = bf16Row(view, b, n, row0 + 2 * p);
+        const uint16_t* odd = 2 * p + 1 < rows ? bf16Row(view, b, n, row0 + 2 * p + 1) : nullptr;
+        for (int64_t c = 0; c < cols; c += 2 * kLanes) {
+            const int64_t left = cols - c;
+            const __mmask32 mk = left >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << left) - 1u);
+            const __m512i e = _mm512_maskz_loadu_epi16(mk, even + c);
+            const __m512i o = odd != nullptr ? _mm512_maskz_loadu_epi16(mk, odd + c) : _mm512_setzero_si512();
+            uint32_t* out = dst + p * cols + c;
+            _mm512_mask_storeu_epi32(out, tailMask(left), _mm512_permutex2var_epi16(e, lowIdx, o));
+            if (left > kLanes) _mm512_mask_storeu_epi32(out + kLanes, tailMask(left - kLanes), _mm512_permutex2var_epi16(e, highIdx, o));
+        }
+    }
+}
+
+// fp32 rows [0, rows) of st (rows of length >= 16 * ceil(cols / 16), leading dimension ld) as
+// bf16 row pairs: dst[p * ld + c] = (st[2p][c], st[2p + 1][c]) rounded to nearest even.
+ATTNOPS_AVX512_INLINE void packFloatRowPairs(const float* st, int64_t rows, int64_t cols, int64_t ld,
+                                             uint32_t* __restrict dst) {
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                                6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
+        const float* even = st + 2 * p * ld;
+        const bool hasOdd = 2 * p + 1 < rows;
+        for (int64_t c = 0; c < cols; c += kLanes) {
+            const __m512 o = hasOdd ? _mm512_loadu_ps(even + ld + c) : _mm512_setzero_ps();
+            const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(o, _mm512_loadu_ps(even + c));  // low: even, high: odd
+            _mm512_storeu_si512(dst + p * ld + c, _mm512_permutexvar_epi16(interleave, both));
+        }
+    }
 }
 
 }  // namespace attnops::cpu::avx512

@@ -59,6 +59,7 @@ const BackwardKernel& backwardKernelTiledGeneric();
 const BackwardKernel& backwardKernelReference();
 
 // Declared by each kernel file.
+const ForwardKernel& forwardKernelAvx512Bf16();
 const ForwardKernel& forwardKernelAvx512();
 const ForwardKernel& forwardKernelTiledAvx512();
 const ForwardKernel& forwardKernelTiledAvx2();
