@@ -58,6 +58,21 @@ struct Scratch {
     float* dp1;      // [keyRows]
     uint8_t* kept;   // [keyRows]
     uint8_t* keep;   // [keyRows]
+    // bf16 pairs (the avx512-bf16 entry); "column pairs" pair adjacent columns of a row, "row
+    // pairs" adjacent rows of a column; dPairs = ceil(d / 2), likewise dvPairs, rowPairs, keyPairs.
+    uint32_t* ktp;   // [dPairs][keyRows]     key unit: K column pairs, transposed
+    uint32_t* vtp;   // [dvPairs][keyRows]    key unit: V column pairs, transposed
+    uint32_t* qcp;   // [queryRows][dPairs]   key unit: Q column pairs
+    uint32_t* docp;  // [queryRows][dvPairs]  key unit: dO column pairs
+    uint32_t* qrp;   // [rowPairs][d]         key unit: Q row pairs
+    uint32_t* dorp;  // [rowPairs][dv]        key unit: dO row pairs
+    uint32_t* pp;    // [rowPairs][keyRows]   key unit: P row pairs
+    uint32_t* dsp;   // [max(rowPairs, keyPairs)][max(keyRows, queryRows)] dS row pairs (both units)
+    uint32_t* qtp;   // [dPairs][queryRows]   query unit: Q column pairs, transposed
+    uint32_t* dotp;  // [dvPairs][queryRows]  query unit: dO column pairs, transposed
+    uint32_t* kcp;   // [keyRows][dPairs]     query unit: K column pairs
+    uint32_t* vcp;   // [keyRows][dvPairs]    query unit: V column pairs
+    uint32_t* krp;   // [keyPairs][d]         query unit: K row pairs
 
     template <typename Take>
     void carve(const BackwardParams& p, TileShape t, Take&& take) {
@@ -87,6 +102,21 @@ struct Scratch {
         dp1 = take(kr);
         kept = reinterpret_cast<uint8_t*>(take(kr));
         keep = reinterpret_cast<uint8_t*>(take(kr));
+        const int64_t dPairs = (d + 1) / 2, dvPairs = (dv + 1) / 2, rowPairs = (qr + 1) / 2, keyPairs = (kr + 1) / 2;
+        auto pairs = [&](int64_t n) { return reinterpret_cast<uint32_t*>(take(n)); };
+        ktp = pairs(dPairs * kr);
+        vtp = pairs(dvPairs * kr);
+        qcp = pairs(qr * dPairs);
+        docp = pairs(qr * dvPairs);
+        qrp = pairs(rowPairs * d);
+        dorp = pairs(rowPairs * dv);
+        pp = pairs(rowPairs * kr);
+        dsp = pairs(std::max(rowPairs, keyPairs) * std::max(kr, qr));
+        qtp = pairs(dPairs * qr);
+        dotp = pairs(dvPairs * qr);
+        kcp = pairs(kr * dPairs);
+        vcp = pairs(kr * dvPairs);
+        krp = pairs(keyPairs * d);
     }
 
     static int64_t floats(const BackwardParams& p, TileShape t) {
@@ -183,6 +213,10 @@ ATTNOPS_AVX512_INLINE void rowProbabilities(int64_t nk, float scale, float m, fl
     }
 }
 
+// PairDot: bf16 inputs multiplied as bf16 pairs with vdpbf16ps, P and dS rounded to bf16 for
+// the GEMMs they feed (as the naive low-precision computation of the tolerance rule rounds
+// them); otherwise everything in fp32.
+template <bool PairDot>
 ATTNOPS_AVX512_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
     const ForwardParams& p = bp.fwd;
     Scratch sc(bp, t, scratch);
@@ -193,8 +227,14 @@ ATTNOPS_AVX512_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const K
     const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
     const bool bandVector = simd::BandLanes::usable(sq, skv);
     const simd::BandLanes band = simd::bandLanes(rule, skv);
-    simd::loadRowsTransposed(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.row, sc.kt);
-    simd::loadRowsTransposed(p.v, u.b, u.n2, kvRow0, nk, dv, kr, sc.row, sc.vt);
+    const int64_t dPairs = (d + 1) / 2, dvPairs = (dv + 1) / 2;
+    if (PairDot) {
+        simd::packColumnPairsTransposed(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.ktp);
+        simd::packColumnPairsTransposed(p.v, u.b, u.n2, kvRow0, nk, dv, kr, sc.vtp);
+    } else {
+        simd::loadRowsTransposed(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.row, sc.kt);
+        simd::loadRowsTransposed(p.v, u.b, u.n2, kvRow0, nk, dv, kr, sc.row, sc.vt);
+    }
     std::fill(sc.dkAcc, sc.dkAcc + nk * d, 0.0f);
     std::fill(sc.dvAcc, sc.dvAcc + nk * dv, 0.0f);
     for (int64_t g = 0; g < p.group; ++g) {
@@ -206,16 +246,33 @@ ATTNOPS_AVX512_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const K
             const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
             simd::loadRows(p.q, u.b, n1, qRow0, rows, d, d, sc.qRows);
             const bool anyEmpty = loadQueryStats(bp, u.b, n1, q0, rows, 0, sc, sc.doRows, nullptr);
-            simd::gemm<false>(rows, nk, d, sc.qRows, d, sc.kt, kr, sc.s, kr, false);    // S = Q . K^T
-            simd::gemm<false>(rows, nk, dv, sc.doRows, dv, sc.vt, kr, sc.dp, kr, false);  // dP = dO . V^T
+            if (PairDot) {
+                simd::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
+                simd::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
+                simd::gemm<false, simd::Bf16PairDot>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, kr, false);
+                simd::gemm<false, simd::Bf16PairDot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, kr, false);
+            } else {
+                simd::gemm<false>(rows, nk, d, sc.qRows, d, sc.kt, kr, sc.s, kr, false);    // S = Q . K^T
+                simd::gemm<false>(rows, nk, dv, sc.doRows, dv, sc.vt, kr, sc.dp, kr, false);  // dP = dO . V^T
+            }
             const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
             if (vectorRows && !anyEmpty &&
                 (full || (bandVector && simd::allFinite(sc.qRows, rows, d, d) && simd::allFinite(sc.doRows, rows, dv, dv)))) {
                 for (int64_t r = 0; r < rows; ++r)
                     rowProbabilities(nk, p.scale, sc.rowMax[r], sc.rowSum[r], sc.delta[r], sc.s + r * kr,
                                      sc.dp + r * kr, full ? nullptr : &band, q0 + r, u.k0);
-                simd::gemm<true>(nk, dv, rows, sc.s, kr, sc.doRows, dv, sc.dvAcc, dv, true);  // dV += P^T . dO
-                simd::gemm<true>(nk, d, rows, sc.dp, kr, sc.qRows, d, sc.dkAcc, d, true);     // dK += dS^T . Q
+                if (PairDot) {
+                    const int64_t rowPairs = (rows + 1) / 2;
+                    simd::packFloatRowPairs(sc.s, rows, nk, kr, sc.pp);
+                    simd::packFloatRowPairs(sc.dp, rows, nk, kr, sc.dsp);
+                    simd::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
+                    simd::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
+                    simd::gemm<true, simd::Bf16PairDot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, sc.dvAcc, dv, true);
+                    simd::gemm<true, simd::Bf16PairDot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, sc.dkAcc, d, true);
+                } else {
+                    simd::gemm<true>(nk, dv, rows, sc.s, kr, sc.doRows, dv, sc.dvAcc, dv, true);  // dV += P^T . dO
+                    simd::gemm<true>(nk, d, rows, sc.dp, kr, sc.qRows, d, sc.dkAcc, d, true);     // dK += dS^T . Q
+                }
                 continue;
             }
             for (int64_t r = 0; r < rows; ++r) {
@@ -263,6 +320,7 @@ ATTNOPS_AVX512_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64
     }
 }
 
+template <bool PairDot>
 ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const WorkUnit& u, void* scratch) {
     const ForwardParams& p = bp.fwd;
     Scratch sc(bp, t, scratch);
@@ -270,28 +328,49 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
     const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
     const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv;
+    const int64_t dPairs = (d + 1) / 2, dvPairs = (dv + 1) / 2;
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
     const bool bandVector = simd::BandLanes::usable(sq, skv);
     const simd::BandLanes band = simd::bandLanes(rule, skv);
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
-        simd::loadRowsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.row, sc.qt);
-        const bool anyEmpty = loadQueryStats(bp, u.b, n1, u.q0, rows, qr, sc, nullptr, sc.dot);
+        bool anyEmpty = false;
+        if (PairDot) {
+            simd::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.qtp);
+            simd::packColumnPairsTransposed(bp.dy, u.b, n1, qRow0, rows, dv, qr, sc.dotp);
+            anyEmpty = loadQueryStats(bp, u.b, n1, u.q0, rows, qr, sc, nullptr, nullptr);
+        } else {
+            simd::loadRowsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.row, sc.qt);
+            anyEmpty = loadQueryStats(bp, u.b, n1, u.q0, rows, qr, sc, nullptr, sc.dot);
+        }
         std::fill(sc.dqAcc, sc.dqAcc + rows * d, 0.0f);
         std::fill(sc.exactDelta, sc.exactDelta + qr, 0.0f);
         float* exactDelta = bp.sinkRowTerms != nullptr ? sc.exactDelta : nullptr;
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
             const int64_t nk = std::min(t.keyRows, keys.hi - k0);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            simd::loadRows(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
-            simd::loadRows(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
-            simd::gemm<false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);     // S^T = K . Q^T
-            simd::gemm<false>(nk, rows, dv, sc.v, dv, sc.dot, qr, sc.dpt, qr, false);  // dP^T = V . dO^T
+            simd::loadRows(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);  // fp32 K: the row steps and the dQ GEMM
+            if (PairDot) {
+                simd::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kcp);
+                simd::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, dv, dvPairs, sc.vcp);
+                simd::gemm<false, simd::Bf16PairDot>(nk, rows, dPairs, sc.kcp, dPairs, sc.qtp, qr, sc.st, qr, false);
+                simd::gemm<false, simd::Bf16PairDot>(nk, rows, dvPairs, sc.vcp, dvPairs, sc.dotp, qr, sc.dpt, qr, false);
+            } else {
+                simd::loadRows(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+                simd::gemm<false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);     // S^T = K . Q^T
+                simd::gemm<false>(nk, rows, dv, sc.v, dv, sc.dot, qr, sc.dpt, qr, false);  // dP^T = V . dO^T
+            }
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
             if (vectorRows && !anyEmpty && (full || (bandVector && simd::allFinite(sc.k, nk, d, d)))) {
                 blockProbabilitiesTransposed(sc, rows, nk, qr, p.scale, exactDelta, full ? nullptr : &band, u.q0, k0);
-                simd::gemm<true>(rows, d, nk, sc.dpt, qr, sc.k, d, sc.dqAcc, d, true);  // dQ += dS . K
+                if (PairDot) {
+                    simd::packFloatRowPairs(sc.dpt, nk, rows, qr, sc.dsp);
+                    simd::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, d, sc.krp);
+                    simd::gemm<true, simd::Bf16PairDot>(rows, d, (nk + 1) / 2, sc.dsp, qr, sc.krp, d, sc.dqAcc, d, true);
+                } else {
+                    simd::gemm<true>(rows, d, nk, sc.dpt, qr, sc.k, d, sc.dqAcc, d, true);  // dQ += dS . K
+                }
                 continue;
             }
             for (int64_t r = 0; r < rows; ++r) {
@@ -321,15 +400,44 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
 
 bool acceptsAll(const BackwardParams&) { return true; }
 
+// bf16 operands with unit column stride (the packing reads rows as arrays).
+bool pairOperands(const BackwardParams& bp) {
+    for (const View4* v : {&bp.fwd.q, &bp.fwd.k, &bp.fwd.v, &bp.dy})
+        if (v->dtype != DType::BF16 || v->stride[3] != 1) return false;
+    return true;
+}
+
+void keyFloat(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) { runKeyUnit<false>(p, t, u, s); }
+void queryFloat(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) { runQueryUnit<false>(p, t, u, s); }
+// Other problems than pairOperands ones run as in the avx512 entry.
+void keyPairs(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
+    if (pairOperands(p))
+        runKeyUnit<true>(p, t, u, s);
+    else
+        runKeyUnit<false>(p, t, u, s);
+}
+void queryPairs(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+    if (pairOperands(p))
+        runQueryUnit<true>(p, t, u, s);
+    else
+        runQueryUnit<false>(p, t, u, s);
+}
+
 bool hasAvx512() {
     const cpu::IsaFeatures& f = cpu::isa();
     return f.avx512f && f.avx512bw && f.avx512vl && f.avx2 && f.fma && f.f16c;
 }
 
+bool hasAvx512Bf16() { return hasAvx512() && cpu::isa().avx512bf16; }
+
 }  // namespace
 
+const BackwardKernel& backwardKernelAvx512Bf16() {
+    static const BackwardKernel k{"avx512-bf16", hasAvx512Bf16, acceptsAll, chooseTile, scratchBytes, keyPairs, queryPairs};
+    return k;
+}
 const BackwardKernel& backwardKernelAvx512() {
-    static const BackwardKernel k{"avx512", hasAvx512, acceptsAll, chooseTile, scratchBytes, runKeyUnit, runQueryUnit};
+    static const BackwardKernel k{"avx512", hasAvx512, acceptsAll, chooseTile, scratchBytes, keyFloat, queryFloat};
     return k;
 }
 

@@ -52,6 +52,7 @@ struct BackwardKernel {
 
 const std::vector<const BackwardKernel*>& backwardKernels();
 
+const BackwardKernel& backwardKernelAvx512Bf16();
 const BackwardKernel& backwardKernelAvx512();
 const BackwardKernel& backwardKernelTiledAvx512();
 const BackwardKernel& backwardKernelTiledAvx2();
