@@ -25,6 +25,7 @@ namespace attnops::fa {
 namespace {
 
 namespace simd = cpu::avx512;
+using Pairs = simd::Bf16PairDot;
 using tile::kNegInf;
 
 constexpr int64_t kAlignFloats = 16;
@@ -167,8 +168,8 @@ ATTNOPS_AVX512_INLINE float dotProduct(int64_t n, const float* a, const float* b
 }
 
 // dO rows [q0, q0 + rows) of head n1 (row-major into doRows when given, transposed into doT
-// with leading dimension ldt when given), delta = rowsum(dO * O) and the saved statistics (lane 0). Returns whether some
-// row is fully masked (saved sum 0).
+// with leading dimension ldt when given), delta = rowsum(dO * O) and the saved statistics
+// (lane 0). Returns whether some row is fully masked (saved sum 0).
 ATTNOPS_AVX512_INLINE bool loadQueryStats(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
                                           int64_t ldt, Scratch& sc, float* doRows, float* doT) {
     const ForwardParams& p = bp.fwd;
@@ -249,15 +250,16 @@ ATTNOPS_AVX512_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const K
             if (PairDot) {
                 simd::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
                 simd::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
-                simd::gemm<false, simd::Bf16PairDot>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, kr, false);
-                simd::gemm<false, simd::Bf16PairDot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, kr, false);
+                simd::gemm<false, Pairs>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, kr, false);
+                simd::gemm<false, Pairs>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, kr, false);
             } else {
                 simd::gemm<false>(rows, nk, d, sc.qRows, d, sc.kt, kr, sc.s, kr, false);    // S = Q . K^T
                 simd::gemm<false>(rows, nk, dv, sc.doRows, dv, sc.vt, kr, sc.dp, kr, false);  // dP = dO . V^T
             }
             const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
-            if (vectorRows && !anyEmpty &&
-                (full || (bandVector && simd::allFinite(sc.qRows, rows, d, d) && simd::allFinite(sc.doRows, rows, dv, dv)))) {
+            const bool finite = bandVector && simd::allFinite(sc.qRows, rows, d, d) &&
+                                simd::allFinite(sc.doRows, rows, dv, dv);
+            if (vectorRows && !anyEmpty && (full || finite)) {
                 for (int64_t r = 0; r < rows; ++r)
                     rowProbabilities(nk, p.scale, sc.rowMax[r], sc.rowSum[r], sc.delta[r], sc.s + r * kr,
                                      sc.dp + r * kr, full ? nullptr : &band, q0 + r, u.k0);
@@ -267,8 +269,8 @@ ATTNOPS_AVX512_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const K
                     simd::packFloatRowPairs(sc.dp, rows, nk, kr, sc.dsp);
                     simd::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
                     simd::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
-                    simd::gemm<true, simd::Bf16PairDot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, sc.dvAcc, dv, true);
-                    simd::gemm<true, simd::Bf16PairDot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, sc.dkAcc, d, true);
+                    simd::gemm<true, Pairs>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, sc.dvAcc, dv, true);
+                    simd::gemm<true, Pairs>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, sc.dkAcc, d, true);
                 } else {
                     simd::gemm<true>(nk, dv, rows, sc.s, kr, sc.doRows, dv, sc.dvAcc, dv, true);  // dV += P^T . dO
                     simd::gemm<true>(nk, d, rows, sc.dp, kr, sc.qRows, d, sc.dkAcc, d, true);     // dK += dS^T . Q
@@ -303,7 +305,8 @@ ATTNOPS_AVX512_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64
                                                         int64_t row0, int64_t key0) {
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t r0 = 0; r0 < rows; r0 += simd::kLanes) {
-        const __m512 m = _mm512_loadu_ps(sc.rowMax + r0), invL = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(sc.rowSum + r0));
+        const __m512 m = _mm512_loadu_ps(sc.rowMax + r0);
+        const __m512 invL = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_loadu_ps(sc.rowSum + r0));
         const __m512 delta = _mm512_loadu_ps(sc.delta + r0);
         __m512 sumPdP = _mm512_setzero_ps();
         for (int64_t j = 0; j < nk; ++j) {
@@ -314,9 +317,11 @@ ATTNOPS_AVX512_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64
                 kept, _mm512_mul_ps(simd::exp(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s), vs), m)), invL));
             const __m512 g = _mm512_loadu_ps(dp);
             sumPdP = _mm512_fmadd_ps(pr, g, sumPdP);
-            _mm512_storeu_ps(dp, _mm512_maskz_mov_ps(kept, _mm512_mul_ps(_mm512_mul_ps(pr, _mm512_sub_ps(g, delta)), vs)));
+            const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(pr, _mm512_sub_ps(g, delta)), vs);
+            _mm512_storeu_ps(dp, _mm512_maskz_mov_ps(kept, ds));
         }
-        if (exactDelta != nullptr) _mm512_storeu_ps(exactDelta + r0, _mm512_add_ps(_mm512_loadu_ps(exactDelta + r0), sumPdP));
+        if (exactDelta != nullptr)
+            _mm512_storeu_ps(exactDelta + r0, _mm512_add_ps(_mm512_loadu_ps(exactDelta + r0), sumPdP));
     }
 }
 
@@ -354,8 +359,8 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
             if (PairDot) {
                 simd::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kcp);
                 simd::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, dv, dvPairs, sc.vcp);
-                simd::gemm<false, simd::Bf16PairDot>(nk, rows, dPairs, sc.kcp, dPairs, sc.qtp, qr, sc.st, qr, false);
-                simd::gemm<false, simd::Bf16PairDot>(nk, rows, dvPairs, sc.vcp, dvPairs, sc.dotp, qr, sc.dpt, qr, false);
+                simd::gemm<false, Pairs>(nk, rows, dPairs, sc.kcp, dPairs, sc.qtp, qr, sc.st, qr, false);
+                simd::gemm<false, Pairs>(nk, rows, dvPairs, sc.vcp, dvPairs, sc.dotp, qr, sc.dpt, qr, false);
             } else {
                 simd::loadRows(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
                 simd::gemm<false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);     // S^T = K . Q^T
@@ -367,7 +372,7 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
                 if (PairDot) {
                     simd::packFloatRowPairs(sc.dpt, nk, rows, qr, sc.dsp);
                     simd::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, d, sc.krp);
-                    simd::gemm<true, simd::Bf16PairDot>(rows, d, (nk + 1) / 2, sc.dsp, qr, sc.krp, d, sc.dqAcc, d, true);
+                    simd::gemm<true, Pairs>(rows, d, (nk + 1) / 2, sc.dsp, qr, sc.krp, d, sc.dqAcc, d, true);
                 } else {
                     simd::gemm<true>(rows, d, nk, sc.dpt, qr, sc.k, d, sc.dqAcc, d, true);  // dQ += dS . K
                 }
@@ -433,7 +438,8 @@ bool hasAvx512Bf16() { return hasAvx512() && cpu::isa().avx512bf16; }
 }  // namespace
 
 const BackwardKernel& backwardKernelAvx512Bf16() {
-    static const BackwardKernel k{"avx512-bf16", hasAvx512Bf16, acceptsAll, chooseTile, scratchBytes, keyPairs, queryPairs};
+    static const BackwardKernel k{"avx512-bf16", hasAvx512Bf16, acceptsAll, chooseTile, scratchBytes, keyPairs,
+                                  queryPairs};
     return k;
 }
 const BackwardKernel& backwardKernelAvx512() {

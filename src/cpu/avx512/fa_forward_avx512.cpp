@@ -136,7 +136,8 @@ ATTNOPS_AVX512_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, in
         _mm512_storeu_ps(m + r0, mNew);
         alignas(64) float alphas[simd::kLanes];
         _mm512_store_ps(alphas, alpha);
-        for (int64_t r = r0; r < std::min(rows, r0 + simd::kLanes); ++r) simd::scaleRow(p.dv, alphas[r - r0], acc + r * p.dv);
+        for (int64_t r = r0; r < std::min(rows, r0 + simd::kLanes); ++r)
+            simd::scaleRow(p.dv, alphas[r - r0], acc + r * p.dv);
     }
 }
 

@@ -1,10 +1,12 @@
 // AVX-512 building blocks of the flash-attention kernels: a register-blocked GEMM microkernel
-// (fp32 FMA, or vdpbf16ps on bf16 pairs), a vector exp, the sparse-mode band per lane, and row loaders that convert bf16/fp16 to fp32 on the fly. Every
-// function carries the AVX-512 target attribute, so only the files in src/cpu/avx512 include
-// this header and only CPUs that pass the isa() probe ever reach them.
+// (fp32 FMA, or vdpbf16ps on bf16 pairs), a vector exp, the sparse-mode band per lane, row
+// loaders that convert bf16/fp16 to fp32 on the fly and bf16 pair packing. Every function
+// carries the AVX-512 target attribute, so only the files in src/cpu/avx512 include this header
+// and only CPUs that pass the isa() probe ever reach them.
 //
-// Reduction order: each output element of gemm() is a chain of multiply-adds over k ascending, so the
-// result of an element depends on neither the register tile it falls in nor the thread count.
+// Reduction order: each output element of gemm() is a chain of multiply-adds over k ascending,
+// so the result of an element depends on neither the register tile it falls in nor the thread
+// count.
 #pragma once
 
 // GCC 12's AVX-512 headers self-initialise their "undefined" vectors, which -O3 reports as
@@ -54,7 +56,9 @@ struct F32Dot {
 // products of a pair to an fp32 lane, so k counts pairs.
 struct Bf16PairDot {
     using Elem = uint32_t;
-    ATTNOPS_AVX512_INLINE __m512 broadcast(const uint32_t* a) { return _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(*a))); }
+    ATTNOPS_AVX512_INLINE __m512 broadcast(const uint32_t* a) {
+        return _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(*a)));
+    }
     ATTNOPS_AVX512_INLINE __m512 load(__mmask16 mk, const uint32_t* b) {
         return _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(mk, b));
     }
@@ -69,17 +73,17 @@ template <typename Dot, int MR, int NV, bool TransA>
 ATTNOPS_AVX512_FN static void gemmTile(int64_t k, const typename Dot::Elem* __restrict a, int64_t lda,
                                       const typename Dot::Elem* __restrict b, int64_t ldb, float* __restrict c,
                                       int64_t ldc, __mmask16 last, bool accumulate) {
+    const auto mask = [last](int v) { return v == NV - 1 ? last : __mmask16(0xFFFF); };
     __m512 acc[MR][NV];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v)
-            acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(v == NV - 1 ? last : __mmask16(0xFFFF), c + i * ldc + v * kLanes)
-                                   : _mm512_setzero_ps();
+            acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(mask(v), c + i * ldc + v * kLanes) : _mm512_setzero_ps();
     for (int64_t kk = 0; kk < k; ++kk) {
         __m512 bv[NV];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) bv[v] = Dot::load(v == NV - 1 ? last : __mmask16(0xFFFF), b + kk * ldb + v * kLanes);
+        for (int v = 0; v < NV; ++v) bv[v] = Dot::load(mask(v), b + kk * ldb + v * kLanes);
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
             const __m512 av = Dot::broadcast(TransA ? a + kk * lda + i : a + i * lda + kk);
@@ -91,7 +95,7 @@ ATTNOPS_AVX512_FN static void gemmTile(int64_t k, const typename Dot::Elem* __re
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v)
-            _mm512_mask_storeu_ps(c + i * ldc + v * kLanes, v == NV - 1 ? last : __mmask16(0xFFFF), acc[i][v]);
+            _mm512_mask_storeu_ps(c + i * ldc + v * kLanes, mask(v), acc[i][v]);
 }
 
 template <typename Dot, int MR, bool TransA>
@@ -117,15 +121,15 @@ ATTNOPS_AVX512_FN static void gemm(int64_t m, int64_t n, int64_t k, const typena
         const __mmask16 last = tailMask(cols - (nv - 1) * kLanes);
         for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
             const typename Dot::Elem* aTile = TransA ? a + m0 : a + m0 * lda;
-            const typename Dot::Elem* bStrip = b + n0;
-            float* cTile = c + m0 * ldc + n0;
+            const typename Dot::Elem* bs = b + n0;
+            float* ct = c + m0 * ldc + n0;
             switch (std::min<int64_t>(kTileRows, m - m0)) {
-                case 1: gemmRowStrip<Dot, 1, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
-                case 2: gemmRowStrip<Dot, 2, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
-                case 3: gemmRowStrip<Dot, 3, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
-                case 4: gemmRowStrip<Dot, 4, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
-                case 5: gemmRowStrip<Dot, 5, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
-                default: gemmRowStrip<Dot, 6, TransA>(nv, k, aTile, lda, bStrip, ldb, cTile, ldc, last, accumulate); break;
+                case 1: gemmRowStrip<Dot, 1, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
+                case 2: gemmRowStrip<Dot, 2, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
+                case 3: gemmRowStrip<Dot, 3, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
+                case 4: gemmRowStrip<Dot, 4, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
+                case 5: gemmRowStrip<Dot, 5, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
+                default: gemmRowStrip<Dot, 6, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
             }
         }
     }
@@ -160,7 +164,8 @@ ATTNOPS_AVX512_INLINE void axpy(int64_t n, float a, const float* __restrict x, f
     const __m512 av = _mm512_set1_ps(a);
     for (int64_t c = 0; c < n; c += kLanes) {
         const __mmask16 mk = tailMask(n - c);
-        _mm512_mask_storeu_ps(y + c, mk, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(mk, x + c), _mm512_maskz_loadu_ps(mk, y + c)));
+        const __m512 sum = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(mk, x + c), _mm512_maskz_loadu_ps(mk, y + c));
+        _mm512_mask_storeu_ps(y + c, mk, sum);
     }
 }
 
@@ -229,7 +234,8 @@ ATTNOPS_AVX512_INLINE __mmask16 keptRows(const BandLanes& b, int64_t key, int64_
     if (key < b.prefixEnd) return __mmask16(0xFFFF);
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i diff = _mm512_sub_epi32(_mm512_set1_epi32(int32_t(key - row0)), lane);
-    return _mm512_cmp_epi32_mask(diff, b.minDiff, _MM_CMPINT_NLT) & _mm512_cmp_epi32_mask(diff, b.maxDiff, _MM_CMPINT_LE);
+    return _mm512_cmp_epi32_mask(diff, b.minDiff, _MM_CMPINT_NLT) &
+           _mm512_cmp_epi32_mask(diff, b.maxDiff, _MM_CMPINT_LE);
 }
 
 // Lanes l of keys key0 + l that query row `row` keeps.
@@ -267,7 +273,8 @@ ATTNOPS_AVX512_INLINE void packColumnPairsTransposed(const fa::View4& view, int6
                                                      int64_t rows, int64_t cols, int64_t ld, uint32_t* __restrict dst) {
     for (int64_t r = 0; r < rows; ++r) {
         const uint16_t* src = bf16Row(view, b, n, row0 + r);
-        for (int64_t p = 0; p < cols / 2; ++p) dst[p * ld + r] = uint32_t(src[2 * p]) | (uint32_t(src[2 * p + 1]) << 16);
+        for (int64_t p = 0; p < cols / 2; ++p)
+            dst[p * ld + r] = uint32_t(src[2 * p]) | (uint32_t(src[2 * p + 1]) << 16);
         if (cols % 2 != 0) dst[(cols / 2) * ld + r] = src[cols - 1];
     }
 }
@@ -298,7 +305,10 @@ ATTNOPS_AVX512_INLINE void packRowPairs(const fa::View4& view, int64_t b, int64_
             const __m512i o = odd != nullptr ? _mm512_maskz_loadu_epi16(mk, odd + c) : _mm512_setzero_si512();
             uint32_t* out = dst + p * cols + c;
             _mm512_mask_storeu_epi32(out, tailMask(left), _mm512_permutex2var_epi16(e, lowIdx, o));
-            if (left > kLanes) _mm512_mask_storeu_epi32(out + kLanes, tailMask(left - kLanes), _mm512_permutex2var_epi16(e, highIdx, o));
+            if (left > kLanes) {
+                const __m512i high = _mm512_permutex2var_epi16(e, highIdx, o);
+                _mm512_mask_storeu_epi32(out + kLanes, tailMask(left - kLanes), high);
+            }
         }
     }
 }

@@ -107,7 +107,7 @@ ATTNOPS_INLINE void runUnitBody(const ForwardParams& p, TileShape t, const WorkU
                 const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
                 if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
                 tile::accumulateRow(p, u, n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
-                              sc.acc + r * p.dv);
+                                    sc.acc + r * p.dv);
             }
         }
         for (int64_t r = 0; r < rows; ++r) tile::storeRow(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * p.dv);

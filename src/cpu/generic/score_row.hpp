@@ -1,8 +1,8 @@
 // Steps on one row of scores shared by the tiled and the AVX-512 forward and backward kernels:
 // Q.K^T against a transposed key block; scale, pse and mask; the online-softmax update and the
-// store of a forward row; the probabilities and dS of a backward row. Functions are static and always inlined, so
-// each ISA-specific entry point compiles its own copy (no inline function is shared between
-// translation units built for different instruction sets).
+// store of a forward row; the probabilities and dS of a backward row. Functions are static and
+// always inlined, so each ISA-specific entry point compiles its own copy (no inline function is
+// shared between translation units built for different instruction sets).
 #pragma once
 
 #include <algorithm>
