@@ -261,7 +261,8 @@ ATTNOPS_AVX512_INLINE bool allFinite(const float* a, int64_t rows, int64_t cols,
     return bad == 0;
 }
 
-// --- bf16 pair packing for Bf16PairDot (views of bf16 with unit column stride) ---
+// --- bf16 pair packing for Bf16PairDot (views of bf16 with unit column stride; a view with no
+// columns may have a NULL base, so those return before forming a row pointer) ---
 
 ATTNOPS_AVX512_INLINE const uint16_t* bf16Row(const fa::View4& view, int64_t b, int64_t n, int64_t row) {
     return static_cast<const uint16_t*>(view.data) + view.offset(b, n, row, 0);
@@ -271,6 +272,7 @@ ATTNOPS_AVX512_INLINE const uint16_t* bf16Row(const fa::View4& view, int64_t b, 
 // half past an odd cols: the B operand of a GEMM whose n axis is rows.
 ATTNOPS_AVX512_INLINE void packColumnPairsTransposed(const fa::View4& view, int64_t b, int64_t n, int64_t row0,
                                                      int64_t rows, int64_t cols, int64_t ld, uint32_t* __restrict dst) {
+    if (cols <= 0) return;
     for (int64_t r = 0; r < rows; ++r) {
         const uint16_t* src = bf16Row(view, b, n, row0 + r);
         for (int64_t p = 0; p < cols / 2; ++p)
@@ -282,6 +284,7 @@ ATTNOPS_AVX512_INLINE void packColumnPairsTransposed(const fa::View4& view, int6
 // Rows as column pairs, dst[r * ldPairs + p]: the A operand of a GEMM whose k axis is columns.
 ATTNOPS_AVX512_INLINE void packColumnPairs(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
                                            int64_t cols, int64_t ldPairs, uint32_t* __restrict dst) {
+    if (cols <= 0) return;
     for (int64_t r = 0; r < rows; ++r) {
         std::memcpy(dst + r * ldPairs, bf16Row(view, b, n, row0 + r), size_t(cols) * sizeof(uint16_t));
         if (cols % 2 != 0) reinterpret_cast<uint16_t*>(dst + r * ldPairs)[cols] = 0;
@@ -292,6 +295,7 @@ ATTNOPS_AVX512_INLINE void packColumnPairs(const fa::View4& view, int64_t b, int
 // rows: the B operand of a GEMM whose k axis is rows.
 ATTNOPS_AVX512_INLINE void packRowPairs(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
                                         int64_t cols, uint32_t* __restrict dst) {
+    if (cols <= 0) return;
     const __m512i lowIdx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
                                             37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i highIdx = _mm512_add_epi16(lowIdx, _mm512_set1_epi16(16));
