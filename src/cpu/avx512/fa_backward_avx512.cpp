@@ -1,6 +1,8 @@
 // The AVX-512 flash-attention backward: the tiled kernel's deterministic scheme (key units own
 // dk/dv rows, query units own dq rows; see fa_backward_tiled.cpp) with every product a
-// register-blocked GEMM: S = Q.K^T, dP = dO.V^T, dV += P^T.dO, dK += dS^T.Q, dQ += dS.K.
+// register-blocked GEMM: S = Q.K^T, dP = dO.V^T, dV += P^T.dO, dK += dS^T.Q, dQ += dS.K; fp32
+// FMAs in the "avx512" entry, vdpbf16ps on bf16 pairs in the "avx512-bf16" entry (bf16 inputs;
+// other dtypes run as "avx512").
 //
 // A key unit transposes its key and value block once and walks the query blocks with scores in
 // [query][key] order; a query unit transposes its query and dO block once and walks the key

@@ -1,6 +1,9 @@
 // The AVX-512 flash-attention forward: register-blocked GEMMs for S = Q.K^T and O += P.V and an
-// online softmax vectorised across 16 query rows. Inputs of any dtype are converted to fp32 as
-// they are loaded (fp16 through vcvtph2ps, so fp16 keeps fp32 arithmetic and its accuracy).
+// online softmax vectorised across 16 query rows. Two entries: "avx512" converts inputs of any
+// dtype to fp32 as they are loaded (fp16 through vcvtph2ps, so fp16 keeps fp32 arithmetic and
+// its accuracy, never a detour through bf16) and multiplies with fp32 FMAs; "avx512-bf16"
+// multiplies bf16 inputs as bf16 pairs with vdpbf16ps (fp32 accumulation) and runs other dtypes
+// as "avx512".
 //
 // Scores are kept transposed, St[key][query row]: the query block is transposed once per work
 // unit and key/value blocks are used as stored, so no block is transposed inside the key loop,
@@ -9,8 +12,8 @@
 // masked block whose values are not all finite; those and the rest take the row steps shared
 // with the tiled kernel, which skip masked keys exactly as the reference does.
 //
-// Order of every reduction, fixed per element: Q.K over the head dim ascending, the row max and
-// sum over keys ascending (per lane), P.V over keys ascending.
+// Order of every reduction, fixed per element: Q.K over the head dim ascending (in pairs with
+// vdpbf16ps), the row max and sum over keys ascending (per lane), P.V over keys ascending.
 #include <algorithm>
 #include <cstring>
 
