@@ -145,10 +145,10 @@ private:
     Scratch() = default;
 };
 
-TileShape chooseTile(const BackwardParams&, const PlatformInfo&) {
+TileShape chooseTile(const BackwardParams& p, const PlatformInfo& info) {
     TileShape t;
     t.queryRows = 64;
-    t.keyRows = 64;
+    t.keyRows = simd::keyBlockRows(p.fwd.d, p.fwd.dv, info.l2Bytes);
     return t;
 }
 

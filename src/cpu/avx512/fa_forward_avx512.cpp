@@ -82,12 +82,11 @@ struct Scratch {
     }
 };
 
-// 64 x 64 blocks: the query block is 4 zmm wide (one GEMM strip), and a key and a value block of
-// d = 128 fp32 (64 KiB together) stay in L2 while the scores and probabilities (16 KiB) stay in L1.
-TileShape chooseTile(const ForwardParams&, const PlatformInfo&) {
+// 64 query rows: the query block is 4 zmm wide (one GEMM strip, 16 rows per softmax vector).
+TileShape chooseTile(const ForwardParams& p, const PlatformInfo& info) {
     TileShape t;
     t.queryRows = 64;
-    t.keyRows = 64;
+    t.keyRows = simd::keyBlockRows(p.d, p.dv, info.l2Bytes);
     return t;
 }
 
