@@ -1323,7 +1323,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
+        for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1382,7 +1382,7 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"tiled-avx2", "tiled-generic"}) {
+    for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx2", "tiled-generic"}) {
         for (const auto& list : {headCases(), lengthCases()})
             for (const Case& c : list) cases.push_back({impl, c});
         for (const Case& c : featureCases()) cases.push_back({impl, c});

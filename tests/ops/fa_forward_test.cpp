@@ -1380,7 +1380,7 @@ TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
         return p;
     }());
     int ran = 0;
-    for (const char* impl : {"tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
+    for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
         for (const FaProblem& p : problems) {
             ForcedImpl force(impl);
             FaInstance inst(p);

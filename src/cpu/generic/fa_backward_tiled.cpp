@@ -112,39 +112,17 @@ ATTNOPS_INLINE void loadKeyBlock(const BackwardParams& bp, int64_t b, int64_t n2
     tile::loadRowsTransposed(p.v, b, n2, row0, nk, p.dv, keyRows, sc.vt);
 }
 
-// For query row r (sequence-local i) against the loaded key block: probabilities P (in sc.s),
-// dS (in sc.dp) and, if dropout is on, the keep flags; adds sum_j P_d * dP_d to *exactDelta when
-// given. Returns false if no key of the block is kept for this row.
+// For query row r (sequence-local i) against the loaded key block: raw scores and dO . V rows,
+// then tile::rowGradients.
 ATTNOPS_INLINE bool rowGradients(const BackwardParams& bp, int64_t b, int64_t n1, const SeqRule& rule, int64_t i,
                                  int64_t k0, int64_t nk, int64_t skv, int64_t keyRows, const float* qRow,
                                  const float* doRow, float m, float l, float delta, Scratch& sc,
                                  float* exactDelta) {
     const ForwardParams& p = bp.fwd;
     tile::rowScores(qRow, sc.kt, p.d, nk, keyRows, sc.s);
-    const float rowMax = tile::finishScores(p, b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
-    if (rowMax == kNegInf) return false;
-    const float invL = 1.0f / l;
-    for (int64_t j = 0; j < nk; ++j) {
-        const float e = cpu::fastExp(sc.s[j] - m) * invL;
-        sc.s[j] = sc.kept[j] ? e : 0.0f;
-    }
-    for (int64_t j = 0; j < nk; ++j) sc.dp[j] = 0.0f;
-    for (int64_t c = 0; c < p.dv; ++c) {
-        const float g = doRow[c];
-        const float* __restrict vrow = sc.vt + c * keyRows;
-        for (int64_t j = 0; j < nk; ++j) sc.dp[j] += g * vrow[j];
-    }
-    if (p.dropout.enabled) {
-        dropoutKeepRow(p, b, n1, i, k0, nk, sc.keep);
-        for (int64_t j = 0; j < nk; ++j) sc.dp[j] = sc.keep[j] ? sc.dp[j] * p.dropout.invKeepProb : 0.0f;
-    }
-    if (exactDelta != nullptr) {  // sum_j P_d dP_d = sum_j P dP (the keep factors pair up)
-        float sum = 0.0f;
-        for (int64_t j = 0; j < nk; ++j) sum += sc.s[j] * sc.dp[j];
-        *exactDelta += sum;
-    }
-    for (int64_t j = 0; j < nk; ++j) sc.dp[j] = sc.s[j] * (sc.dp[j] - delta);
-    return true;
+    tile::rowScores(doRow, sc.vt, p.dv, nk, keyRows, sc.dp);
+    return tile::rowGradients(bp, b, n1, rule, i, k0, nk, skv, m, l, delta, sc.s, sc.dp, sc.kept, sc.keep,
+                              exactDelta);
 }
 
 ATTNOPS_INLINE void runKeyUnitBody(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {

@@ -84,55 +84,6 @@ ATTNOPS_INLINE void loadKeyValueBlock(const ForwardParams& p, const WorkUnit& u,
     tile::loadRows(p.v, u.b, u.n2, row0, nk, p.dv, v);
 }
 
-// Online-softmax update of one row with the probabilities of a key block, then acc += P.V.
-ATTNOPS_INLINE void accumulateRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, int64_t k0,
-                                  int64_t nk, float rowMax, float* __restrict s, const uint8_t* kept,
-                                  uint8_t* keep, const float* __restrict v, float& m, float& l,
-                                  float* __restrict acc) {
-    const float mNew = (rowMax > m || rowMax != rowMax) ? rowMax : m;
-    const float alpha = m == kNegInf ? 0.0f : cpu::fastExp(m - mNew);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < nk; ++j) {
-        const float e = cpu::fastExp(s[j] - mNew);
-        s[j] = kept[j] ? e : 0.0f;
-    }
-    for (int64_t j = 0; j < nk; ++j) sum += s[j];
-    l = l * alpha + sum;
-    m = mNew;
-    if (p.dropout.enabled) {
-        dropoutKeepRow(p, u.b, n1, i, k0, nk, keep);
-        for (int64_t j = 0; j < nk; ++j) s[j] = keep[j] ? s[j] * p.dropout.invKeepProb : 0.0f;
-    }
-    const int64_t dv = p.dv;
-    for (int64_t c = 0; c < dv; ++c) acc[c] *= alpha;
-    for (int64_t j = 0; j < nk; ++j) {
-        if (!kept[j]) continue;  // masked keys never touch the output
-        const float pj = s[j];
-        const float* __restrict vrow = v + j * dv;
-        for (int64_t c = 0; c < dv; ++c) acc[c] += pj * vrow[c];
-    }
-}
-
-ATTNOPS_INLINE void storeRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, float m, float l,
-                             float* acc) {
-    if (p.sink != nullptr) {
-        const float sink = p.sink[n1 * p.sinkStride];
-        const float mFinal = sink > m ? sink : m;
-        const float old = m == kNegInf ? 0.0f : std::exp(m - mFinal);
-        l = l * old + std::exp(sink - mFinal);
-        for (int64_t c = 0; c < p.dv; ++c) acc[c] *= old;
-        m = mFinal;
-    }
-    const int64_t row = p.seq.qStart[size_t(u.b)] + i;
-    const float inv = l != 0.0f ? 1.0f / l : 0.0f;  // l == 0: no key kept; NaN propagates
-    for (int64_t c = 0; c < p.dv; ++c) p.out.store(u.b, n1, row, c, l != 0.0f ? acc[c] * inv : 0.0f);
-    if (p.writeStats)
-        for (int64_t lane = 0; lane < p.statLanes; ++lane) {
-            p.softmaxMax.store(u.b, n1, row, lane, m);
-            p.softmaxSum.store(u.b, n1, row, lane, l);
-        }
-}
-
 ATTNOPS_INLINE void runUnitBody(const ForwardParams& p, TileShape t, const WorkUnit& u, void* scratch) {
     Scratch sc(p, t, scratch);
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
@@ -155,11 +106,11 @@ ATTNOPS_INLINE void runUnitBody(const ForwardParams& p, TileShape t, const WorkU
                 tile::rowScores(sc.q + r * p.d, sc.kt, p.d, nk, t.keyRows, sc.s);
                 const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
                 if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
-                accumulateRow(p, u, n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
-                              sc.acc + r * p.dv);
+                tile::accumulateRow(p, u, n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
+                                    sc.acc + r * p.dv);
             }
         }
-        for (int64_t r = 0; r < rows; ++r) storeRow(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * p.dv);
+        for (int64_t r = 0; r < rows; ++r) tile::storeRow(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * p.dv);
     }
 }
 

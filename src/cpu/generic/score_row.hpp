@@ -1,14 +1,18 @@
-// Steps on one row of scores shared by the tiled forward and backward kernels: Q.K^T against a
-// transposed key block, then scale, pse and mask. Functions are static and always inlined, so
-// each ISA-specific entry point compiles its own copy (no inline function is shared between
-// translation units built for different instruction sets).
+// Steps on one row of scores shared by the tiled and the AVX-512 forward and backward kernels:
+// Q.K^T against a transposed key block; scale, pse and mask; the online-softmax update and the
+// store of a forward row; the probabilities and dS of a backward row. Functions are static and
+// always inlined, so each ISA-specific entry point compiles its own copy (no inline function is
+// shared between translation units built for different instruction sets).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
 #include "cpu/generic/convert.hpp"
+#include "cpu/generic/fast_exp.hpp"
+#include "ops/flash_attention_score/kernel.hpp"
 #include "ops/flash_attention_score/params.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
@@ -75,6 +79,83 @@ ATTNOPS_INLINE void loadRowsTransposed(const View4& view, int64_t b, int64_t n, 
         cpu::loadRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, row);
         for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = row[c];
     }
+}
+
+// Online-softmax update of one row with the probabilities of a key block, then acc += P.V.
+ATTNOPS_INLINE void accumulateRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, int64_t k0,
+                                  int64_t nk, float rowMax, float* __restrict s, const uint8_t* kept,
+                                  uint8_t* keep, const float* __restrict v, float& m, float& l,
+                                  float* __restrict acc) {
+    const float mNew = (rowMax > m || rowMax != rowMax) ? rowMax : m;
+    const float alpha = m == kNegInf ? 0.0f : cpu::fastExp(m - mNew);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < nk; ++j) {
+        const float e = cpu::fastExp(s[j] - mNew);
+        s[j] = kept[j] ? e : 0.0f;
+    }
+    for (int64_t j = 0; j < nk; ++j) sum += s[j];
+    l = l * alpha + sum;
+    m = mNew;
+    if (p.dropout.enabled) {
+        dropoutKeepRow(p, u.b, n1, i, k0, nk, keep);
+        for (int64_t j = 0; j < nk; ++j) s[j] = keep[j] ? s[j] * p.dropout.invKeepProb : 0.0f;
+    }
+    const int64_t dv = p.dv;
+    for (int64_t c = 0; c < dv; ++c) acc[c] *= alpha;
+    for (int64_t j = 0; j < nk; ++j) {
+        if (!kept[j]) continue;  // masked keys never touch the output
+        const float pj = s[j];
+        const float* __restrict vrow = v + j * dv;
+        for (int64_t c = 0; c < dv; ++c) acc[c] += pj * vrow[c];
+    }
+}
+
+ATTNOPS_INLINE void storeRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, float m, float l,
+                             float* acc) {
+    if (p.sink != nullptr) {
+        const float sink = p.sink[n1 * p.sinkStride];
+        const float mFinal = sink > m ? sink : m;
+        const float old = m == kNegInf ? 0.0f : std::exp(m - mFinal);
+        l = l * old + std::exp(sink - mFinal);
+        for (int64_t c = 0; c < p.dv; ++c) acc[c] *= old;
+        m = mFinal;
+    }
+    const int64_t row = p.seq.qStart[size_t(u.b)] + i;
+    const float inv = l != 0.0f ? 1.0f / l : 0.0f;  // l == 0: no key kept; NaN propagates
+    for (int64_t c = 0; c < p.dv; ++c) p.out.store(u.b, n1, row, c, l != 0.0f ? acc[c] * inv : 0.0f);
+    if (p.writeStats)
+        for (int64_t lane = 0; lane < p.statLanes; ++lane) {
+            p.softmaxMax.store(u.b, n1, row, lane, m);
+            p.softmaxSum.store(u.b, n1, row, lane, l);
+        }
+}
+
+// Gradients of row i against keys [k0, k0 + nk) from its raw scores s = q . k and dp = dO . v:
+// probabilities P (in s), dS (in dp) and, if dropout is on, the keep flags; adds
+// sum_j P_d * dP_d to *exactDelta when given. Returns false if no key of the block is kept.
+ATTNOPS_INLINE bool rowGradients(const BackwardParams& bp, int64_t b, int64_t n1, const SeqRule& rule, int64_t i,
+                                 int64_t k0, int64_t nk, int64_t skv, float m, float l, float delta,
+                                 float* __restrict s, float* __restrict dp, uint8_t* kept, uint8_t* keep,
+                                 float* exactDelta) {
+    const ForwardParams& p = bp.fwd;
+    const float rowMax = finishScores(p, b, n1, rule, i, k0, nk, skv, s, kept);
+    if (rowMax == kNegInf) return false;
+    const float invL = 1.0f / l;
+    for (int64_t j = 0; j < nk; ++j) {
+        const float e = cpu::fastExp(s[j] - m) * invL;
+        s[j] = kept[j] ? e : 0.0f;
+    }
+    if (p.dropout.enabled) {
+        dropoutKeepRow(p, b, n1, i, k0, nk, keep);
+        for (int64_t j = 0; j < nk; ++j) dp[j] = keep[j] ? dp[j] * p.dropout.invKeepProb : 0.0f;
+    }
+    if (exactDelta != nullptr) {  // sum_j P_d dP_d = sum_j P dP (the keep factors pair up)
+        float sum = 0.0f;
+        for (int64_t j = 0; j < nk; ++j) sum += s[j] * dp[j];
+        *exactDelta += sum;
+    }
+    for (int64_t j = 0; j < nk; ++j) dp[j] = s[j] * (dp[j] - delta);
+    return true;
 }
 
 }  // namespace attnops::fa::tile

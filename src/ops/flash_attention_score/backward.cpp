@@ -8,6 +8,8 @@ namespace attnops::fa {
 
 const std::vector<const BackwardKernel*>& backwardKernels() {
     static const std::vector<const BackwardKernel*> list = {
+        &backwardKernelAvx512Bf16(),
+        &backwardKernelAvx512(),
         &backwardKernelTiledAvx512(),
         &backwardKernelTiledAvx2(),
         &backwardKernelTiledGeneric(),

@@ -11,6 +11,8 @@ namespace attnops::fa {
 
 const std::vector<const ForwardKernel*>& forwardKernels() {
     static const std::vector<const ForwardKernel*> list = {
+        &forwardKernelAvx512Bf16(),
+        &forwardKernelAvx512(),
         &forwardKernelTiledAvx512(),
         &forwardKernelTiledAvx2(),
         &forwardKernelTiledGeneric(),

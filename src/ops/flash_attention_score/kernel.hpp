@@ -52,12 +52,16 @@ struct BackwardKernel {
 
 const std::vector<const BackwardKernel*>& backwardKernels();
 
+const BackwardKernel& backwardKernelAvx512Bf16();
+const BackwardKernel& backwardKernelAvx512();
 const BackwardKernel& backwardKernelTiledAvx512();
 const BackwardKernel& backwardKernelTiledAvx2();
 const BackwardKernel& backwardKernelTiledGeneric();
 const BackwardKernel& backwardKernelReference();
 
 // Declared by each kernel file.
+const ForwardKernel& forwardKernelAvx512Bf16();
+const ForwardKernel& forwardKernelAvx512();
 const ForwardKernel& forwardKernelTiledAvx512();
 const ForwardKernel& forwardKernelTiledAvx2();
 const ForwardKernel& forwardKernelTiledGeneric();
