@@ -126,12 +126,12 @@ class TorchCase:
     def _attention(self):
         if self.starts is None:
             return self._sdpa(*self.inputs)
-        q, k, v = self.inputs
-        outs = []
-        for i in range(len(self.starts) - 1):  # the loop a user writes for a packed batch
-            a, b = self.starts[i], self.starts[i + 1]
-            o = self._sdpa(q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1))
-            outs.append(o.transpose(0, 1))
+        # The loop a user writes for a packed batch. torch.split, not q[a:b]: the backward of one
+        # split is one concatenation, while every slice's backward would materialise a zero
+        # tensor of the whole batch (quadratic in the number of sequences).
+        lens = [b - a for a, b in zip(self.starts, self.starts[1:])]
+        outs = [self._sdpa(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)).transpose(0, 1)
+                for q, k, v in zip(*(x.split(lens) for x in self.inputs))]
         return self.torch.cat(outs, 0)
 
     # ---- Block Attention Residuals (the paper's PyTorch form)
