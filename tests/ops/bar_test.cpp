@@ -28,6 +28,7 @@
 #include "ops/block_attention_residuals/reference.hpp"
 #include "child_process.hpp"
 #include "problem_bar.hpp"
+#include "threads_guard.hpp"
 
 extern char** environ;
 
@@ -888,23 +889,7 @@ TEST(BarFiniteDifferences, ReferenceBackwardMatchesCentralDifferences) {
 
 // ================================================================ 5. determinism
 
-int32_t currentThreads() {
-    attnopsDeviceInfo info{};
-    EXPECT_EQ(attnopsGetDeviceInfo(0, &info), ATTNOPS_SUCCESS) << lastError();
-    return info.threads;
-}
-
-class ThreadsGuard {
-public:
-    ThreadsGuard() : threads_(currentThreads()) {}
-    ~ThreadsGuard() { EXPECT_EQ(attnopsSetDeviceThreads(0, threads_), ATTNOPS_SUCCESS) << lastError(); }
-    ThreadsGuard(const ThreadsGuard&) = delete;
-    ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-    int32_t original() const { return threads_; }
-
-private:
-    int32_t threads_;
-};
+using attnops::testsupport::ThreadsGuard;
 
 std::vector<uint8_t> outputBytes(const BarInstance& inst) {
     std::vector<uint8_t> all;

@@ -21,6 +21,7 @@
 #include "ops/flash_attention_score/reference.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
+#include "threads_guard.hpp"
 
 namespace fa = attnops::fa;
 using attnops::tools::FaGrads;
@@ -1236,20 +1237,7 @@ TEST(FaBackwardStrides, PackedQkvAndPaddedDyEqualContiguous) {
 
 // ================================================================ 3. determinism
 
-class ThreadsGuard {
-public:
-    ThreadsGuard() {
-        attnopsDeviceInfo info{};
-        EXPECT_EQ(attnopsGetDeviceInfo(0, &info), ATTNOPS_SUCCESS);
-        threads_ = info.threads;
-    }
-    ~ThreadsGuard() { attnopsSetDeviceThreads(0, threads_); }
-    ThreadsGuard(const ThreadsGuard&) = delete;
-    ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
-private:
-    int32_t threads_ = 1;
-};
+using attnops::testsupport::ThreadsGuard;
 
 std::vector<FaProblem> determinismProblems() {
     std::vector<FaProblem> problems;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "problem.hpp"
+#include "threads_guard.hpp"
 
 using attnops::tools::FaInstance;
 using attnops::tools::FaProblem;
@@ -1313,20 +1314,7 @@ TEST(FaForwardNonFinite, InfInKeyAndQueryNoCrash) {
 
 // ---------------------------------------------------------------- determinism and implementations
 
-class ThreadsGuard {
-public:
-    ThreadsGuard() {
-        attnopsDeviceInfo info{};
-        EXPECT_EQ(attnopsGetDeviceInfo(0, &info), ATTNOPS_SUCCESS);
-        threads_ = info.threads;
-    }
-    ~ThreadsGuard() { attnopsSetDeviceThreads(0, threads_); }
-    ThreadsGuard(const ThreadsGuard&) = delete;
-    ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
-private:
-    int32_t threads_ = 1;
-};
+using attnops::testsupport::ThreadsGuard;
 
 TEST(FaForwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     ThreadsGuard guard;

@@ -21,6 +21,7 @@
 #include "child_process.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
+#include "threads_guard.hpp"
 
 namespace {
 
@@ -382,18 +383,7 @@ struct Outputs {
     bool operator==(const Outputs&) const = default;
 };
 
-class ThreadsGuard {
-public:
-    ThreadsGuard() {
-        attnopsDeviceInfo info{};
-        EXPECT_EQ(attnopsGetDeviceInfo(0, &info), ATTNOPS_SUCCESS);
-        threads_ = info.threads;
-    }
-    ~ThreadsGuard() { EXPECT_EQ(attnopsSetDeviceThreads(0, threads_), ATTNOPS_SUCCESS); }
-
-private:
-    int32_t threads_ = 1;
-};
+using attnops::testsupport::ThreadsGuard;
 
 // Runs `p` with 1, 2, 3 and 7 worker threads: every output must be bitwise equal to the 1-thread
 // run, which is checked against the reference.

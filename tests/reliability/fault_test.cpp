@@ -18,6 +18,7 @@
 #include "problem_grad.hpp"
 #include "runtime/device.hpp"
 #include "runtime/executor_registry.hpp"
+#include "threads_guard.hpp"
 
 namespace {
 
@@ -28,21 +29,9 @@ using attnops::tools::FaProblem;
 
 std::string lastError() { return attnopsGetLastErrorMessage(); }
 
-// Restores device 0's worker-thread count on scope exit.
-class ThreadsGuard {
-public:
-    ThreadsGuard() {
-        attnopsDeviceInfo info{};
-        EXPECT_EQ(attnopsGetDeviceInfo(0, &info), ATTNOPS_SUCCESS);
-        threads_ = info.threads;
-    }
-    ~ThreadsGuard() {
-        attnops::testing::stopFailingAllocations();
-        EXPECT_EQ(attnopsSetDeviceThreads(0, threads_), ATTNOPS_SUCCESS);
-    }
-
-private:
-    int32_t threads_ = 1;
+// Stops the injected allocation failures, then restores device 0's worker-thread count.
+struct ThreadsGuard : attnops::testsupport::ThreadsGuard {
+    ~ThreadsGuard() { attnops::testing::stopFailingAllocations(); }
 };
 
 struct Counts {

@@ -21,6 +21,7 @@
 #include "child_process.hpp"
 #include "problem.hpp"
 #include "runtime/device.hpp"
+#include "threads_guard.hpp"
 
 extern char** environ;
 
@@ -153,16 +154,7 @@ int32_t deviceThreads(int32_t device) {
     return info.threads;
 }
 
-// Restores a device's thread count on scope exit.
-class ThreadsGuard {
-public:
-    explicit ThreadsGuard(int32_t device) : device_(device), threads_(deviceThreads(device)) {}
-    ~ThreadsGuard() { EXPECT_EQ(attnopsSetDeviceThreads(device_, threads_), ATTNOPS_SUCCESS); }
-    int32_t original() const { return threads_; }
-
-private:
-    int32_t device_, threads_;
-};
+using attnops::testsupport::ThreadsGuard;
 
 // Sets an environment variable for the scope (the flags are read at each launch).
 class EnvGuard {
