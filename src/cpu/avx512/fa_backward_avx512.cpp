@@ -395,13 +395,7 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
             }
         }
         storeRows(bp.dq, u.b, n1, qRow0, rows, d, sc.dqAcc);
-        if (exactDelta != nullptr) {
-            const float sink = p.sink[n1 * p.sinkStride];
-            for (int64_t r = 0; r < rows; ++r) {
-                const float pSink = sc.rowSum[r] != 0.0f ? std::exp(sink - sc.rowMax[r]) / sc.rowSum[r] : 0.0f;
-                bp.sinkRowTerms[bp.sinkRowIndex(u.b, u.q0 + r) * p.n1 + n1] = -pSink * exactDelta[r];
-            }
-        }
+        if (exactDelta != nullptr) tile::writeSinkRowTerms(bp, u.b, n1, u.q0, rows, sc.rowMax, sc.rowSum, exactDelta);
     }
 }
 

@@ -202,13 +202,7 @@ ATTNOPS_INLINE void runQueryUnitBody(const BackwardParams& bp, TileShape t, cons
         }
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t c = 0; c < p.d; ++c) bp.dq.store(u.b, n1, row0 + r, c, sc.dqAcc[r * p.d + c]);
-        if (exactDelta != nullptr) {
-            const float sink = p.sink[n1 * p.sinkStride];
-            for (int64_t r = 0; r < rows; ++r) {
-                const float pSink = sc.rowSum[r] != 0.0f ? std::exp(sink - sc.rowMax[r]) / sc.rowSum[r] : 0.0f;
-                bp.sinkRowTerms[bp.sinkRowIndex(u.b, u.q0 + r) * p.n1 + n1] = -pSink * exactDelta[r];
-            }
-        }
+        if (exactDelta != nullptr) tile::writeSinkRowTerms(bp, u.b, n1, u.q0, rows, sc.rowMax, sc.rowSum, exactDelta);
     }
 }
 

@@ -158,4 +158,17 @@ ATTNOPS_INLINE bool rowGradients(const BackwardParams& bp, int64_t b, int64_t n1
     return true;
 }
 
+// dsink's per-row terms of query rows [q0, q0 + rows) of head n1 (spec: dsink = -sum over rows of
+// pSink * delta, delta recomputed exactly as sum_j P dP): written to their own slots, summed later
+// in a fixed order by the driver.
+ATTNOPS_INLINE void writeSinkRowTerms(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
+                                      const float* rowMax, const float* rowSum, const float* exactDelta) {
+    const ForwardParams& p = bp.fwd;
+    const float sink = p.sink[n1 * p.sinkStride];
+    for (int64_t r = 0; r < rows; ++r) {
+        const float pSink = rowSum[r] != 0.0f ? std::exp(sink - rowMax[r]) / rowSum[r] : 0.0f;
+        bp.sinkRowTerms[bp.sinkRowIndex(b, q0 + r) * p.n1 + n1] = -pSink * exactDelta[r];
+    }
+}
+
 }  // namespace attnops::fa::tile
