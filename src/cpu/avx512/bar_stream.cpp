@@ -25,6 +25,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/bar_scratch.hpp"
 #include "cpu/generic/convert.hpp"
 #include "cpu/isa.hpp"
 #include "ops/block_attention_residuals/kernel.hpp"
@@ -40,11 +41,9 @@ namespace attnops::bar {
 namespace {
 
 constexpr int64_t kW = 16;                        // fp32 lanes of a zmm register
-constexpr uint64_t kMaxTileBytes = 1u << 20;      // backward: keep a token's rows up to 1 MiB
 constexpr uint64_t kStreamOutputBytes = 32u << 20;  // outputs larger than this bypass the caches
 constexpr int64_t kPrefetchBytes = 4096;            // software prefetch distance
 
-int64_t alignUp(int64_t n) { return (n + kW - 1) / kW * kW; }
 
 ATTNOPS_AVX512_INLINE __mmask16 tailMask(int64_t remaining) {
     return remaining >= kW ? __mmask16(0xffff) : __mmask16((1u << remaining) - 1u);
@@ -211,24 +210,12 @@ uint64_t outputBytes(const MutView3& v, uint64_t elements) {
     return elements * (v.dtype == DType::F32 ? 4u : 2u);
 }
 
-uint64_t forwardScratch(const ForwardParams& p) {
-    return uint64_t(2 * alignUp(p.src.hidden) + 2 * alignUp(p.src.blocks + 1)) * sizeof(float);
-}
 
-bool tileFits(const Sources& s) { return uint64_t(s.blocks + 1) * uint64_t(s.hidden) * sizeof(float) <= kMaxTileBytes; }
-
-uint64_t backwardScratch(const BackwardParams& p) {
-    const int64_t rows = tileFits(p.src) ? p.src.blocks + 1 : 1;
-    return uint64_t(rows * alignUp(p.src.hidden) + alignUp(p.src.hidden) + 2 * alignUp(p.src.blocks + 1)) * sizeof(float);
-}
-
-ATTNOPS_AVX512 void forwardTokens(const ForwardParams& p, const float* u, int64_t t0, int64_t t1, void* scratch) {
+ATTNOPS_AVX512 void forwardTokens(const ForwardParams& p, const float* u, int64_t t0, int64_t t1, void* scratchBase) {
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1;
-    float* x = static_cast<float*>(scratch);
-    float* acc = x + alignUp(h);
-    float* score = acc + alignUp(h);
-    float* inv = score + alignUp(k);
+    const scratch::Forward sc(s, scratchBase);
+    float *x = sc.x, *acc = sc.acc, *score = sc.score, *inv = sc.inv;
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     const bool stream = outputBytes(p.hidden, uint64_t(s.tokens) * uint64_t(h)) > kStreamOutputBytes;
     for (int64_t t = t0; t < t1; ++t) {
@@ -261,24 +248,22 @@ ATTNOPS_AVX512 void forwardTokens(const ForwardParams& p, const float* u, int64_
 }
 
 ATTNOPS_AVX512 void backwardTokens(const BackwardParams& p, const float* u, int64_t t0, int64_t t1, float* du,
-                                   void* scratch) {
+                                   void* scratchBase) {
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1, n = s.blocks;
-    const bool cached = tileFits(s);
-    float* tile = static_cast<float*>(scratch);
-    float* dy = tile + (cached ? k : 1) * alignUp(h);
-    float* a = dy + alignUp(h);
-    float* c = a + alignUp(k);
+    const scratch::Backward sc(s, scratchBase);
+    const bool cached = sc.cached;
+    float *dy = sc.dy, *a = sc.a, *c = sc.c;
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     const bool stream = outputBytes(p.gradBlockRes, uint64_t(s.tokens) * uint64_t(k) * uint64_t(h)) > kStreamOutputBytes;
     for (int64_t t = t0; t < t1; ++t) {
         cpu::loadRow(p.gradHidden.data, t * p.gradHidden.stride[0], p.gradHidden.stride[2], p.gradHidden.dtype, h, dy);
-        for (int64_t e = h; e < alignUp(h); ++e) dy[e] = 0.0f;
+        for (int64_t e = h; e < scratch::alignUp(h); ++e) dy[e] = 0.0f;
         // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once. a-bar in double: when
         // one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps (see bar_vector.cpp).
         double abar = 0.0;
         for (int64_t i = 0; i < k; ++i) {
-            float* x = tile + (cached ? i : 0) * alignUp(h);
+            float* x = sc.row(i);
             float ss = 0.0f;
             loadWithDots(s, t, i, dy, x, ss, a[i]);
             // u . v_i: a second pass over the row, now in L1 (u has the same fixed grouping).
@@ -287,7 +272,7 @@ ATTNOPS_AVX512 void backwardTokens(const BackwardParams& p, const float* u, int6
         }
         // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
         for (int64_t i = 0; i < k; ++i) {
-            float* x = tile + (cached ? i : 0) * alignUp(h);
+            float* x = sc.row(i);
             if (!cached) {
                 float ss = 0.0f, unused = 0.0f;
                 loadWithDots(s, t, i, dy, x, ss, unused);
@@ -325,7 +310,8 @@ bool hasAvx512() {
 }  // namespace
 
 const Kernel& kernelStreamAvx512() {
-    static const Kernel k{"stream-avx512", hasAvx512, forwardScratch, forwardTokens, backwardScratch, backwardTokens};
+    static const Kernel k{"stream-avx512", hasAvx512, scratch::Forward::bytes, forwardTokens,
+                          scratch::Backward::bytes, backwardTokens};
     return k;
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/bar_scratch.hpp"
 #include "cpu/generic/convert.hpp"
 #include "cpu/isa.hpp"
 #include "ops/block_attention_residuals/kernel.hpp"
@@ -18,7 +19,6 @@ namespace attnops::bar {
 namespace {
 
 constexpr int64_t kLanes = 16;
-constexpr uint64_t kMaxTileBytes = 1u << 20;  // keep a token's rows for the second pass up to 1 MiB
 
 ATTNOPS_INLINE float laneSum(const float* lanes) {
     float s = 0.0f;
@@ -60,27 +60,13 @@ ATTNOPS_INLINE void storeRowOf(const MutView3& v, int64_t t, int64_t i, int64_t 
     cpu::storeRow(v.data, t * v.stride[0] + i * v.stride[1], v.stride[2], v.dtype, n, x);
 }
 
-int64_t alignUp(int64_t n) { return (n + 15) / 16 * 16; }
-
-uint64_t forwardScratch(const ForwardParams& p) {
-    return uint64_t(2 * alignUp(p.src.hidden) + 2 * alignUp(p.src.blocks + 1)) * sizeof(float);
-}
-
-bool tileFits(const Sources& s) { return uint64_t(s.blocks + 1) * uint64_t(s.hidden) * sizeof(float) <= kMaxTileBytes; }
-
-uint64_t backwardScratch(const BackwardParams& p) {
-    const int64_t rows = tileFits(p.src) ? p.src.blocks + 1 : 1;
-    return uint64_t(rows * alignUp(p.src.hidden) + alignUp(p.src.hidden) + 2 * alignUp(p.src.blocks + 1)) * sizeof(float);
-}
 
 ATTNOPS_INLINE void forwardBody(const ForwardParams& p, const float* __restrict u, int64_t t0, int64_t t1,
-                                void* scratch) {
+                                void* scratchBase) {
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1;
-    float* x = static_cast<float*>(scratch);
-    float* acc = x + alignUp(h);
-    float* score = acc + alignUp(h);
-    float* inv = score + alignUp(k);
+    const scratch::Forward sc(s, scratchBase);
+    float *x = sc.x, *acc = sc.acc, *score = sc.score, *inv = sc.inv;
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     for (int64_t t = t0; t < t1; ++t) {
         float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
@@ -110,14 +96,12 @@ ATTNOPS_INLINE void forwardBody(const ForwardParams& p, const float* __restrict 
 }
 
 ATTNOPS_INLINE void backwardBody(const BackwardParams& p, const float* __restrict u, int64_t t0, int64_t t1,
-                                 float* __restrict du, void* scratch) {
+                                 float* __restrict du, void* scratchBase) {
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1, n = s.blocks;
-    const bool cached = tileFits(s);
-    float* tile = static_cast<float*>(scratch);
-    float* dy = tile + (cached ? k : 1) * alignUp(h);
-    float* a = dy + alignUp(h);
-    float* c = a + alignUp(k);
+    const scratch::Backward sc(s, scratchBase);
+    const bool cached = sc.cached;
+    float *dy = sc.dy, *a = sc.a, *c = sc.c;
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     for (int64_t t = t0; t < t1; ++t) {
         cpu::loadRow(p.gradHidden.data, t * p.gradHidden.stride[0], p.gradHidden.stride[2], p.gradHidden.dtype, h, dy);
@@ -126,7 +110,7 @@ ATTNOPS_INLINE void backwardBody(const BackwardParams& p, const float* __restric
         // a-bar, so an fp32 a-bar would leave ds_i (and the weight gradients) with % errors.
         double abar = 0.0;
         for (int64_t i = 0; i < k; ++i) {
-            float* x = tile + (cached ? i : 0) * alignUp(h);
+            float* x = sc.row(i);
             loadSource(s, t, i, x, i + 1 < k ? t : (t + 1 < t1 ? t + 1 : -1), i + 1 < k ? i + 1 : 0);
             a[i] = dot(dy, x, h);
             c[i] = dot(u, x, h);
@@ -134,7 +118,7 @@ ATTNOPS_INLINE void backwardBody(const BackwardParams& p, const float* __restric
         }
         // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
         for (int64_t i = 0; i < k; ++i) {
-            float* x = tile + (cached ? i : 0) * alignUp(h);
+            float* x = sc.row(i);
             if (!cached) loadSource(s, t, i, x, -1, 0);
             const float pi = p.probs.load(t, i, 0), ri = p.invNorm.load(t, i, 0);
             const float ds = float(double(pi) * (double(a[i]) - abar));
@@ -185,15 +169,18 @@ bool hasAvx512() { return cpu::isa().avx512f && cpu::isa().avx512bw && cpu::isa(
 }  // namespace
 
 const Kernel& kernelVectorAvx512() {
-    static const Kernel k{"vector-avx512", hasAvx512, forwardScratch, forwardAvx512, backwardScratch, backwardAvx512};
+    static const Kernel k{"vector-avx512", hasAvx512, scratch::Forward::bytes, forwardAvx512,
+                          scratch::Backward::bytes, backwardAvx512};
     return k;
 }
 const Kernel& kernelVectorAvx2() {
-    static const Kernel k{"vector-avx2", hasAvx2, forwardScratch, forwardAvx2, backwardScratch, backwardAvx2};
+    static const Kernel k{"vector-avx2", hasAvx2, scratch::Forward::bytes, forwardAvx2,
+                          scratch::Backward::bytes, backwardAvx2};
     return k;
 }
 const Kernel& kernelVectorGeneric() {
-    static const Kernel k{"vector-generic", always, forwardScratch, forwardBaseline, backwardScratch, backwardBaseline};
+    static const Kernel k{"vector-generic", always, scratch::Forward::bytes, forwardBaseline,
+                          scratch::Backward::bytes, backwardBaseline};
     return k;
 }
 
