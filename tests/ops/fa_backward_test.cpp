@@ -1235,6 +1235,44 @@ TEST(FaBackwardStrides, PackedQkvAndPaddedDyEqualContiguous) {
     }
 }
 
+// Column strides other than 1 (every other element of an interleaved buffer) and a dy broadcast
+// from one element (all strides 0, as autograd passes the gradient of a sum): the same gradient
+// bits as the contiguous tensors, for every dtype (the bf16-pair kernels gather such rows).
+TEST(FaBackwardStrides, ColumnStridedOperandsAndBroadcastDyEqualContiguous) {
+    const int64_t b = 1, s = 37, n = 2, d = 24;
+    for (attnopsDataType dt : {F32, F16, BF16}) {
+        SCOPED_TRACE(attnopsDataTypeName(dt));
+        FaProblem p = withMode(fixed("BNSD", dt, b, s, s, n, n, d), 3);
+        FaInstance inst(p);
+        runForward(inst);
+        FaGrads g = attnops::tools::makeGrads(inst);
+        for (int64_t e = 0; e < g.dy.numel(); ++e) g.dy.set(e, 0.75f);  // what a broadcast dy holds
+        runGrad(inst, g);
+        if (HasFatalFailure()) return;
+        const size_t es = attnopsDataTypeSize(dt);
+        const std::vector<int64_t> shape{b, n, s, d}, interleaved{n * s * d * 2, s * d * 2, d * 2, 2};
+        const HostTensor* sources[3] = {&inst.query, &inst.key, &inst.value};
+        std::vector<std::unique_ptr<ViewTensor>> views;
+        for (const HostTensor* src : sources) {
+            views.push_back(std::make_unique<ViewTensor>(dt, shape, interleaved, b * n * s * d * 2));
+            for (int64_t e = 0; e < b * n * s * d; ++e)
+                std::memcpy(views.back()->bytes.data() + size_t(2 * e) * es, src->bytes().data() + size_t(e) * es, es);
+        }
+        const std::vector<int64_t> broadcast{0, 0, 0, 0};
+        ViewTensor dy(dt, shape, broadcast, 1);
+        std::memcpy(dy.bytes.data(), g.dy.bytes().data(), es);
+        FaGrads h = attnops::tools::makeGrads(inst);
+        poison(h);
+        GradCall call(inst, h);
+        call.q = views[0]->handle;
+        call.k = views[1]->handle;
+        call.v = views[2]->handle;
+        call.dy = dy.handle;
+        EXPECT_EQ(call.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        expectSameGrads(g, h, "column-strided q/k/v, broadcast dy");
+    }
+}
+
 // ================================================================ 3. determinism
 
 using attnops::testsupport::ThreadsGuard;

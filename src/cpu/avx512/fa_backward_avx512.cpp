@@ -401,10 +401,10 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
 
 bool acceptsAll(const BackwardParams&) { return true; }
 
-// bf16 operands with unit column stride (the packing reads rows as arrays).
+// bf16 operands (any strides: the packing gathers rows whose column stride is not 1).
 bool pairOperands(const BackwardParams& bp) {
     for (const View4* v : {&bp.fwd.q, &bp.fwd.k, &bp.fwd.v, &bp.dy})
-        if (v->dtype != DType::BF16 || v->stride[3] != 1) return false;
+        if (v->dtype != DType::BF16) return false;
     return true;
 }
 

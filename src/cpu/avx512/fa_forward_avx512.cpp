@@ -221,10 +221,10 @@ ATTNOPS_AVX512_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUn
 
 bool acceptsAll(const ForwardParams&) { return true; }
 
-// bf16 operands with unit column stride (the packing reads rows as arrays).
+// bf16 operands (any strides: the packing gathers rows whose column stride is not 1).
 bool pairOperands(const ForwardParams& p) {
     for (const View4* v : {&p.q, &p.k, &p.v})
-        if (v->dtype != DType::BF16 || v->stride[3] != 1) return false;
+        if (v->dtype != DType::BF16) return false;
     return true;
 }
 

@@ -271,8 +271,10 @@ ATTNOPS_AVX512_INLINE bool allFinite(const float* a, int64_t rows, int64_t cols,
     return bad == 0;
 }
 
-// --- bf16 pair packing for Bf16PairDot (views of bf16 with unit column stride; a view with no
-// columns may have a NULL base, so those return before forming a row pointer) ---
+// --- bf16 pair packing for Bf16PairDot (bf16 views of any column stride: the unit-stride rows
+// take the vector or memcpy path, others are gathered element by element, so the arithmetic and
+// hence the bits do not depend on the strides; a view with no columns may have a NULL base, so
+// those return before forming a row pointer) ---
 
 ATTNOPS_AVX512_INLINE const uint16_t* bf16Row(const fa::View4& view, int64_t b, int64_t n, int64_t row) {
     return static_cast<const uint16_t*>(view.data) + view.offset(b, n, row, 0);
@@ -283,11 +285,12 @@ ATTNOPS_AVX512_INLINE const uint16_t* bf16Row(const fa::View4& view, int64_t b, 
 ATTNOPS_AVX512_INLINE void packColumnPairsTransposed(const fa::View4& view, int64_t b, int64_t n, int64_t row0,
                                                      int64_t rows, int64_t cols, int64_t ld, uint32_t* __restrict dst) {
     if (cols <= 0) return;
+    const int64_t cs = view.stride[3];
     for (int64_t r = 0; r < rows; ++r) {
         const uint16_t* src = bf16Row(view, b, n, row0 + r);
         for (int64_t p = 0; p < cols / 2; ++p)
-            dst[p * ld + r] = uint32_t(src[2 * p]) | (uint32_t(src[2 * p + 1]) << 16);
-        if (cols % 2 != 0) dst[(cols / 2) * ld + r] = src[cols - 1];
+            dst[p * ld + r] = uint32_t(src[2 * p * cs]) | (uint32_t(src[(2 * p + 1) * cs]) << 16);
+        if (cols % 2 != 0) dst[(cols / 2) * ld + r] = src[(cols - 1) * cs];
     }
 }
 
@@ -295,9 +298,15 @@ ATTNOPS_AVX512_INLINE void packColumnPairsTransposed(const fa::View4& view, int6
 ATTNOPS_AVX512_INLINE void packColumnPairs(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
                                            int64_t cols, int64_t ldPairs, uint32_t* __restrict dst) {
     if (cols <= 0) return;
+    const int64_t cs = view.stride[3];
     for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(dst + r * ldPairs, bf16Row(view, b, n, row0 + r), size_t(cols) * sizeof(uint16_t));
-        if (cols % 2 != 0) reinterpret_cast<uint16_t*>(dst + r * ldPairs)[cols] = 0;
+        uint16_t* out = reinterpret_cast<uint16_t*>(dst + r * ldPairs);
+        const uint16_t* src = bf16Row(view, b, n, row0 + r);
+        if (cs == 1)
+            std::memcpy(out, src, size_t(cols) * sizeof(uint16_t));
+        else
+            for (int64_t c = 0; c < cols; ++c) out[c] = src[c * cs];
+        if (cols % 2 != 0) out[cols] = 0;
     }
 }
 
@@ -309,9 +318,15 @@ ATTNOPS_AVX512_INLINE void packRowPairs(const fa::View4& view, int64_t b, int64_
     const __m512i lowIdx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
                                             37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i highIdx = _mm512_add_epi16(lowIdx, _mm512_set1_epi16(16));
+    const int64_t cs = view.stride[3];
     for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
         const uint16_t* even = bf16Row(view, b, n, row0 + 2 * p);
         const uint16_t* odd = 2 * p + 1 < rows ? bf16Row(view, b, n, row0 + 2 * p + 1) : nullptr;
+        if (cs != 1) {
+            for (int64_t c = 0; c < cols; ++c)
+                dst[p * cols + c] = uint32_t(even[c * cs]) | (odd != nullptr ? uint32_t(odd[c * cs]) << 16 : 0u);
+            continue;
+        }
         for (int64_t c = 0; c < cols; c += 2 * kLanes) {
             const int64_t left = cols - c;
             const __mmask32 mk = left >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << left) - 1u);
