@@ -1378,6 +1378,9 @@ TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
                 std::cout << "[   INFO   ] " << impl << " is not available on this CPU\n";
                 break;
             }
+            // Only the bf16-pair entry declines problems: those whose operands are not bf16.
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && std::string(impl) == "avx512-bf16" && p.dtype != BF16)
+                continue;
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << impl << ": " << attnopsGetLastErrorMessage();
             ++ran;
             const auto rc = attnops::tools::checkForwardRows(inst, -1);

@@ -110,11 +110,13 @@ FaProblem problemFromFlags(const FaFlags& f) {
 int runInstance(FaInstance& inst, FaGrads* grads, const RunOptions& o, const std::string& source) {
     const int32_t threads = useThreads(o.threads);
     const Timing timing = timeForward(inst, o.repeat);
+    const std::string implementation = tools::lastImplementation();
     if (inst.problem.prefix.empty()) inst.problem.prefix = inst.prefix;  // generated: count it in the FLOPs
     const double flops = inst.problem.forwardFlops();
     const double backwardFlops = kBackwardFlopFactor * flops;
     std::optional<Timing> backwardTiming;
     if (grads != nullptr) backwardTiming = timeCalls([&] { return tools::runBackward(inst, *grads); }, o.repeat);
+    const std::string backwardImplementation = grads != nullptr ? tools::lastImplementation() : "";
     const bool sink = !inst.sink.empty();
 
     std::optional<tools::RowCheck> check;
@@ -136,13 +138,15 @@ int runInstance(FaInstance& inst, FaGrads* grads, const RunOptions& o, const std
                   {"source", source},
                   {"problem", inst.problem.describe()},
                   {"threads", threads},
+                  {"implementation", implementation},
                   {"flops", flops},
                   {"timing", timingJson(timing)},
                   {"gflops", flops / (timing.median() * 1e-3) / 1e9},
                   {"passed", passed}};
         if (check) j["check"] = checkJson(*check);
         if (backwardTiming) {
-            json b = {{"flops", backwardFlops},
+            json b = {{"implementation", backwardImplementation},
+                      {"flops", backwardFlops},
                       {"flopsNote", kBackwardFlopNote},
                       {"timing", timingJson(*backwardTiming)},
                       {"gflops", backwardFlops / (backwardTiming->median() * 1e-3) / 1e9}};
@@ -154,11 +158,12 @@ int runInstance(FaInstance& inst, FaGrads* grads, const RunOptions& o, const std
         fmt::print("{}\n", j.dump(2));
     } else {
         fmt::print("flash-attention ({}): {}\n", source, inst.problem.describe());
-        fmt::print("time: {}, {} threads, {:.4g} GFLOP (mask-aware): {}\n", timingText(timing), threads, flops / 1e9,
-                   formatRate(flops, timing.median()));
+        fmt::print("time: {}, {} threads, {}, {:.4g} GFLOP (mask-aware): {}\n", timingText(timing), threads,
+                   implementation, flops / 1e9, formatRate(flops, timing.median()));
         if (backwardTiming)
-            fmt::print("backward time: {}, {:.4g} GFLOP ({}): {}\n", timingText(*backwardTiming), backwardFlops / 1e9,
-                       kBackwardFlopNote, formatRate(backwardFlops, backwardTiming->median()));
+            fmt::print("backward time: {}, {}, {:.4g} GFLOP ({}): {}\n", timingText(*backwardTiming),
+                       backwardImplementation, backwardFlops / 1e9, kBackwardFlopNote,
+                       formatRate(backwardFlops, backwardTiming->median()));
         if (check) fmt::print("check against the double reference: {}\n", checkLine(*check));
         if (gradCheck)
             fmt::print("backward check against the double reference, {}\n", gradCheckLine(*gradCheck, sample, sink));

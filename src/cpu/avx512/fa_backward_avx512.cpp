@@ -1,8 +1,8 @@
 // The AVX-512 flash-attention backward: the tiled kernel's deterministic scheme (key units own
 // dk/dv rows, query units own dq rows; see fa_backward_tiled.cpp) with every product a
 // register-blocked GEMM: S = Q.K^T, dP = dO.V^T, dV += P^T.dO, dK += dS^T.Q, dQ += dS.K; fp32
-// FMAs in the "avx512" entry, vdpbf16ps on bf16 pairs in the "avx512-bf16" entry (bf16 inputs;
-// other dtypes run as "avx512").
+// FMAs in the "avx512" entry, vdpbf16ps on bf16 pairs in the "avx512-bf16" entry (which accepts
+// only problems whose operands are all bf16; the planner gives the others to "avx512").
 //
 // A key unit transposes its key and value block once and walks the query blocks with scores in
 // [query][key] order; a query unit transposes its query and dO block once and walks the key
@@ -401,7 +401,8 @@ ATTNOPS_AVX512_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const
 
 bool acceptsAll(const BackwardParams&) { return true; }
 
-// bf16 operands (any strides: the packing gathers rows whose column stride is not 1).
+// The avx512-bf16 entry takes problems whose operands are all bf16 (any strides: the packing
+// gathers rows whose column stride is not 1); the planner sends the others to avx512.
 bool pairOperands(const BackwardParams& bp) {
     for (const View4* v : {&bp.fwd.q, &bp.fwd.k, &bp.fwd.v, &bp.dy})
         if (v->dtype != DType::BF16) return false;
@@ -410,19 +411,8 @@ bool pairOperands(const BackwardParams& bp) {
 
 void keyFloat(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) { runKeyUnit<false>(p, t, u, s); }
 void queryFloat(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) { runQueryUnit<false>(p, t, u, s); }
-// Other problems than pairOperands ones run as in the avx512 entry.
-void keyPairs(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
-    if (pairOperands(p))
-        runKeyUnit<true>(p, t, u, s);
-    else
-        runKeyUnit<false>(p, t, u, s);
-}
-void queryPairs(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) {
-    if (pairOperands(p))
-        runQueryUnit<true>(p, t, u, s);
-    else
-        runQueryUnit<false>(p, t, u, s);
-}
+void keyPairs(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) { runKeyUnit<true>(p, t, u, s); }
+void queryPairs(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) { runQueryUnit<true>(p, t, u, s); }
 
 bool hasAvx512() {
     const cpu::IsaFeatures& f = cpu::isa();
@@ -434,7 +424,7 @@ bool hasAvx512Bf16() { return hasAvx512() && cpu::isa().avx512bf16; }
 }  // namespace
 
 const BackwardKernel& backwardKernelAvx512Bf16() {
-    static const BackwardKernel k{"avx512-bf16", hasAvx512Bf16, acceptsAll, chooseTile, scratchBytes, keyPairs,
+    static const BackwardKernel k{"avx512-bf16", hasAvx512Bf16, pairOperands, chooseTile, scratchBytes, keyPairs,
                                   queryPairs};
     return k;
 }

@@ -2,8 +2,8 @@
 // online softmax vectorised across 16 query rows. Two entries: "avx512" converts inputs of any
 // dtype to fp32 as they are loaded (fp16 through vcvtph2ps, so fp16 keeps fp32 arithmetic and
 // its accuracy, never a detour through bf16) and multiplies with fp32 FMAs; "avx512-bf16"
-// multiplies bf16 inputs as bf16 pairs with vdpbf16ps (fp32 accumulation) and runs other dtypes
-// as "avx512".
+// multiplies bf16 inputs as bf16 pairs with vdpbf16ps (fp32 accumulation) and accepts only
+// problems whose operands are all bf16 (the planner gives the others to "avx512").
 //
 // Scores are kept transposed, St[key][query row]: the query block is transposed once per work
 // unit and key/value blocks are used as stored, so no block is transposed inside the key loop,
@@ -221,7 +221,8 @@ ATTNOPS_AVX512_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUn
 
 bool acceptsAll(const ForwardParams&) { return true; }
 
-// bf16 operands (any strides: the packing gathers rows whose column stride is not 1).
+// The avx512-bf16 entry takes problems whose operands are all bf16 (any strides: the packing
+// gathers rows whose column stride is not 1); the planner sends the others to avx512.
 bool pairOperands(const ForwardParams& p) {
     for (const View4* v : {&p.q, &p.k, &p.v})
         if (v->dtype != DType::BF16) return false;
@@ -229,13 +230,7 @@ bool pairOperands(const ForwardParams& p) {
 }
 
 void runFloat(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) { runUnit<false>(p, t, u, s); }
-// Other problems than pairOperands ones run as in the avx512 entry.
-void runPairs(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
-    if (pairOperands(p))
-        runUnit<true>(p, t, u, s);
-    else
-        runUnit<false>(p, t, u, s);
-}
+void runPairs(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) { runUnit<true>(p, t, u, s); }
 
 bool hasAvx512() {
     const cpu::IsaFeatures& f = cpu::isa();
@@ -247,7 +242,7 @@ bool hasAvx512Bf16() { return hasAvx512() && cpu::isa().avx512bf16; }
 }  // namespace
 
 const ForwardKernel& forwardKernelAvx512Bf16() {
-    static const ForwardKernel k{"avx512-bf16", hasAvx512Bf16, acceptsAll, chooseTile, scratchBytes, runPairs};
+    static const ForwardKernel k{"avx512-bf16", hasAvx512Bf16, pairOperands, chooseTile, scratchBytes, runPairs};
     return k;
 }
 const ForwardKernel& forwardKernelAvx512() {
