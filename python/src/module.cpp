@@ -16,72 +16,21 @@
 #include <utility>
 #include <vector>
 
-#include "attnops/attnops.h"
+#include "attnops/attnops.hpp"
 
 namespace nb = nanobind;
 
-// Everything here has internal linkage. The extension links the static library, whose internal
-// classes share the namespace `attnops` with the public C++ layer (attnops.hpp): including both
-// would merge two different `attnops::Error` classes (vtables, inline members) into one binary.
-// So this file uses the C API only, with its own small handles.
+// The C API through the header-only C++ layer (attnops.hpp: handles, workspace, streams,
+// attnops::Error carrying the library's status and message).
 namespace {
 
-// A failed status with the library's message for the calling thread.
-class Error : public std::exception {
-public:
-    Error(attnopsStatus status, std::string message)
-        : status_(status), message_(std::string(attnopsStatusName(status)) + ": " + std::move(message)) {}
-    attnopsStatus status() const noexcept { return status_; }
-    const char* what() const noexcept override { return message_.c_str(); }
-
-private:
-    attnopsStatus status_;
-    std::string message_;
-};
-
-void check(attnopsStatus status) {
-    if (status != ATTNOPS_SUCCESS) throw Error(status, attnopsGetLastErrorMessage());
-}
-
-// Owner of one C object.
-template <typename T, attnopsStatus (*Destroy)(T*)>
-class Handle {
-public:
-    Handle() = default;
-    explicit Handle(T* raw) : raw_(raw) {}
-    ~Handle() {
-        if (raw_) Destroy(raw_);
-    }
-    Handle(Handle&& o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
-    Handle& operator=(Handle&&) = delete;
-    Handle(const Handle&) = delete;
-    Handle& operator=(const Handle&) = delete;
-    T* get() const noexcept { return raw_; }
-    T* release() noexcept { return std::exchange(raw_, nullptr); }
-
-private:
-    T* raw_ = nullptr;
-};
-
-using Tensor = Handle<attnopsTensor, attnopsDestroyTensor>;
-using IntArray = Handle<attnopsIntArray, attnopsDestroyIntArray>;
-using Stream = Handle<attnopsStream, attnopsStreamDestroy>;
-using Executor = Handle<attnopsExecutor, attnopsDestroyExecutor>;
-
-// Workspace memory from the current device's pool.
-class Workspace {
-public:
-    explicit Workspace(uint64_t bytes) {
-        if (bytes > 0) check(attnopsMalloc(bytes, &ptr_));
-    }
-    ~Workspace() { attnopsFree(ptr_); }
-    Workspace(const Workspace&) = delete;
-    Workspace& operator=(const Workspace&) = delete;
-    void* data() const noexcept { return ptr_; }
-
-private:
-    void* ptr_ = nullptr;
-};
+using attnops::check;
+using attnops::Error;
+using attnops::IntArray;
+using attnops::Stream;
+using attnops::Tensor;
+using attnops::Workspace;
+using Executor = attnops::Handle<attnopsExecutor, attnopsDestroyExecutor>;
 
 using In = nb::ndarray<nb::ro, nb::device::cpu>;
 using Out = nb::ndarray<nb::device::cpu>;
@@ -130,14 +79,11 @@ Tensor describe(const Array& a, const char* name) {
                                       .c_str());
     }
     const attnopsDataType dtype = dataType(a.dtype(), name);
-    attnopsTensor* t = nullptr;
     try {
-        check(attnopsCreateTensor(const_cast<void*>(static_cast<const void*>(a.data())), dtype, int64_t(shape.size()),
-                                  shape.data(), strides.data(), ATTNOPS_HOST_MEMORY, &t));
+        return Tensor(const_cast<void*>(static_cast<const void*>(a.data())), dtype, shape, strides);
     } catch (const Error& e) {
         raise(e);
     }
-    return Tensor(t);
 }
 
 template <typename Array>
@@ -147,13 +93,11 @@ Tensor describe(const std::optional<Array>& a, const char* name) {
 
 IntArray intArray(const OptInts& v) {
     if (!v) return {};
-    attnopsIntArray* a = nullptr;
     try {
-        check(attnopsCreateIntArray(v->data(), v->size(), &a));
+        return IntArray(*v);
     } catch (const Error& e) {
         raise(e);
     }
-    return IntArray(a);
 }
 
 // Host integer arrays may also come as 1-D integer tensors (cumulative sequence lengths kept in a
@@ -188,11 +132,9 @@ void run(Plan plan, attnopsStatus (*launch)(void*, uint64_t, attnopsExecutor*, a
         check(plan(&bytes, &executor));
         Executor owned(executor);  // until launched
         Workspace workspace(bytes);
-        attnopsStream* created = nullptr;
-        check(attnopsStreamCreate(&created));
-        Stream stream(created);
+        const Stream stream = Stream::create();
         check(launch(workspace.data(), bytes, owned.release(), stream.get()));
-        check(attnopsStreamSynchronize(stream.get()));
+        stream.synchronize();
     } catch (const Error& e) {
         raise(e);
     }
