@@ -41,7 +41,9 @@ namespace attnops::bar {
 namespace {
 
 constexpr int64_t kW = 16;                        // fp32 lanes of a zmm register
-constexpr uint64_t kStreamOutputBytes = 32u << 20;  // outputs larger than this bypass the caches
+// Outputs larger than this bypass the caches. Not tuned: any size well above the last-level cache
+// share of two cores would do; below it the output may still be read back from cache.
+constexpr uint64_t kStreamOutputBytes = 32u << 20;
 constexpr int64_t kPrefetchBytes = 4096;            // software prefetch distance
 
 
