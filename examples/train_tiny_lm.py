@@ -37,6 +37,9 @@ import torch.nn.functional as F  # noqa: E402
 
 import attnops.torch as at  # noqa: E402
 
+# The compressed causal mask torch_npu users pass with sparse modes 2-4 (a None mask means no masking).
+CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+
 
 # ---------------------------------------------------------------------------------------------
 # Data: bytes of the standard library's .py files, cut into documents of random lengths.
@@ -132,8 +135,8 @@ class Attention(torch.nn.Module):
         d = dim // self.heads
         q, k, v = self.qkv(x).view(t, 3, self.heads, d).unbind(1)  # strided views, read in place
         if self.fused:
-            a = at.npu_fusion_attention(q, k, v, self.heads, "TND", scale=1 / math.sqrt(d), sparse_mode=3,
-                                        actual_seq_qlen=cu, actual_seq_kvlen=cu)[0]
+            a = at.npu_fusion_attention(q, k, v, self.heads, "TND", scale=1 / math.sqrt(d), atten_mask=CAUSAL,
+                                        sparse_mode=3, actual_seq_qlen=cu, actual_seq_kvlen=cu)[0]
         else:
             a = attention_torch(q, k, v, lens, 1 / math.sqrt(d))
         return self.out(a.reshape(t, dim))

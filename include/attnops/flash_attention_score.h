@@ -34,8 +34,9 @@ extern "C" {
  * paddingMaskOptional: reserved, must be NULL.
  * attenMaskOptional: bool/uint8, 1 = masked. Modes 0/1/5: [B,N1,S1,S2], [B,1,S1,S2],
  *   [1,1,S1,S2] or [S1,S2] (TND: [maxSq,maxSkv] or [T1,T2]). Modes 2/3/4/6/7/8 compute the mask
- *   from the mode; a compressed [2048,2048] ([3072,2048] for mode 6) tensor may be given and
- *   only its shape is checked.
+ *   from the mode; the compressed [2048,2048] ([3072,2048] for mode 6) tensor is given and only
+ *   its shape is checked. NULL means no masking at all, whatever sparseMode, preTokens and
+ *   nextTokens say (upstream rule; a mode of 2-8 without a mask warns once per process).
  * prefixOptional: int64[B], modes 5/6. actualSeqQLenOptional/actualSeqKvLenOptional: TND only,
  *   cumulative end offsets without a leading 0. qStartIdxOptional/kvStartIdxOptional: element 0
  *   is the global start row/column (inner alibi). sinkOptional: fp32 [N1] extra logit per head.

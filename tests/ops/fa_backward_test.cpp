@@ -1033,6 +1033,50 @@ TEST(FaBackwardMask, TndGlobalRowsMaskAndBoolDtype) {
     expectSameGrads(a, b, "[T1,T2] bool vs [maxSq,maxSkv] uint8");
 }
 
+// ---------------------------------------------------------------- a NULL attenMask (spec section 0)
+
+// The gradients of p without an attenMask: checked against the reference, and the bits of full
+// attention (mode 1, no mask).
+void expectFullAttentionGrads(FaProblem p, const std::string& what) {
+    p.maskKind = "none";
+    FaInstance inst(p), full(withMode(p, 1));
+    runForward(inst);
+    runForward(full);
+    FaGrads a = attnops::tools::makeGrads(inst), b = attnops::tools::makeGrads(full);
+    runGrad(inst, a);
+    runGrad(full, b);
+    if (::testing::Test::HasFatalFailure()) return;
+    expectGradChecked(inst, a);
+    expectSameGrads(a, b, what);
+}
+
+TEST(FaBackwardNullMask, EveryModeIsFullAttention) {
+    const FaProblem base = withSink(fixed("BSND", F32, 2, 37, 70, 4, 2, 16));
+    for (int64_t mode : {0, 2, 3, 4, 5, 6}) {
+        FaProblem p = withMode(base, mode, 3, -1);
+        if (mode >= 5) p.prefix = {40, 50};
+        expectFullAttentionGrads(p, "mode " + std::to_string(mode));
+    }
+    const FaProblem packed = tnd(BF16, {5, 0, 9, 70}, {6, 3, 9, 64}, 2, 1, 8);
+    for (int64_t mode : {3, 7, 8}) expectFullAttentionGrads(withMode(packed, mode, 2, -1), "TND mode " + std::to_string(mode));
+}
+
+TEST(FaBackwardNullMask, MindSpeedRingCallPatterns) {
+    // MindSpeed's ring attention backward calls (shared/context-parallel.md 2.3), SBH shards of
+    // two chunks of c tokens: mode 0 with pre = next = Skv and no mask on Sq = 2 Skv and on
+    // Sq = Skv / 2 blocks, mode 1 without a mask (full attention), mode 3 with the compressed mask
+    // on diagonal blocks (causal, against the reference).
+    const int64_t c = 48;
+    for (attnopsDataType dt : {F32, BF16}) {
+        expectFullAttentionGrads(withMode(fixed("SBH", dt, 2, 2 * c, c, 4, 4, 32), 0, c, c), "earlier rank's block");
+        expectFullAttentionGrads(withMode(fixed("SBH", dt, 2, c, 2 * c, 4, 4, 32), 0, 2 * c, 2 * c), "later rank's block");
+        expectFullAttentionGrads(withMode(fixed("SBH", dt, 2, 2 * c, 2 * c, 4, 4, 32), 1), "non-causal block");
+        FaProblem diagonal = withMode(fixed("SBH", dt, 2, 2 * c, 2 * c, 4, 4, 32), 3, 2 * c, 0);
+        diagonal.maskKind = "compressed";
+        expectGradMatches(diagonal);
+    }
+}
+
 TEST(FaBackwardNonFinite, NanInDyStaysInItsRow) {
     // dy row i of head n NaN: dq of that (head, row) is NaN, every other dq row stays finite
     // and equal to the clean run; nothing crashes with an infinite key either.

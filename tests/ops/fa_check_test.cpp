@@ -621,9 +621,15 @@ TEST_F(FaCheck, SparseModeRange) {
 }
 
 TEST_F(FaCheck, EmptyBand) {
+    // The tokens are checked only when a mask is given: without one they are ignored (section 0).
+    Tensor full(U8, {8, 12}), compressed(U8, {2048, 2048});
     for (int64_t mode : {0, 4}) {
         Args a = fixedArgs();
         a.sparseMode = mode;
+        a.pre = -5;
+        a.next = 2;
+        expectPlanOk(a);
+        a.mask = mode == 0 ? full.h() : compressed.h();
         a.pre = -5;
         a.next = 2;
         EXPECT_PLAN_ERROR(a, INV, {"preTokens + nextTokens = -5 + 2", ">= 0"});
@@ -645,6 +651,8 @@ TEST_F(FaCheck, EmptyBand) {
         a.sparseMode = mode;
         a.pre = -1;
         a.next = 0;
+        expectPlanOk(a);
+        a.mask = compressed.h();
         EXPECT_PLAN_ERROR(a, INV, {"preTokens + nextTokens = -1 + 0"});
     }
     for (int64_t mode : {2, 3}) {  // tokens ignored by these modes
@@ -668,7 +676,7 @@ TEST_F(FaCheck, PaddingMaskIsReserved) {
 TEST_F(FaCheck, AttenMask) {
     Args a = fixedArgs();
     a.sparseMode = 1;
-    EXPECT_PLAN_ERROR(a, NUL, {"attenMask = NULL", "sparseMode 1"});
+    expectPlanOk(a);  // mode 1 without a mask: full attention (section 0)
     Tensor mf(F32, {8, 12}), mi(ATTNOPS_INT8, {8, 12});
     a = fixedArgs();
     a.mask = mf.h();
@@ -900,8 +908,10 @@ TEST_F(FaCheck, PseTndForms) {
 }
 
 TEST_F(FaCheck, PseCompressedAlibiPreconditions) {
-    // Fixed layouts: S1 == S2 > 1024, last dim S2, lower-triangular mask (mode 2/3, or 0 with next <= 0).
+    // Fixed layouts: S1 == S2 > 1024, last dim S2, lower-triangular mask (an attenMask with mode 2/3,
+    // or 0 with next <= 0): without a mask nothing is masked, so the upper triangle would be undefined.
     const int64_t s = 1100;
+    Tensor compressed(U8, {2048, 2048}), full(U8, {s, s});
     Tensor aq(F32, {1, 1, s, 8}), o(F32, {1, 1, s, 8}), pse(F32, {1, 1, 1024, s}), pseNarrow(F32, {1, 1, 1024, s - 1});
     Tensor kShort(F32, {1, 1, s - 1, 8}), pseShort(F32, {1, 1, 1024, s - 1});
     Tensor q1000(F32, {1, 1, 1000, 8}), pse1000(F32, {1, 1, 1024, 1000});
@@ -912,21 +922,26 @@ TEST_F(FaCheck, PseCompressedAlibiPreconditions) {
     a.v = aq.h();
     a.out = o.h();
     a.pse = pse.h();
+    const std::vector<std::string> rule = {"realShift.shape = [1,1,1024,", "compressed alibi", "lower-triangular"};
     for (int64_t mode : {2, 3}) {
         a.sparseMode = mode;
+        a.mask = nullptr;
+        EXPECT_PLAN_ERROR(a, INV, rule);
+        a.mask = compressed.h();
         expectPlanOk(a);
     }
     a.sparseMode = 0;
+    a.mask = full.h();
     a.next = 0;
     expectPlanOk(a);
     a.next = -3;
     expectPlanOk(a);
-    const std::vector<std::string> rule = {"realShift.shape = [1,1,1024,", "compressed alibi", "lower-triangular"};
     a.next = 1;
     EXPECT_PLAN_ERROR(a, INV, rule);
     a.next = kNoBand;
     EXPECT_PLAN_ERROR(a, INV, rule);
     a.sparseMode = 4;
+    a.mask = compressed.h();
     a.pre = 10;
     a.next = 0;
     EXPECT_PLAN_ERROR(a, INV, rule);
@@ -949,6 +964,7 @@ TEST_F(FaCheck, PseCompressedAlibiPreconditions) {
     Tensor tpse(F32, {1, 4, 1024, 8});
     a = tndArgs();
     a.sparseMode = 3;
+    a.mask = compressed.h();
     a.pse = tpse.h();
     EXPECT_PLAN_ERROR(a, INV, {"realShift.shape = [1,4,1024,8]", "compressed alibi"});
     Tensor tk10(F32, {10, 2, 16});

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "child_process.hpp"
 #include "problem.hpp"
 #include "threads_guard.hpp"
 
@@ -585,7 +586,7 @@ std::vector<Case> randomCases() {
             if (p.preTokens + p.nextTokens < 0) p.nextTokens = -p.preTokens + next(10);
         }
         if (p.sparseMode == 1) p.maskKind = next(2) ? "random" : "causal";
-        else if (p.sparseMode == 0 || p.sparseMode == 5) p.maskKind = pick({0, 0, 1, 2}) == 1 ? "random" : (next(4) == 0 ? "causal" : "none");
+        else if (p.sparseMode == 0 || p.sparseMode == 5) p.maskKind = pick({0, 0, 1, 2}) == 1 ? "random" : (next(4) == 0 ? "causal" : "auto");
         else if (next(3) == 0) p.maskKind = "compressed";
         const int64_t pse = next(6);  // 0-1: none, 2: pse 0, 3: pse 1, 4: slopes 2, 5: slopes 3
         if (pse >= 2) {
@@ -718,7 +719,7 @@ TEST(FaForwardCross, Mode4EqualsConvertedMode0) {
 }
 
 TEST(FaForwardCross, PrefixMode5EqualsExplicitMask) {
-    // Mode 5 without a mask: kept iff j <= i + Skv - Sq or j < prefix. Build that mask by hand.
+    // Mode 5 with an all-zero mask: kept iff j <= i + Skv - Sq or j < prefix. Build that mask by hand.
     const int64_t s1 = 65, s2 = 129;
     FaProblem m5 = withMode(fixed("BNSD", F32, 1, s1, s2, 2, 1, 32), 5);
     m5.prefix = {s2 - s1 + 20};
@@ -729,6 +730,76 @@ TEST(FaForwardCross, PrefixMode5EqualsExplicitMask) {
     for (int64_t i = 0; i < s1; ++i)
         for (int64_t j = 0; j < s2; ++j) b.attenMask.set(i * s2 + j, (j <= i + s2 - s1 || j < m5.prefix[0]) ? 0.0f : 1.0f);
     expectAgree(a, b);
+}
+
+// ---------------------------------------------------------------- a NULL attenMask (spec section 0)
+
+// Runs p without an attenMask and expects the bits of full attention (mode 1, no mask).
+void expectFullAttention(FaProblem p, const std::string& what) {
+    p.maskKind = "none";
+    FaInstance inst(p), full(withMode(p, 1));
+    runInstance(inst);
+    runInstance(full);
+    if (::testing::Test::HasFatalFailure()) return;
+    expectChecked(inst, -1);
+    EXPECT_TRUE(sameBytes(inst.attentionOut, full.attentionOut)) << what;
+    EXPECT_TRUE(sameBytes(inst.softmaxMax, full.softmaxMax)) << what;
+    EXPECT_TRUE(sameBytes(inst.softmaxSum, full.softmaxSum)) << what;
+}
+
+TEST(FaForwardNullMask, EveryModeIsFullAttention) {
+    // Whatever the mode and tokens (here a band that a mask would make narrow, and one that
+    // would be empty), no mask means no masking.
+    const FaProblem base = fixed("BNSD", F32, 2, 37, 70, 4, 2, 16);
+    for (int64_t mode : {0, 2, 3, 4, 5, 6}) {
+        for (auto [pre, next] : {std::pair<int64_t, int64_t>{3, -1}, {-5, -5}}) {
+            FaProblem p = withMode(base, mode, pre, next);
+            if (mode >= 5) p.prefix = {40, 50};
+            expectFullAttention(p, "mode " + std::to_string(mode) + " pre " + tok(pre) + " next " + tok(next));
+        }
+    }
+    const FaProblem packed = tnd(BF16, {5, 0, 9, 70}, {6, 3, 9, 64}, 2, 1, 8);
+    for (int64_t mode : {2, 3, 4, 7, 8}) expectFullAttention(withMode(packed, mode, 2, -1), "TND mode " + std::to_string(mode));
+}
+
+TEST(FaForwardNullMask, MindSpeedRingCallPatterns) {
+    // The kernel calls of MindSpeed's ring attention on SBH shards of 2 chunks of c tokens
+    // (shared/context-parallel.md 2.3): an earlier rank's K/V, all queries x its first chunk
+    // (Sq = 2 Skv), mode 0 with pre = next = Skv and no mask; a later rank's K/V, the second query
+    // chunk x all of it; non-causal blocks, mode 1 without a mask: full attention, all three.
+    // Diagonal blocks: mode 3 with the compressed mask, causal.
+    const int64_t c = 48;
+    for (attnopsDataType dt : {F32, BF16}) {
+        const FaProblem earlier = withMode(fixed("SBH", dt, 2, 2 * c, c, 4, 4, 32), 0, c, c);
+        const FaProblem later = withMode(fixed("SBH", dt, 2, c, 2 * c, 4, 4, 32), 0, 2 * c, 2 * c);
+        const FaProblem general = withMode(fixed("SBH", dt, 2, 2 * c, 2 * c, 4, 4, 32), 1);
+        for (const FaProblem& p : {earlier, later, general}) expectFullAttention(p, p.describe());
+        FaProblem diagonal = withMode(fixed("SBH", dt, 2, 2 * c, 2 * c, 4, 4, 32), 3, 2 * c, 0);
+        diagonal.maskKind = "compressed";
+        FaProblem causal = withMode(diagonal, 0);
+        causal.maskKind = "causal";
+        FaInstance a(diagonal), b(causal);
+        expectAgree(a, b);
+    }
+}
+
+TEST(FaForwardNullMaskChild, DISABLED_WarnsOncePerProcess) {
+    // Runs in a child process (the warning is once per process): three causal modes without a mask.
+    for (int64_t mode : {3, 2, 7}) {
+        FaProblem p = withMode(mode == 7 ? tnd(F32, {4, 6}, {4, 6}, 2, 1, 8) : fixed("BNSD", F32, 1, 8, 8, 2, 1, 8), mode);
+        p.maskKind = "none";
+        FaInstance inst(p);
+        runInstance(inst);
+    }
+}
+
+TEST(FaForwardNullMask, WarnsOncePerProcess) {
+    const auto r = attnops::testing::runChild("FaForwardNullMaskChild.DISABLED_WarnsOncePerProcess", {});
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    const std::string warning = "attnops warning: sparseMode = 3 with attenMask = NULL: no masking is applied";
+    const size_t first = r.output.find(warning);
+    EXPECT_NE(first, std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("attnops warning", first + 1), std::string::npos) << r.output;
 }
 
 // Rows with no key: out = 0, max = -inf, sum = 0; with a sink: max = sink, sum = 1.

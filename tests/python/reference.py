@@ -50,8 +50,22 @@ def from_bnsd(x, layout):
     raise ValueError(layout)
 
 
+def mask_for_mode(mode, sq, sk, pre=INT32_MAX, nxt=INT32_MAX):
+    """The atten_mask torch_npu users pass with a mode: the compressed tensor for modes 2-4 and 6-8
+    (only its shape is read), an all-False [sq, sk] one for a mode-0 band and mode 5, None where
+    nothing is masked. (A None atten_mask means no masking at all, whatever the mode.)"""
+    if mode in (2, 3, 4, 7, 8):
+        return torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+    if mode == 6:
+        return torch.zeros(3072, 2048, dtype=torch.bool)
+    if mode == 5 or (mode == 0 and (pre != INT32_MAX or nxt != INT32_MAX)):
+        return torch.zeros(sq, sk, dtype=torch.bool)
+    return None
+
+
 def mode_mask(mode, sq, sk, pre=INT32_MAX, nxt=INT32_MAX, atten_mask=None, prefix=None):
-    """Boolean [sq, sk] (or atten_mask's shape), True = masked, for one sequence (spec §2.6)."""
+    """Boolean [sq, sk] (or atten_mask's shape), True = masked, for one sequence (spec §2.6), when
+    an atten_mask is given (modes 2-4 and 6-8 compute it from the mode; their tensor is not read)."""
     i = torch.arange(sq)[:, None]
     j = torch.arange(sk)[None, :]
     if mode == 0:

@@ -11,6 +11,8 @@ import attnops
 import attnops.torch as at
 
 INT32_MAX = 2147483647
+# The compressed causal mask torch_npu users pass with sparse modes 2-4 (a None mask means no masking).
+CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
 
 
 def call_fa(q, k, v, out, head_num, layout="BNSD", scale=1.0, **kw):
@@ -108,7 +110,7 @@ def test_python_threads_at_once_give_serial_results():
 
     def work(i):
         q, k, v = (x.clone().requires_grad_() for x in problems[i])
-        out = at.npu_fusion_attention(q, k, v, 4, "BNSD", scale=0.25, sparse_mode=2)[0]
+        out = at.npu_fusion_attention(q, k, v, 4, "BNSD", scale=0.25, atten_mask=CAUSAL, sparse_mode=2)[0]
         out.sum().backward()
         pb, br, pw, nw = (x.clone().requires_grad_() for x in bar[i])
         h = at.block_attention_residuals(pb, br, pw, nw)
@@ -141,9 +143,9 @@ def test_thread_count_does_not_change_bits():
     before = attnops.threads()
     try:
         attnops.set_threads(1)
-        one = at.npu_fusion_attention(q, q, q, 4, "BNSD", sparse_mode=2)[0]
+        one = at.npu_fusion_attention(q, q, q, 4, "BNSD", atten_mask=CAUSAL, sparse_mode=2)[0]
         attnops.set_threads(3)
-        three = at.npu_fusion_attention(q, q, q, 4, "BNSD", sparse_mode=2)[0]
+        three = at.npu_fusion_attention(q, q, q, 4, "BNSD", atten_mask=CAUSAL, sparse_mode=2)[0]
     finally:
         attnops.set_threads(before)
     assert torch.equal(one, three)

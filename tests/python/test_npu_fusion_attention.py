@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from attnops.torch import npu_fusion_attention, npu_fusion_attention_grad, npu_gen_drop_mask
-from reference import INT32_MAX, assert_rule, attention_math, from_bnsd, mode_mask, to_bnsd, unpack_bits, alibi_bias
+from reference import (INT32_MAX, alibi_bias, assert_rule, attention_math, from_bnsd, mask_for_mode, mode_mask, to_bnsd,
+                       unpack_bits)
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -23,9 +24,13 @@ def layout_shape(layout, b, n, s, d):
 
 def run_fixed(layout, dtype, n1=4, n2=2, sq=5, sk=7, d=16, dv=8, b=2, mode=0, pre=INT32_MAX, nxt=INT32_MAX,
               atten_mask=None, prefix=None, pse=None, pse_type=1, keep_prob=1.0, sink=None, q_start=None,
-              kv_start=None, seed=0):
+              kv_start=None, seed=0, auto_mask=True):
     """Runs forward + autograd backward through attnops and through the maths (float64 and naive),
-    and checks out, softmax_max/sum and dq/dk/dv (and dsink) by the tolerance rule."""
+    and checks out, softmax_max/sum and dq/dk/dv (and dsink) by the tolerance rule. With auto_mask,
+    a missing atten_mask becomes the one the mode needs (mask_for_mode); without, None stays None:
+    no masking at all."""
+    if atten_mask is None and auto_mask:
+        atten_mask = mask_for_mode(mode, sq, sk, pre, nxt)
     q = make(layout_shape(layout, b, n1, sq, d), dtype, seed).requires_grad_()
     k = make(layout_shape(layout, b, n2, sk, d), dtype, seed + 1).requires_grad_()
     v = make(layout_shape(layout, b, n2, sk, dv), dtype, seed + 2).requires_grad_()
@@ -49,9 +54,9 @@ def run_fixed(layout, dtype, n1=4, n2=2, sq=5, sk=7, d=16, dv=8, b=2, mode=0, pr
         keep = unpack_bits(mask, numels).view(b, n1, sq, sk)
     pre_pse = alibi_bias(pse, sq, sk, q_start[0], kv_start[0], pse_type == 3) if pse_type >= 2 else pse
     masked = None
-    if mode != 0 or atten_mask is not None or pre != INT32_MAX or nxt != INT32_MAX:
+    if atten_mask is not None:
         masked = torch.stack([mode_mask(mode, sq, sk, pre, nxt, atten_mask, prefix[i] if prefix else None)
-                              .expand(n1, sq, sk) if atten_mask is None or atten_mask.dim() == 2 else
+                              .expand(n1, sq, sk) if atten_mask.dim() == 2 or mode not in (0, 1, 5) else
                               mode_mask(mode, sq, sk, pre, nxt, atten_mask[i % atten_mask.shape[0]], None)
                               .expand(n1, sq, sk) for i in range(b)])
     results = {}
@@ -96,6 +101,15 @@ def test_layouts_gqa_dtypes(layout, dtype):
 ])
 def test_sparse_modes(mode, sq, sk, pre, nxt):
     run_fixed("BNSD", torch.float32, sq=sq, sk=sk, mode=mode, pre=pre, nxt=nxt)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3, 4, 5, 6])
+def test_null_mask_means_full_attention(mode):
+    """A None atten_mask means no masking at all, whatever the mode and tokens (spec section 0)."""
+    out = run_fixed("BNSD", torch.float32, sq=6, sk=9, mode=mode, pre=1, nxt=0, prefix=[7, 8] if mode >= 5 else None,
+                    auto_mask=False)
+    full = run_fixed("BNSD", torch.float32, sq=6, sk=9, mode=1, auto_mask=False)
+    assert torch.equal(out, full)
 
 
 def test_explicit_mask_modes_and_prefix():
@@ -143,20 +157,22 @@ def test_grad_function_matches_autograd():
     for t in (q, k, v):
         t.requires_grad_()
     out, smax, ssum, _, seed, offset, numels = npu_fusion_attention(
-        q, k, v, 8, "TND", scale=0.25, keep_prob=0.9, sparse_mode=3, actual_seq_qlen=[2, 4],
+        q, k, v, 8, "TND", scale=0.25, keep_prob=0.9, atten_mask=mask_for_mode(3, 2, 3), sparse_mode=3, actual_seq_qlen=[2, 4],
         actual_seq_kvlen=[3, 6], pre_tockens=INT32_MAX, next_tockens=0)
     assert numels == 8 * (2 * 3 + 2 * 3)
     dy = make(out.shape, torch.float32, 9)
     out.backward(dy)
     dq, dk, dv, dpse = npu_fusion_attention_grad(
         q, k, v, dy, 8, "TND", softmax_max=smax, softmax_sum=ssum, attention_in=out, scale_value=0.25,
-        keep_prob=0.9, seed=seed, offset=offset, numels=numels, sparse_mode=3, actual_seq_qlen=[2, 4],
+        keep_prob=0.9, seed=seed, offset=offset, numels=numels, atten_mask=mask_for_mode(3, 2, 3), sparse_mode=3,
+        actual_seq_qlen=[2, 4],
         actual_seq_kvlen=[3, 6], next_tockens=0)
     assert torch.equal(dq, q.grad) and torch.equal(dk, k.grad) and torch.equal(dv, v.grad)
     assert dpse.numel() == 0
 
 
-def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, keep_prob=1.0, tail=0, seed=0):
+def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, keep_prob=1.0, tail=0, seed=0,
+             auto_mask=True):
     d, dv = 12, 12
     t1, t2 = sum(qlens) + tail, sum(kvlens) + tail
     q = make((t1, n1, d), dtype, seed).requires_grad_()
@@ -165,9 +181,10 @@ def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, k
     cq = torch.tensor(qlens).cumsum(0).tolist()
     ck = torch.tensor(kvlens).cumsum(0).tolist()
     scale = 0.3
+    mask = mask_for_mode(mode, max(qlens), max(kvlens), pre, nxt) if auto_mask else None
     out, smax, ssum, _, s, o, numels = npu_fusion_attention(
-        q, k, v, n1, "TND", scale=scale, keep_prob=keep_prob, pre_tockens=pre, next_tockens=nxt, sparse_mode=mode,
-        actual_seq_qlen=cq, actual_seq_kvlen=ck)
+        q, k, v, n1, "TND", atten_mask=mask, scale=scale, keep_prob=keep_prob, pre_tockens=pre, next_tockens=nxt,
+        sparse_mode=mode, actual_seq_qlen=cq, actual_seq_kvlen=ck)
     assert out.shape == (t1, n1, dv) and smax.shape == (t1, n1, 8)
     dout = make(out.shape, dtype, seed + 3)
     out.backward(dout)
@@ -200,8 +217,8 @@ def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, k
             qs = qq[a:a + sq].permute(1, 0, 2)[None]
             ks = kk[c:c + sk].permute(1, 0, 2)[None]
             vs = vv[c:c + sk].permute(1, 0, 2)[None]
-            masked = mode_mask(seq_mode(mode, idx), sq, sk, pre, nxt) \
-                if mode != 0 or pre != INT32_MAX or nxt != INT32_MAX else None
+            masked = mode_mask(seq_mode(mode, idx), sq, sk, pre, nxt, mask[:sq, :sk] if mode == 0 else None) \
+                if mask is not None else None
             o_, m_, _ = attention_math(qs, ks, vs, scale, masked, keep=bits, keep_prob=keep_prob, dtype=dt)
             pieces.append(o_[0].permute(1, 0, 2))
             maxs[a:a + sq] = m_[0].T.double()
@@ -229,6 +246,11 @@ def test_varlen_tnd(dtype, mode, pre, nxt):
 @pytest.mark.parametrize("mode,pre,nxt", [(7, 6, -1), (8, 4, 0)])
 def test_varlen_split_modes(mode, pre, nxt):
     tnd_case(torch.float32, [3, 0, 5, 1, 4], [4, 2, 5, 1, 6], 4, 2, mode, pre, nxt, tail=1)
+
+
+@pytest.mark.parametrize("mode,pre,nxt", [(3, INT32_MAX, INT32_MAX), (7, 6, -1), (8, 4, 0), (0, 1, 0)])
+def test_varlen_null_mask_means_full_attention(mode, pre, nxt):
+    tnd_case(torch.float32, [3, 0, 5, 1, 4], [4, 2, 5, 1, 6], 4, 2, mode, pre, nxt, tail=1, auto_mask=False)
 
 
 def test_varlen_tnd_dropout():

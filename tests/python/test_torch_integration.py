@@ -11,6 +11,8 @@ import attnops.torch as at
 from reference import bar_paper
 
 INT32_MAX = 2147483647
+# The compressed causal mask torch_npu users pass with sparse modes 2-4 (a None mask means no masking).
+CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
 ops = torch.ops.attnops
 
 
@@ -64,7 +66,7 @@ class TinyBlock(torch.nn.Module):
         q, k, v = self.qkv(x).view(t, 3, self.heads, h // self.heads).unbind(1)
         if self.fused:
             a = at.npu_fusion_attention(q, k, v, self.heads, "TND", scale=1 / math.sqrt(h // self.heads),
-                                        sparse_mode=3, actual_seq_qlen=cu, actual_seq_kvlen=cu)[0]
+                                        atten_mask=CAUSAL, sparse_mode=3, actual_seq_qlen=cu, actual_seq_kvlen=cu)[0]
         else:
             pieces, s = [], 0
             for n in lens:
@@ -103,8 +105,8 @@ def test_autograd_through_a_small_model_matches_pytorch():
 
 
 def fa_bar_step(q, k, v, pb, br, pw, nw):
-    a = at.npu_fusion_attention(q, k, v, 2, "TND", scale=0.25, sparse_mode=3, actual_seq_qlen=[3, 8],
-                                actual_seq_kvlen=[3, 8])[0]
+    a = at.npu_fusion_attention(q, k, v, 2, "TND", scale=0.25, atten_mask=CAUSAL, sparse_mode=3,
+                                actual_seq_qlen=[3, 8], actual_seq_kvlen=[3, 8])[0]
     f = at.flash_attn_varlen_func(q, k, v, torch.tensor([0, 3, 8], dtype=torch.int32),
                                   torch.tensor([0, 3, 8], dtype=torch.int32), 5, 5, causal=True)
     h = at.block_attention_residuals(pb + a.reshape(8, -1) + f.reshape(8, -1), br, pw, nw)

@@ -334,9 +334,11 @@ void addFlashAttentionFlags(CLI::App& cmd, FaFlags& f) {
             ->check(CLI::IsMember({"full", "row", "compressed"}))
             ->capture_default_str());
     add(cmd.add_option("--mask", p.maskKind,
-                       "Explicit attenMask (1 = masked): random (30% masked, [B,1,S1,S2]), causal ([S1,S2]), none; "
-                       "compressed: the [2048,2048] tensor of modes 2-8 (TND masks are [maxSq,maxSkv])")
-            ->check(CLI::IsMember({"none", "random", "causal", "compressed"}))
+                       "attenMask (1 = masked): auto (the compressed [2048,2048] tensor for modes 2-4 and 6-8, an "
+                       "all-zero [S1,S2] mask for a mode-0 band or mode 5, none otherwise), none (NULL: no masking at "
+                       "all, whatever the mode), random (30% masked, [B,1,S1,S2]), causal ([S1,S2]), zeros ([S1,S2]), "
+                       "compressed (TND masks are [maxSq,maxSkv])")
+            ->check(CLI::IsMember({"auto", "none", "random", "causal", "zeros", "compressed"}))
             ->capture_default_str());
     add(cmd.add_option("--keep-prob", p.keepProb, "Dropout keepProb in (0, 1]")->capture_default_str());
     add(cmd.add_option("--seed", p.seed, "Dropout seed (the Philox mask used when no dropMask is given)")

@@ -70,9 +70,17 @@ dir="$work/saved"
 expect 0 "run TND @FILE dropout --save" 'saved' -- \
     "$cli" run flash-attention --layout TND --q-seqlens "@$work/lengths.txt" --heads 4 --kv-heads 1 --dim 64 \
     --dtype bf16 --sparse-mode 3 --keep-prob 0.8 --seed 42 --offset 12 --check --save "$dir"
-for f in query key value dropMask attentionOut softmaxMax softmaxSum actualSeqQLen actualSeqKvLen; do
+for f in query key value dropMask attenMask attentionOut softmaxMax softmaxSum actualSeqQLen actualSeqKvLen; do
     [ -f "$dir/$f.npy" ] || { echo "FAIL: --save did not write $f.npy"; failures=$((failures + 1)); }
 done
+# A NULL attenMask means no masking at all (upstream rule): --mask none with a causal mode warns
+# once and runs full attention; the saved problem has no attenMask and reproduces it.
+ndir="$work/nullmask"
+expect 0 "run --sparse-mode 3 --mask none warns" 'attnops warning: sparseMode = 3 with attenMask = NULL' -- \
+    "$cli" run flash-attention --layout BNSD --q-seqlen 40 --heads 2 --dim 16 --sparse-mode 3 --mask none --check \
+    --backward --save "$ndir"
+[ ! -f "$ndir/attenMask.npy" ] || { echo "FAIL: --mask none saved an attenMask"; failures=$((failures + 1)); }
+expect 0 "null-mask problem: --load --compare" '^compare: PASS' -- "$cli" run --load "$ndir" --compare
 expect 0 "params.json records the generated drop mask" '"dropMaskGenerated": true' -- cat "$dir/params.json"
 expect 0 "run --load --compare round trip" '^compare: PASS' -- "$cli" run --load "$dir" --compare
 expect 0 "run flash-attention --load --compare --json" '"passed": true' -- \
@@ -99,7 +107,7 @@ expect 0 "run --backward --check-sequences samples sequences" '2 of 6 sequences 
     "$cli" run flash-attention --backward --layout TND --q-seqlens "@$work/lengths.txt" --heads 2 --dim 32 \
     --check --check-sequences 2
 bdir="$work/saved-backward"
-expect 0 "run TND GQA sink --backward --save" 'saved 14 ' -- \
+expect 0 "run TND GQA sink --backward --save" 'saved 15 ' -- \
     "$cli" run flash-attention --layout TND --q-seqlens "@$work/lengths.txt" --heads 4 --kv-heads 2 --dim 64 \
     --dtype bf16 --sparse-mode 3 --sink --backward --check --save "$bdir"
 for f in dy dq dk dv dsink; do

@@ -164,11 +164,19 @@ void HostTensor::set(int64_t i, float value) {
 
 double FaProblem::effectiveScale() const { return std::isnan(scale) ? 1.0 / std::sqrt(double(dim)) : scale; }
 
+std::string FaProblem::resolvedMaskKind() const {
+    if (maskKind != "auto") return maskKind;
+    if (sparseMode >= 2 && sparseMode != 5) return "compressed";
+    if (sparseMode == 5 || (sparseMode == 0 && (preTokens != kNoBand || nextTokens != kNoBand))) return "zeros";
+    return "none";
+}
+
 double FaProblem::forwardFlops() const {
-    fa::MaskSpec mask;
-    mask.sparseMode = sparseMode;
-    mask.preTokens = preTokens;
-    mask.nextTokens = nextTokens;
+    fa::MaskSpec mask;  // a NULL attenMask means full attention whatever the mode
+    const bool masked = resolvedMaskKind() != "none";
+    mask.sparseMode = masked ? sparseMode : 1;
+    mask.preTokens = masked ? preTokens : kNoBand;
+    mask.nextTokens = masked ? nextTokens : kNoBand;
     mask.prefix = prefix;
     for (int64_t b = 0; b < sequenceCount(); ++b)
         if (qLen(b) > 0 && kvLen(b) > 0) {
@@ -283,20 +291,21 @@ FaInstance::FaInstance(const FaProblem& p) : problem(p) {
         kvStartIdx = {0};
     }
 
-    if (p.maskKind == "random" || p.maskKind == "causal") {
+    const std::string maskKind = p.resolvedMaskKind();
+    if (maskKind == "random" || maskKind == "causal" || maskKind == "zeros") {
         const std::vector<int64_t> shape = p.tnd() ? std::vector<int64_t>{maxSq, maxSkv}
-                                                   : (p.maskKind == "random" ? std::vector<int64_t>{b, 1, s1, s2}
-                                                                             : std::vector<int64_t>{s1, s2});
+                                                   : (maskKind == "random" ? std::vector<int64_t>{b, 1, s1, s2}
+                                                                           : std::vector<int64_t>{s1, s2});
         attenMask = HostTensor(ATTNOPS_UINT8, shape);
         const int64_t rows = shape[shape.size() - 2], cols = shape.back();
         const int64_t planes = attenMask.numel() / std::max<int64_t>(1, rows * cols);
         for (int64_t pl = 0; pl < planes; ++pl)
             for (int64_t i = 0; i < rows; ++i)
                 for (int64_t j = 0; j < cols; ++j) {
-                    const bool masked = p.maskKind == "causal" ? j > i : rng.uniform() < 0.3;
+                    const bool masked = maskKind == "causal" ? j > i : maskKind == "random" && rng.uniform() < 0.3;
                     attenMask.set((pl * rows + i) * cols + j, masked ? 1.0f : 0.0f);
                 }
-    } else if (p.sparseMode >= 2 && p.sparseMode != 5 && p.maskKind == "compressed") {
+    } else if (p.sparseMode >= 2 && p.sparseMode != 5 && maskKind == "compressed") {
         attenMask = HostTensor(ATTNOPS_UINT8, {p.sparseMode == 6 ? 3072 : 2048, 2048});
     }
 

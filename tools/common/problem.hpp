@@ -87,7 +87,10 @@ struct FaProblem {
     std::vector<int64_t> prefix;          // modes 5/6; empty: generated
     int pseType = -1;                     // -1: no pse; 0/1: dense pse of the usual shape; 2/3: slopes
     std::string pseShape = "full";        // 0/1: "full", "row" (row broadcast), "compressed"
-    std::string maskKind = "none";        // "none", "random", "causal" (explicit attenMask, modes 0/1/5)
+    // attenMask: "auto" (what the mode needs: the compressed tensor for modes 2-4 and 6-8, an
+    // all-zero one for a mode-0 band or mode 5, none otherwise), "none" (NULL: no masking at all,
+    // whatever the mode), "random", "causal" (explicit masks), "zeros", "compressed".
+    std::string maskKind = "auto";
     double keepProb = 1.0;
     bool explicitDropMask = false;        // materialise the Philox mask and pass it as dropMask
     int64_t seed = 0, offset = 0;         // dropout
@@ -98,6 +101,7 @@ struct FaProblem {
     int64_t innerPrecise = 0;             // passed through to the API
 
     int64_t vdim() const { return vDim < 0 ? dim : vDim; }
+    std::string resolvedMaskKind() const;  // maskKind with "auto" resolved
     bool tnd() const { return layout == "TND"; }
     double effectiveScale() const;
     int64_t sequenceCount() const { return tnd() ? int64_t(qSeqLens.size()) : batch; }

@@ -8,7 +8,8 @@ Mapping onto FlashAttentionScore:
 - softmax_scale: default 1/sqrt(D).
 - causal: bottom-right aligned (query i sees keys j <= i + Sk - Sq), sparse mode 3;
   window_size (left, right), -1 = unbounded: bottom-right band, sparse mode 4 with
-  pre_tokens = left, next_tokens = right (0 with causal).
+  pre_tokens = left, next_tokens = right (0 with causal). Both pass the compressed 2048x2048
+  mask, as torch_npu users do: a NULL atten_mask would mean no masking at all.
 - alibi_slopes fp32 [H] or [B,H]: bias -slope * |i + Sk - Sq - j| added after scaling (pse_type 2,
   with q_start_idx - kv_start_idx = Sk - Sq).
 - dropout_p: keep_prob = 1 - dropout_p, mask drawn from a seed of PyTorch's default generator and
@@ -35,16 +36,21 @@ from .npu import draw_seed
 INT32_MAX = _ops.INT32_MAX
 
 
+# The compressed 2048x2048 mask of sparse modes 2-4 (True above the diagonal; only its shape is
+# read). Made at import, so that torch.compile sees a constant.
+_CAUSAL_MASK = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+
+
 def _mask_args(causal: bool, window_size: Tuple[int, int]):
-    """(sparse_mode, pre_tokens, next_tokens) for flash-attn's causal flag and window."""
+    """(sparse_mode, pre_tokens, next_tokens, atten_mask) for flash-attn's causal flag and window."""
     left, right = int(window_size[0]), int(window_size[1])
     if causal:
         right = 0
     if left < 0 and right < 0:
-        return 0, INT32_MAX, INT32_MAX
+        return 0, INT32_MAX, INT32_MAX, None
     if causal and left < 0:
-        return 3, INT32_MAX, 0
-    return 4, (left if left >= 0 else INT32_MAX), (right if right >= 0 else INT32_MAX)
+        return 3, INT32_MAX, 0, _CAUSAL_MASK
+    return 4, (left if left >= 0 else INT32_MAX), (right if right >= 0 else INT32_MAX), _CAUSAL_MASK
 
 
 def _check_unsupported(softcap: float, block_table=None) -> None:
@@ -73,14 +79,14 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
     """q [B,Sq,H,D], k/v [B,Sk,Hk,D] (H % Hk == 0, GQA/MQA) -> out [B,Sq,H,D]."""
     _check_unsupported(softcap)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    mode, pre, nxt = _mask_args(causal, window_size)
+    mode, pre, nxt, mask = _mask_args(causal, window_size)
     keep_prob, seed = _dropout_args(dropout_p)
     pse, pse_type, qs, ks = None, 1, None, None
     if alibi_slopes is not None:
         sq, sk = q.shape[1], k.shape[1]
         pse, pse_type, qs, ks = alibi_slopes, 2, [max(sk - sq, 0)], [max(sq - sk, 0)]
     out, smax, ssum = _ops.flash_attention_score(
-        q, k, v, pse, None, None, None, None, None, None, qs, ks, float(scale), keep_prob, pre, nxt, q.shape[2],
+        q, k, v, pse, None, mask, None, None, None, None, qs, ks, float(scale), keep_prob, pre, nxt, q.shape[2],
         "BSND", 0, mode, pse_type, seed, 0)
     if return_attn_probs:
         return out, _lse(smax, ssum), None
@@ -96,7 +102,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     """q [total_q,H,D], k/v [total_k,Hk,D], cu_seqlens_* int32 [B+1] starting at 0 -> out [total_q,H,D]."""
     _check_unsupported(softcap, block_table)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    mode, pre, nxt = _mask_args(causal, window_size)
+    mode, pre, nxt, mask = _mask_args(causal, window_size)
     keep_prob, seed = _dropout_args(dropout_p)
     pse, pse_type, qs, ks = None, 1, None, None
     if alibi_slopes is not None:
@@ -109,7 +115,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
         shift = shifts.pop() if shifts else 0
         pse, pse_type, qs, ks = alibi_slopes, 2, [max(shift, 0)], [max(-shift, 0)]
     out, smax, ssum = _ops.flash_attention_score(
-        q, k, v, pse, None, None, cu_seqlens_q[1:], cu_seqlens_k[1:], None, None, qs, ks, float(scale), keep_prob,
+        q, k, v, pse, None, mask, cu_seqlens_q[1:], cu_seqlens_k[1:], None, None, qs, ks, float(scale), keep_prob,
         pre, nxt, q.shape[1], "TND", 0, mode, pse_type, seed, 0)
     if return_attn_probs:
         return out, _lse(smax, ssum).transpose(0, 1), None

@@ -7,6 +7,9 @@ Signatures, argument names (including the historical ``pre_tockens``/``next_tock
 spellings ``pre_tokens``/``next_tokens``. ``gen_mask_parallel`` and ``sync`` are accepted and
 change nothing (attnops always returns after the work is done).
 
+atten_mask: None means no masking at all, whatever sparse_mode, pre_tockens and next_tockens say
+(torch_npu's rule); modes 2-8 without a mask warn once per process (``UserWarning``).
+
 Dropout: with keep_prob < 1 a fresh 64-bit seed is drawn from PyTorch's default generator
 (``torch.manual_seed`` makes runs repeatable) with offset 0; the keep mask is a function of
 (seed, offset) (shared/spec section 2.7a), so the backward regenerates it and nothing is stored.
@@ -14,6 +17,7 @@ Dropout: with keep_prob < 1 a fresh 64-bit seed is drawn from PyTorch's default 
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional, Sequence
 
 import torch
@@ -42,6 +46,20 @@ def _int_list(values) -> Optional[list]:
 
 def _tokens(legacy: int, modern: Optional[int]) -> int:
     return legacy if modern is None else modern
+
+
+_null_mask_warned = False
+
+
+def _warn_null_mask(sparse_mode: int, atten_mask: Optional[Tensor]) -> None:
+    """As torch_npu, a None atten_mask means no masking at all in every sparse mode. Modes 2-8
+    name a causal or band mask, so passing none of it is probably a mistake: say so once per process."""
+    global _null_mask_warned
+    if atten_mask is None and sparse_mode >= 2 and not _null_mask_warned:
+        _null_mask_warned = True
+        warnings.warn(f"sparse_mode = {sparse_mode} with atten_mask = None: no masking is applied (as in torch_npu, a "
+                      "None atten_mask means full attention in every mode); pass the compressed 2048x2048 mask for "
+                      "causal or band attention", UserWarning, stacklevel=3)
 
 
 def draw_seed() -> int:
@@ -100,6 +118,7 @@ def npu_fusion_attention(
     """
     if padding_mask is not None:
         raise ValueError("padding_mask: given: reserved, must be None")
+    _warn_null_mask(sparse_mode, atten_mask)
     if keep_prob < 1.0:
         seed, offset = draw_seed(), 0
         numels = _numels(query, key, head_num, input_layout, actual_seq_qlen, actual_seq_kvlen)
@@ -158,6 +177,7 @@ def npu_fusion_attention_grad(
     for name, t in (("softmax_max", softmax_max), ("softmax_sum", softmax_sum), ("attention_in", attention_in)):
         if t is None:
             raise ValueError(f"{name}: None: required (the forward's output)")
+    _warn_null_mask(sparse_mode, atten_mask)
     dq, dk, dv, dsink = _ops.flash_attention_score_grad(
         query, key, value, dy, pse, None, atten_mask, softmax_max, softmax_sum, attention_in,
         _int_tensor(actual_seq_qlen), _int_tensor(actual_seq_kvlen), sink, _int_list(prefix),

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "core/handles.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
+#include "runtime/platform.hpp"
 
 namespace attnops::fa {
 namespace {
@@ -42,6 +44,18 @@ const attnopsTensor& requiredTensor(const attnopsTensor* t, const char* name, in
 }
 
 bool isMaskDType(DType d) { return d == DType::Bool || d == DType::U8; }
+
+// A mode of 2-8 without a mask silently loses its causal or band masking, so say so, once per
+// process (it is legal and torch_npu code does it on purpose for full blocks).
+void warnNullMaskOnce(int64_t mode) {
+    static std::once_flag once;
+    std::call_once(once, [mode] {
+        logWarning(fmt::format("sparseMode = {} with attenMask = NULL: no masking is applied (upstream rule: a NULL "
+                               "attenMask means full attention in every mode); pass the compressed 2048x2048 mask for "
+                               "causal or band attention. This warning is given once per process.",
+                               mode));
+    });
+}
 
 // Layout decoding (spec 2.3). Axis positions of (batch, heads, seq, dim) in the tensor.
 struct Axes {
@@ -322,7 +336,10 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     p.mask.sparseMode = mode;
     p.mask.preTokens = a.preTokens;
     p.mask.nextTokens = a.nextTokens;
-    if (mode == 0 || mode == 4 || mode == 7 || mode == 8) {
+    if (liveTensorOrNull(a.paddingMask, "paddingMask")) invalidArgument("paddingMask", "non-NULL", "is reserved and must be NULL");
+    const attnopsTensor* mask = optionalTensor(a.attenMask, "attenMask", device);
+    // Without attenMask the tokens are ignored (section 0), so they are not checked either.
+    if (mask && (mode == 0 || mode == 4 || mode == 7 || mode == 8)) {
         if (clampTokens(a.preTokens) + clampTokens(a.nextTokens) < 0)
             invalidArgument("preTokens + nextTokens", fmt::format("{} + {}", a.preTokens, a.nextTokens),
                             "must be >= 0: the band -preTokens <= j - i <= nextTokens would be empty");
@@ -335,9 +352,6 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     }
 
     // 8. Masks.
-    if (liveTensorOrNull(a.paddingMask, "paddingMask")) invalidArgument("paddingMask", "non-NULL", "is reserved and must be NULL");
-    const attnopsTensor* mask = optionalTensor(a.attenMask, "attenMask", device);
-    if (mode == 1 && !mask) nullArgument("attenMask", "is required with sparseMode 1 (allMask)");
     if (mask) {
         if (!isMaskDType(mask->dtype)) invalidArgument("attenMask.dtype", dtypeName(mask->dtype), "must be bool or uint8");
         const bool explicitMode = mode == 0 || mode == 1 || mode == 5;
@@ -400,6 +414,16 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
         invalidArgument("prefix", "non-NULL", "is only used with sparseMode 5 or 6 (got sparseMode {})", mode);
     }
 
+    // A NULL attenMask means no masking at all, in every mode (section 0): upstream ignores the
+    // mode, preTokens and nextTokens then, and torch_npu clients (MindSpeed's ring attention) rely
+    // on it. The rule in effect becomes mode 1 without a mask tensor: full attention.
+    if (!mask) {
+        if (mode >= 2) warnNullMaskOnce(mode);
+        p.mask = MaskSpec{};
+        p.mask.sparseMode = 1;
+        p.mask.preTokens = p.mask.nextTokens = kUnbounded;
+    }
+
     // 10. Start indices.
     const attnopsIntArray* qStart = liveIntArrayOrNull(a.qStartIdx, "qStartIdx");
     const attnopsIntArray* kvStart = liveIntArrayOrNull(a.kvStartIdx, "kvStartIdx");
@@ -436,8 +460,9 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     } else {
         if (pse->dtype != q.dtype)
             invalidArgument("realShift.dtype", dtypeName(pse->dtype), "must equal query.dtype ({}) with pseType {}", dtypeName(q.dtype), a.pseType);
+        // The compressed alibi form holds the lower triangle only, so the mask must hide the rest.
         auto compressedAllowed = [&]() {
-            return mode == 2 || mode == 3 || (mode == 0 && a.nextTokens <= 0);
+            return mask && (mode == 2 || mode == 3 || (mode == 0 && a.nextTokens <= 0));
         };
         if (p.varlen && pse->rank == 1) {
             p.pse.view.data = pse->data;
@@ -483,8 +508,8 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
                 if (!ok)
                     invalidArgument("realShift.shape", shapeString(*pse),
                                     "the compressed alibi form [B|1,N1,1024,S2] needs S1 == S2 (every sequence), S1 > 1024 "
-                                    "(fixed layouts), S2 <= its last dim, and a lower-triangular mask (sparseMode 2 or 3, or 0 "
-                                    "with nextTokens <= 0)");
+                                    "(fixed layouts), S2 <= its last dim, and a lower-triangular mask (an attenMask with sparseMode 2 "
+                                    "or 3, or 0 with nextTokens <= 0)");
                 p.pse.form = PseForm::CompressedAlibi;
                 p.pse.view.stride[2] = pse->strides[2];
                 p.pse.compressedCols = pk;
