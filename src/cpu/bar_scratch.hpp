@@ -1,5 +1,5 @@
 // The per-thread scratch layout the BlockAttentionResiduals kernels share (vector-* and
-// stream-avx512): sizes for the plan, and the arrays carved from a thread's slice. Arrays start
+// stream-*): sizes for the plan, and the arrays carved from a thread's slice. Arrays start
 // on 64-byte boundaries and are padded to whole 16-float vectors.
 #pragma once
 
