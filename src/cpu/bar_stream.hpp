@@ -125,22 +125,27 @@ inline void* contiguousRow(const MutView3& v, int64_t t, int64_t row) {
     return static_cast<char*>(v.data) + (t * v.stride[0] + row * v.stride[1]) * elementBytes(v.dtype);
 }
 
-// x[e..e+16) = the row's elements as fp32; ss += x * x, dy += y * x (y's padding may hold any
-// bits, so its tail is loaded like a row's).
+// Lanes [e, e + 16) of an fp32 row padded to whole vectors whose padding may hold any bits.
 template <class V>
-ATTNOPS_BAR_STREAM_INLINE void loadStep(const void* src, DType dtype, const float* y, float* x, int64_t e,
-                                        int64_t remaining, typename V::F& ss, typename V::F& dy) {
-    const typename V::F xv = load16<V>(src, e, dtype, remaining);
-    V::store(x + e, xv);
-    ss = V::fmadd(xv, xv, ss);
-    const typename V::F yv = remaining >= kW ? V::load(y + e) : load16<V>(y, e, DType::F32, remaining);
-    dy = V::fmadd(yv, xv, dy);
+ATTNOPS_BAR_STREAM_INLINE typename V::F loadPadded(const float* y, int64_t e, int64_t remaining) {
+    return remaining >= kW ? V::load(y + e) : load16<V>(y, e, DType::F32, remaining);
 }
 
-// Loads source i of token t into x (fp32) and returns sum(x^2) and y . x in one pass.
+// x[e..e+16) = the row's elements as fp32; dz += z * x (z = nullptr: x itself), dy += y * x.
 template <class V>
-ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict y,
-                                            float* __restrict x, float& sumSquares, float& dotY) {
+ATTNOPS_BAR_STREAM_INLINE void loadStep(const void* src, DType dtype, const float* z, const float* y, float* x,
+                                        int64_t e, int64_t remaining, typename V::F& dz, typename V::F& dy) {
+    const typename V::F xv = load16<V>(src, e, dtype, remaining);
+    V::store(x + e, xv);
+    dz = V::fmadd(z == nullptr ? xv : loadPadded<V>(z, e, remaining), xv, dz);
+    dy = V::fmadd(loadPadded<V>(y, e, remaining), xv, dy);
+}
+
+// Loads source i of token t into x (fp32) and returns z . x (z = nullptr: sum(x^2)) and y . x in
+// one pass.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
+                                            const float* __restrict y, float* __restrict x, float& dotZ, float& dotY) {
     const View3& v = i < s.blocks ? s.blockRes : s.partial;
     const int64_t row = i < s.blocks ? i : 0, h = s.hidden;
     const void* src = contiguousRow(v, t, row);
@@ -150,10 +155,10 @@ ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t
         src = x;
         dtype = DType::F32;
     }
-    // Accumulators in registers: column group q = (e / 16) % 4 goes to ss[q] and dy[q]; the
+    // Accumulators in registers: column group q = (e / 16) % 4 goes to dz[q] and dy[q]; the
     // 64-column main loop names them so the compiler keeps them out of memory.
-    typename V::F ss[4], dy[4];
-    for (int q = 0; q < 4; ++q) ss[q] = dy[q] = V::zero();
+    typename V::F dz[4], dy[4];
+    for (int q = 0; q < 4; ++q) dz[q] = dy[q] = V::zero();
     int64_t e = 0;
     const char* ahead = static_cast<const char*>(src) + kPrefetchBytes;
     const int64_t bytes = elementBytes(dtype);
@@ -161,26 +166,11 @@ ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t
         // The rows of consecutive sources (and tokens) usually follow each other in memory: keep
         // the stream kPrefetchBytes ahead of the loads (a hint; it may run past the buffer).
         for (int64_t line = 0; line < 4 * kW * bytes; line += 64) __builtin_prefetch(ahead + e * bytes + line, 0, 3);
-        loadStep<V>(src, dtype, y, x, e, kW, ss[0], dy[0]);
-        loadStep<V>(src, dtype, y, x, e + kW, kW, ss[1], dy[1]);
-        loadStep<V>(src, dtype, y, x, e + 2 * kW, kW, ss[2], dy[2]);
-        loadStep<V>(src, dtype, y, x, e + 3 * kW, kW, ss[3], dy[3]);
+        for (int q = 0; q < 4; ++q) loadStep<V>(src, dtype, z, y, x, e + q * kW, kW, dz[q], dy[q]);
     }
-    for (int q = 0; e < h; e += kW, ++q) loadStep<V>(src, dtype, y, x, e, h - e, ss[q], dy[q]);
-    sumSquares = combine<V>(ss);
+    for (int q = 0; e < h; e += kW, ++q) loadStep<V>(src, dtype, z, y, x, e, h - e, dz[q], dy[q]);
+    dotZ = combine<V>(dz);
     dotY = combine<V>(dy);
-}
-
-// u . x over an fp32 row in L1 with the same fixed column grouping (u's padding: any bits).
-template <class V>
-ATTNOPS_BAR_STREAM_INLINE float dotRow(const float* u, const float* x, int64_t h) {
-    typename V::F a[4];
-    for (typename V::F& q : a) q = V::zero();
-    int64_t e = 0;
-    for (; e + 4 * kW <= h; e += 4 * kW)
-        for (int q = 0; q < 4; ++q) a[q] = V::fmadd(V::load(u + e + q * kW), V::load(x + e + q * kW), a[q]);
-    for (int q = 0; e < h; e += kW, ++q) a[q] = V::fmadd(load16<V>(u, e, DType::F32, h - e), V::load(x + e), a[q]);
-    return combine<V>(a);
 }
 
 // Stores the fp32 row x (length h) as row `row` of token t of `out`.
@@ -202,6 +192,18 @@ ATTNOPS_BAR_STREAM_INLINE void storeRow(const MutView3& out, int64_t t, int64_t 
     for (; e < h; e += kW) store16<V>(dst, e, out.dtype, V::loadu(x + e), h - e, stream);
 }
 
+// dy = row t of gradHidden as fp32, padded with zeros to whole vectors.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadGradRow(const View3& g, int64_t t, int64_t h, float* dy) {
+    const void* src = contiguousRow(g, t, 0);
+    if (src == nullptr) {
+        cpu::loadRow(g.data, t * g.stride[0], g.stride[2], g.dtype, h, dy);
+        for (int64_t e = h; e < scratch::alignUp(h); ++e) dy[e] = 0.0f;
+        return;
+    }
+    for (int64_t e = 0; e < h; e += kW) V::store(dy + e, load16<V>(src, e, g.dtype, h - e));
+}
+
 inline uint64_t outputBytes(const MutView3& v, uint64_t elements) { return elements * uint64_t(elementBytes(v.dtype)); }
 
 template <class V>
@@ -218,7 +220,7 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
         for (int64_t e = 0; e < h; e += kW) V::store(acc + e, V::zero());
         for (int64_t i = 0; i < k; ++i) {
             float ss = 0.0f, c = 0.0f;
-            loadWithDots<V>(s, t, i, u, x, ss, c);
+            loadWithDots<V>(s, t, i, nullptr, u, x, ss, c);
             inv[i] = 1.0f / std::sqrt(ss * invH + p.eps);
             score[i] = inv[i] * c;
             const float mNew = (score[i] > m || score[i] != score[i]) ? score[i] : m;
@@ -253,25 +255,20 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     const bool stream = outputBytes(p.gradBlockRes, uint64_t(s.tokens) * uint64_t(k) * uint64_t(h)) > kStreamOutputBytes;
     for (int64_t t = t0; t < t1; ++t) {
-        cpu::loadRow(p.gradHidden.data, t * p.gradHidden.stride[0], p.gradHidden.stride[2], p.gradHidden.dtype, h, dy);
-        for (int64_t e = h; e < scratch::alignUp(h); ++e) dy[e] = 0.0f;
+        loadGradRow<V>(p.gradHidden, t, h, dy);
         // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once. a-bar in double: when
         // one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps (see bar_vector.cpp).
         double abar = 0.0;
         for (int64_t i = 0; i < k; ++i) {
-            float* x = sc.row(i);
-            float ss = 0.0f;
-            loadWithDots<V>(s, t, i, dy, x, ss, a[i]);
-            // u . v_i: a second pass over the row, now in L1 (u has the same fixed grouping).
-            c[i] = dotRow<V>(u, x, h);
+            loadWithDots<V>(s, t, i, dy, u, sc.row(i), a[i], c[i]);
             abar += double(p.probs.load(t, i, 0)) * double(a[i]);
         }
         // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
         for (int64_t i = 0; i < k; ++i) {
             float* x = sc.row(i);
             if (!cached) {
-                float ss = 0.0f, unused = 0.0f;
-                loadWithDots<V>(s, t, i, dy, x, ss, unused);
+                float unused[2];
+                loadWithDots<V>(s, t, i, dy, u, x, unused[0], unused[1]);
             }
             const float pi = p.probs.load(t, i, 0), ri = p.invNorm.load(t, i, 0);
             const float ds = float(double(pi) * (double(a[i]) - abar));
@@ -279,17 +276,19 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
             const typename V::F vp = V::set1(pi), vu = V::set1(coefU), vv = V::set1(coefV);
             const MutView3& out = i < n ? p.gradBlockRes : p.gradPartial;
             void* dst = contiguousRow(out, t, i < n ? i : 0);
+            // dv_i straight to the output, unless streaming needs the row's unaligned head first.
+            const bool direct = dst != nullptr && (!stream || reinterpret_cast<uintptr_t>(dst) % uintptr_t(kW * elementBytes(out.dtype)) == 0);
             for (int64_t e = 0; e < h; e += kW) {
                 const typename V::F xv = V::load(x + e);
                 store16<V>(du, e, DType::F32, V::fmadd(vu, xv, load16<V>(du, e, DType::F32, h - e)), h - e, false);
                 const typename V::F dv =
                     V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e))));
-                if (dst != nullptr && !stream)
-                    store16<V>(dst, e, out.dtype, dv, h - e, false);
+                if (direct)
+                    store16<V>(dst, e, out.dtype, dv, h - e, stream);
                 else
                     V::store(x + e, dv);  // x (no longer needed) becomes dv_i
             }
-            if (dst == nullptr || stream) storeRow<V>(out, t, i < n ? i : 0, h, x, stream);
+            if (!direct) storeRow<V>(out, t, i < n ? i : 0, h, x, stream);
         }
     }
     if (stream) V::fence();

@@ -72,10 +72,8 @@ private:
         const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
         const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
         const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
-        // |bits| <= 0x7fffffff, so the signed compare is the unsigned one.
-        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
-                                               _mm256_set1_epi32(0x7f800000));
-        return _mm256_blendv_epi8(rounded, quiet, nan);
+        const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(quiet), nan));
     }
 };
 
