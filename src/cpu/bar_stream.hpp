@@ -2,9 +2,14 @@
 // 16-lane fp32 vector trait and compiled by one translation unit per ISA. Built to run at memory
 // speed:
 //   - each source row is read from memory once per token, converted to fp32 as it is loaded
-//     while the sum of squares and u . v are accumulated in the same pass; the fp32 copy stays in
-//     L1/L2 for the rest of the token's work;
-//   - the backward writes each gradient row in the same loop that accumulates du;
+//     while its two dot products (forward: v . v and u . v; backward: dy . v and u . v) are
+//     accumulated in the same pass; the fp32 copy stays in L1/L2 for the rest of the token's work;
+//   - the forward keeps the token's rows (when they fit, like the backward) and accumulates all of
+//     them in registers in one pass over the columns: no fp32 accumulator row is stored and
+//     reloaded once per source (stores, not loads, are the scarcer port on AVX2 cores);
+//   - the backward writes each gradient row in the same loop that accumulates du; one row at a
+//     time: interleaving the rows' stores (du kept in registers) halved the bf16 backward on
+//     AMD EPYC Zen 3 (AVX2), as each row's partial non-temporal lines compete for write-combining;
 //   - large outputs are written with non-temporal stores (from the first vector-aligned element
 //     of each row), so written rows do not first cost a read for ownership: the backward writes
 //     nearly as many bytes as it reads (fp32 backward on AVX-512: 29 -> 35 GB/s);
@@ -206,35 +211,61 @@ ATTNOPS_BAR_STREAM_INLINE void loadGradRow(const View3& g, int64_t t, int64_t h,
 
 inline uint64_t outputBytes(const MutView3& v, uint64_t elements) { return elements * uint64_t(elementBytes(v.dtype)); }
 
+// Whether row `row` of token t of `out` is written straight from registers: contiguous and, when
+// streaming, starting on a vector boundary (else it goes through an fp32 row and storeRow).
+ATTNOPS_BAR_STREAM_INLINE bool storesDirect(const MutView3& out, int64_t t, int64_t row, bool stream) {
+    const void* dst = contiguousRow(out, t, row);
+    return dst != nullptr && (!stream || reinterpret_cast<uintptr_t>(dst) % uintptr_t(kW * elementBytes(out.dtype)) == 0);
+}
+
+// The forward's online softmax: acc = acc * decay_i + weight_i * x_i per source, in source order,
+// then acc / l. When the token's rows fit in the tile, the scores come first and one pass over the
+// columns accumulates every source in registers (per column the same operations in the same
+// order as accumulating source by source, so the same bits, without storing acc once per source).
 template <class V>
 ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float* u, int64_t t0, int64_t t1,
                                              void* scratchBase) {
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1;
-    const scratch::Forward sc(s, scratchBase);
-    float *x = sc.x, *acc = sc.acc, *score = sc.score, *inv = sc.inv;
+    const scratch::ForwardTile sc(s, scratchBase);
+    float *acc = sc.acc, *score = sc.score, *inv = sc.inv, *decay = sc.decay, *weight = sc.weight;
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     const bool stream = outputBytes(p.hidden, uint64_t(s.tokens) * uint64_t(h)) > kStreamOutputBytes;
     for (int64_t t = t0; t < t1; ++t) {
         float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-        for (int64_t e = 0; e < h; e += kW) V::store(acc + e, V::zero());
+        if (!sc.cached)
+            for (int64_t e = 0; e < h; e += kW) V::store(acc + e, V::zero());
         for (int64_t i = 0; i < k; ++i) {
             float ss = 0.0f, c = 0.0f;
+            float* x = sc.row(i);
             loadWithDots<V>(s, t, i, nullptr, u, x, ss, c);
             inv[i] = 1.0f / std::sqrt(ss * invH + p.eps);
             score[i] = inv[i] * c;
             const float mNew = (score[i] > m || score[i] != score[i]) ? score[i] : m;
-            const float alpha = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m - mNew);
-            const float w = std::exp(score[i] - mNew);
-            const typename V::F va = V::set1(alpha), vw = V::set1(w);
-            for (int64_t e = 0; e < h; e += kW)
-                V::store(acc + e, V::fmadd(V::load(acc + e), va, V::mul(vw, V::load(x + e))));
-            l = l * alpha + w;
+            decay[i] = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m - mNew);
+            weight[i] = std::exp(score[i] - mNew);
+            if (!sc.cached) {
+                const typename V::F va = V::set1(decay[i]), vw = V::set1(weight[i]);
+                for (int64_t e = 0; e < h; e += kW)
+                    V::store(acc + e, V::fmadd(V::load(acc + e), va, V::mul(vw, V::load(x + e))));
+            }
+            l = l * decay[i] + weight[i];
             m = mNew;
         }
         const typename V::F invL = V::set1(1.0f / l);
-        for (int64_t e = 0; e < h; e += kW) V::store(acc + e, V::mul(V::load(acc + e), invL));
-        storeRow<V>(p.hidden, t, 0, h, acc, stream);
+        const bool direct = sc.cached && storesDirect(p.hidden, t, 0, stream);
+        for (int64_t e = 0; e < h; e += kW) {
+            typename V::F a = sc.cached ? V::zero() : V::load(acc + e);
+            if (sc.cached)
+                for (int64_t i = 0; i < k; ++i)
+                    a = V::fmadd(a, V::set1(decay[i]), V::mul(V::set1(weight[i]), V::load(sc.row(i) + e)));
+            a = V::mul(a, invL);
+            if (direct)
+                store16<V>(contiguousRow(p.hidden, t, 0), e, p.hidden.dtype, a, h - e, stream);
+            else
+                V::store(acc + e, a);
+        }
+        if (!direct) storeRow<V>(p.hidden, t, 0, h, acc, stream);
         if (p.saveStats)
             for (int64_t i = 0; i < k; ++i) {
                 p.invNorm.store(t, i, 0, inv[i]);
@@ -276,8 +307,7 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
             const typename V::F vp = V::set1(pi), vu = V::set1(coefU), vv = V::set1(coefV);
             const MutView3& out = i < n ? p.gradBlockRes : p.gradPartial;
             void* dst = contiguousRow(out, t, i < n ? i : 0);
-            // dv_i straight to the output, unless streaming needs the row's unaligned head first.
-            const bool direct = dst != nullptr && (!stream || reinterpret_cast<uintptr_t>(dst) % uintptr_t(kW * elementBytes(out.dtype)) == 0);
+            const bool direct = storesDirect(out, t, i < n ? i : 0, stream);
             for (int64_t e = 0; e < h; e += kW) {
                 const typename V::F xv = V::load(x + e);
                 store16<V>(du, e, DType::F32, V::fmadd(vu, xv, load16<V>(du, e, DType::F32, h - e)), h - e, false);

@@ -85,7 +85,7 @@ bool hasAvx2() {
 }  // namespace
 
 const Kernel& kernelStreamAvx2() {
-    static const Kernel k{"stream-avx2", hasAvx2, scratch::Forward::bytes, forwardTokens<Avx2>,
+    static const Kernel k{"stream-avx2", hasAvx2, scratch::ForwardTile::bytes, forwardTokens<Avx2>,
                           scratch::Backward::bytes, backwardTokens<Avx2>};
     return k;
 }

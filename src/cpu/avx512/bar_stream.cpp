@@ -66,7 +66,7 @@ bool hasAvx512() {
 }  // namespace
 
 const Kernel& kernelStreamAvx512() {
-    static const Kernel k{"stream-avx512", hasAvx512, scratch::Forward::bytes, forwardTokens<Avx512>,
+    static const Kernel k{"stream-avx512", hasAvx512, scratch::ForwardTile::bytes, forwardTokens<Avx512>,
                           scratch::Backward::bytes, backwardTokens<Avx512>};
     return k;
 }
