@@ -1,5 +1,5 @@
 // The per-thread scratch layout the BlockAttentionResiduals kernels share (vector-* and
-// stream-avx512): sizes for the plan, and the arrays carved from a thread's slice. Arrays start
+// stream-*): sizes for the plan, and the arrays carved from a thread's slice. Arrays start
 // on 64-byte boundaries and are padded to whole 16-float vectors.
 #pragma once
 
@@ -13,7 +13,8 @@ constexpr uint64_t kMaxTileBytes = 1u << 20;  // backward: keep a token's rows u
 
 inline int64_t alignUp(int64_t n) { return (n + 15) / 16 * 16; }
 
-// Whether the backward keeps all N+1 rows of a token between its two passes (else it re-reads).
+// Whether all N+1 rows of a token are kept between two passes over them (the backward's, the
+// stream kernels' forward); else the backward re-reads them and the forward accumulates per row.
 inline bool tileFits(const Sources& s) {
     return uint64_t(s.blocks + 1) * uint64_t(s.hidden) * sizeof(float) <= kMaxTileBytes;
 }
@@ -28,6 +29,28 @@ struct Forward {
           inv(score + alignUp(s.blocks + 1)) {}
     static uint64_t bytes(const ForwardParams& p) {
         return uint64_t(2 * alignUp(p.src.hidden) + 2 * alignUp(p.src.blocks + 1)) * sizeof(float);
+    }
+};
+
+// The stream kernels' forward: the token's rows [N+1][H] (one row when they do not fit), acc [H],
+// and per source score, inv, decay and weight [N+1] (the online softmax's factors).
+struct ForwardTile {
+    bool cached;
+    int64_t rowFloats;
+    float *tile, *acc, *score, *inv, *decay, *weight;
+    ForwardTile(const Sources& s, void* base)
+        : cached(tileFits(s)),
+          rowFloats(alignUp(s.hidden)),
+          tile(static_cast<float*>(base)),
+          acc(tile + (cached ? s.blocks + 1 : 1) * rowFloats),
+          score(acc + rowFloats),
+          inv(score + alignUp(s.blocks + 1)),
+          decay(inv + alignUp(s.blocks + 1)),
+          weight(decay + alignUp(s.blocks + 1)) {}
+    float* row(int64_t i) const { return tile + (cached ? i : 0) * rowFloats; }
+    static uint64_t bytes(const ForwardParams& p) {
+        const int64_t rows = tileFits(p.src) ? p.src.blocks + 1 : 1;
+        return uint64_t((rows + 1) * alignUp(p.src.hidden) + 4 * alignUp(p.src.blocks + 1)) * sizeof(float);
     }
 };
 

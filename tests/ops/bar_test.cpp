@@ -576,7 +576,7 @@ void expectPropagatesLikeReference(attnopsDataType d, const Poison& poison) {
     }
 }
 
-const char* const kImplementations[] = {"stream-avx512", "vector-avx512", "vector-avx2", "vector-generic", "reference"};
+const char* const kImplementations[] = {"stream-avx512", "stream-avx2", "vector-avx512", "vector-avx2", "vector-generic", "reference"};
 
 // Sets ATTNOPS_FORCE_IMPL for the scope (read when a call is planned).
 class ForcedImpl {
@@ -964,7 +964,63 @@ TEST(BarDeterminism, EveryImplementationAgainstTheReference) {
     EXPECT_GE(ran, 2) << "vector-generic and reference run everywhere";
 }
 
-// Outputs above stream-avx512's threshold (32 MiB) are written with non-temporal stores: the
+// Row tails (H not a multiple of the 16-lane vectors, H = 1, H = 0), N = 0 in the grad and strided
+// or source-major views, for every implementation this CPU runs.
+TEST(BarDeterminism, EveryImplementationOnTailsAndViews) {
+    for (const char* impl : kImplementations) {
+        if (!implementationRuns(impl)) continue;
+        ForcedImpl forced(impl);
+        SCOPED_TRACE(impl);
+        for (attnopsDataType d : {F32, F16, BF16}) {
+            for (int64_t h : {1, 7, 15, 16, 17, 63, 64, 65, 79, 130})
+                expectProblemChecked(makeProblem(d, 3, 3, h, 1e-2));
+            {
+                BarProblem noBlocks = makeProblem(d, 9, 0, 33, 1e-2);
+                SCOPED_TRACE(describe(noBlocks));
+                BarInstance inst(noBlocks);
+                fillStatsFromReference(inst);
+                ASSERT_EQ(inst.runBackward(), ATTNOPS_SUCCESS) << lastError();
+                EXPECT_EQ(inst.gradPartialBlock.bytes(), inst.gradHiddenStates.bytes());  // dv = dy
+            }
+            BarInstance empty(makeProblem(d, 4, 2, 0));
+            EXPECT_EQ(empty.runForward(true), ATTNOPS_SUCCESS) << lastError();
+            EXPECT_EQ(empty.runBackward(), ATTNOPS_SUCCESS) << lastError();
+            BarProblem sourceMajor = makeProblem(d, 11, 5, 70, 1e-6);
+            sourceMajor.sourceMajor = true;
+            expectProblemChecked(sourceMajor);
+            expectStridedMatchesContiguous(d, 7, 3, 37, false);
+            expectStridedMatchesContiguous(d, 5, 2, 20, true);
+        }
+    }
+}
+
+// stream-avx2 keeps stream-avx512's 16 lanes and operation order: the same bits, where both run.
+TEST(BarDeterminism, StreamKernelsGiveTheSameBits) {
+    if (!implementationRuns("stream-avx512") || !implementationRuns("stream-avx2"))
+        GTEST_SKIP() << "needs a CPU that runs both stream-avx512 and stream-avx2";
+    std::vector<BarProblem> ps;
+    for (attnopsDataType d : {F32, F16, BF16}) {
+        ps.push_back(makeProblem(d, 40, 8, 4096 + 17, 1e-6));
+        ps.push_back(makeProblem(d, 30, 3, 33, 1e-2));
+        ps.back().sourceMajor = true;
+        ps.push_back(makeProblem(d, 3, 70, 4096, 0.3));  // rows re-read in the backward
+    }
+    ps.push_back(makeProblem(F32, 2304, 2, 4096, 1e-6));  // non-temporal stores
+    for (const BarProblem& p : ps) {
+        SCOPED_TRACE(describe(p));
+        std::vector<uint8_t> bits[2];
+        for (int k = 0; k < 2; ++k) {
+            ForcedImpl forced(k == 0 ? "stream-avx512" : "stream-avx2");
+            BarInstance inst(p);
+            ASSERT_EQ(inst.runForward(true), ATTNOPS_SUCCESS) << lastError();
+            ASSERT_EQ(inst.runBackward(), ATTNOPS_SUCCESS) << lastError();
+            bits[k] = outputBytes(inst);
+        }
+        EXPECT_TRUE(bits[0] == bits[1]);
+    }
+}
+
+// Outputs above the stream-* kernels' threshold (32 MiB) are written with non-temporal stores: the
 // same values as the cached path, checked on sampled tokens (and the weight gradients in full).
 TEST(BarDeterminism, LargeOutputsTakeTheStreamingPath) {
     BarProblem p = makeProblem(F32, 2304, 2, 4096, 1e-6);  // hiddenStates 37.7 MB, gradients 113 MB

@@ -10,8 +10,8 @@
 namespace attnops::bar {
 
 const std::vector<const Kernel*>& kernels() {
-    static const std::vector<const Kernel*> list = {&kernelStreamAvx512(), &kernelVectorAvx512(), &kernelVectorAvx2(), &kernelVectorGeneric(),
-                                                    &kernelReference()};
+    static const std::vector<const Kernel*> list = {&kernelStreamAvx512(), &kernelStreamAvx2(), &kernelVectorAvx512(),
+                                                    &kernelVectorAvx2(), &kernelVectorGeneric(), &kernelReference()};
     return list;
 }
 

@@ -1,0 +1,329 @@
+// The streaming BlockAttentionResiduals kernel (stream-avx512, stream-avx2), written once over a
+// 16-lane fp32 vector trait and compiled by one translation unit per ISA. Built to run at memory
+// speed:
+//   - each source row is read from memory once per token, converted to fp32 as it is loaded
+//     while its two dot products (forward: v . v and u . v; backward: dy . v and u . v) are
+//     accumulated in the same pass; the fp32 copy stays in L1/L2 for the rest of the token's work;
+//   - the forward keeps the token's rows (when they fit, like the backward) and accumulates all of
+//     them in registers in one pass over the columns: no fp32 accumulator row is stored and
+//     reloaded once per source (bf16 on AMD EPYC Zen 3: 41-45% -> 47-51% of DRAM read);
+//   - the backward writes each gradient row in the same loop that accumulates du; one row at a
+//     time: interleaving the rows' stores (du kept in registers) halved the bf16 backward on
+//     AMD EPYC Zen 3 (AVX2), as each row's partial non-temporal lines compete for write-combining;
+//   - large outputs are written with non-temporal stores (from the first vector-aligned element
+//     of each row), so written rows do not first cost a read for ownership: the backward writes
+//     nearly as many bytes as it reads (fp32 backward on AVX-512: 29 -> 35 GB/s);
+//   - the loads run a software prefetch 4 KiB ahead: the rows of consecutive sources and tokens
+//     are usually adjacent, and the hardware prefetcher alone left bf16 latency-bound on the
+//     AVX-512 machine (on Zen 3 no distance, 0 to 16 KiB, made a difference).
+// Rows whose hidden stride is not 1 are gathered through the generic row conversion first.
+//
+// Every reduction over H uses four 16-lane accumulators over fixed 64-column groups, combined in
+// a fixed order, so results are the same on every run and for any thread count. The trait gives
+// every ISA the same 16 lanes (AVX2 as two 8-lane halves) and the same fused operations, so
+// stream-avx2 and stream-avx512 give the same bits.
+//
+// The including file defines ATTNOPS_BAR_STREAM_TARGET, the target attribute of its ISA, which
+// every function here carries (a target attribute, not per-file flags: inline functions of
+// shared headers compiled with AVX-512 flags could be the copy the linker keeps for everyone),
+// and a trait V with, over V::F (16 fp32 lanes) and V::H (16 bf16/fp16 lanes, 32 bytes):
+//   zero, set1, load/store (64-byte aligned), loadu/storeu, add, mul, fmadd(a, b, c) = a*b + c
+//   and fnmadd(a, b, c) = c - a*b (both fused); loadH/storeH (unaligned); widenBf16, widenF16;
+//   narrowBf16 (to nearest even, NaN kept quiet: cpu::floatToBf16), narrowF16 (to nearest even);
+//   streamF (64-byte aligned), streamH (32-byte aligned): non-temporal stores; fence: orders them.
+// Everything is in an anonymous namespace: each ISA's translation unit keeps its own copy.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "cpu/bar_scratch.hpp"
+#include "cpu/generic/convert.hpp"
+#include "ops/block_attention_residuals/kernel.hpp"
+
+#ifndef ATTNOPS_BAR_STREAM_TARGET
+#error "define ATTNOPS_BAR_STREAM_TARGET (the ISA's target attribute) before including cpu/bar_stream.hpp"
+#endif
+#define ATTNOPS_BAR_STREAM_INLINE ATTNOPS_BAR_STREAM_TARGET static inline __attribute__((always_inline))
+
+namespace attnops::bar {
+namespace {
+
+constexpr int64_t kW = 16;                        // fp32 lanes of a V::F
+// Outputs larger than this bypass the caches. Not tuned: any size well above the last-level cache
+// share of two cores would do; below it the output may still be read back from cache.
+constexpr uint64_t kStreamOutputBytes = 32u << 20;
+constexpr int64_t kPrefetchBytes = 4096;            // software prefetch distance
+
+inline int64_t elementBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+
+// Elements [index, index + 16) of a contiguous row, converted to fp32.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE typename V::F loadFull(const void* row, int64_t index, DType dtype) {
+    if (dtype == DType::F32) return V::loadu(static_cast<const float*>(row) + index);
+    const typename V::H h = V::loadH(static_cast<const uint16_t*>(row) + index);
+    return dtype == DType::BF16 ? V::widenBf16(h) : V::widenF16(h);
+}
+
+// Elements [index, index + min(remaining, 16)) of a contiguous row as fp32, the other lanes 0.
+// A row's tail (remaining < 16) goes through a zeroed copy, so nothing past the row is read.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE typename V::F load16(const void* row, int64_t index, DType dtype, int64_t remaining) {
+    if (remaining >= kW) return loadFull<V>(row, index, dtype);
+    alignas(64) unsigned char lanes[kW * 4] = {};
+    std::memcpy(lanes, static_cast<const char*>(row) + index * elementBytes(dtype), size_t(remaining * elementBytes(dtype)));
+    return loadFull<V>(lanes, 0, dtype);
+}
+
+// Elements [index, index + 16) of a contiguous row = v rounded to dtype; `stream`: a
+// non-temporal store, used when the whole vector is stored and its address is aligned.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void storeFull(void* row, int64_t index, DType dtype, typename V::F v, bool stream) {
+    if (dtype == DType::F32) {
+        float* p = static_cast<float*>(row) + index;
+        if (stream && (reinterpret_cast<uintptr_t>(p) & 63u) == 0)
+            V::streamF(p, v);
+        else
+            V::storeu(p, v);
+        return;
+    }
+    uint16_t* p = static_cast<uint16_t*>(row) + index;
+    const typename V::H h = dtype == DType::BF16 ? V::narrowBf16(v) : V::narrowF16(v);
+    if (stream && (reinterpret_cast<uintptr_t>(p) & 31u) == 0)
+        V::streamH(p, h);
+    else
+        V::storeH(p, h);
+}
+
+// Elements [index, index + min(remaining, 16)) of a contiguous row = the first lanes of v; a
+// row's tail goes through a copy, so nothing past the row is written.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void store16(void* row, int64_t index, DType dtype, typename V::F v, int64_t remaining,
+                                       bool stream) {
+    if (remaining >= kW) return storeFull<V>(row, index, dtype, v, stream);
+    alignas(64) unsigned char lanes[kW * 4];
+    storeFull<V>(lanes, 0, dtype, v, false);
+    std::memcpy(static_cast<char*>(row) + index * elementBytes(dtype), lanes, size_t(remaining * elementBytes(dtype)));
+}
+
+// Four accumulators over fixed 64-column groups (column h goes to accumulator (h / 16) % 4),
+// combined as (a0 + a1) + (a2 + a3), then the lanes in ascending order.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE float combine(const typename V::F a[4]) {
+    alignas(64) float lanes[kW];
+    V::store(lanes, V::add(V::add(a[0], a[1]), V::add(a[2], a[3])));
+    float s = 0.0f;
+    for (float x : lanes) s += x;
+    return s;
+}
+
+// Where row i of token t starts, as a contiguous row (nullptr: its hidden stride is not 1, or
+// the tensor is empty and may have a NULL base, which takes no offset).
+inline const void* contiguousRow(const View3& v, int64_t t, int64_t row) {
+    if (v.stride[2] != 1 || v.data == nullptr) return nullptr;
+    return static_cast<const char*>(v.data) + (t * v.stride[0] + row * v.stride[1]) * elementBytes(v.dtype);
+}
+
+inline void* contiguousRow(const MutView3& v, int64_t t, int64_t row) {
+    if (v.stride[2] != 1 || v.data == nullptr) return nullptr;
+    return static_cast<char*>(v.data) + (t * v.stride[0] + row * v.stride[1]) * elementBytes(v.dtype);
+}
+
+// Lanes [e, e + 16) of an fp32 row padded to whole vectors whose padding may hold any bits.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE typename V::F loadPadded(const float* y, int64_t e, int64_t remaining) {
+    return remaining >= kW ? V::load(y + e) : load16<V>(y, e, DType::F32, remaining);
+}
+
+// x[e..e+16) = the row's elements as fp32; dz += z * x (z = nullptr: x itself), dy += y * x.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadStep(const void* src, DType dtype, const float* z, const float* y, float* x,
+                                        int64_t e, int64_t remaining, typename V::F& dz, typename V::F& dy) {
+    const typename V::F xv = load16<V>(src, e, dtype, remaining);
+    V::store(x + e, xv);
+    dz = V::fmadd(z == nullptr ? xv : loadPadded<V>(z, e, remaining), xv, dz);
+    dy = V::fmadd(loadPadded<V>(y, e, remaining), xv, dy);
+}
+
+// Loads source i of token t into x (fp32) and returns z . x (z = nullptr: sum(x^2)) and y . x in
+// one pass.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
+                                            const float* __restrict y, float* __restrict x, float& dotZ, float& dotY) {
+    const View3& v = i < s.blocks ? s.blockRes : s.partial;
+    const int64_t row = i < s.blocks ? i : 0, h = s.hidden;
+    const void* src = contiguousRow(v, t, row);
+    DType dtype = v.dtype;
+    if (src == nullptr) {  // strided hidden axis: gather first, then the same pass over fp32
+        cpu::loadRow(v.data, t * v.stride[0] + row * v.stride[1], v.stride[2], v.dtype, h, x);
+        src = x;
+        dtype = DType::F32;
+    }
+    // Accumulators in registers: column group q = (e / 16) % 4 goes to dz[q] and dy[q]; the
+    // 64-column main loop names them so the compiler keeps them out of memory.
+    typename V::F dz[4], dy[4];
+    for (int q = 0; q < 4; ++q) dz[q] = dy[q] = V::zero();
+    int64_t e = 0;
+    const char* ahead = static_cast<const char*>(src) + kPrefetchBytes;
+    const int64_t bytes = elementBytes(dtype);
+    for (; e + 4 * kW <= h; e += 4 * kW) {
+        // The rows of consecutive sources (and tokens) usually follow each other in memory: keep
+        // the stream kPrefetchBytes ahead of the loads (a hint; it may run past the buffer).
+        for (int64_t line = 0; line < 4 * kW * bytes; line += 64) __builtin_prefetch(ahead + e * bytes + line, 0, 3);
+        for (int q = 0; q < 4; ++q) loadStep<V>(src, dtype, z, y, x, e + q * kW, kW, dz[q], dy[q]);
+    }
+    for (int q = 0; e < h; e += kW, ++q) loadStep<V>(src, dtype, z, y, x, e, h - e, dz[q], dy[q]);
+    dotZ = combine<V>(dz);
+    dotY = combine<V>(dy);
+}
+
+// Stores the fp32 row x (length h) as row `row` of token t of `out`.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void storeRow(const MutView3& out, int64_t t, int64_t row, int64_t h, const float* x,
+                                        bool stream) {
+    void* dst = contiguousRow(out, t, row);
+    if (dst == nullptr) {
+        cpu::storeRow(out.data, t * out.stride[0] + row * out.stride[1], out.stride[2], out.dtype, h, x);
+        return;
+    }
+    int64_t e = 0;
+    if (stream) {  // the elements before the first vector-aligned address, one by one
+        const uintptr_t bytes = uintptr_t(elementBytes(out.dtype)), vectorBytes = kW * bytes;
+        const uintptr_t misaligned = reinterpret_cast<uintptr_t>(dst) % vectorBytes;
+        e = misaligned % bytes != 0 ? h : std::min<int64_t>(h, int64_t((vectorBytes - misaligned) % vectorBytes / bytes));
+        cpu::storeRow(dst, 0, 1, out.dtype, e, x);
+    }
+    for (; e < h; e += kW) store16<V>(dst, e, out.dtype, V::loadu(x + e), h - e, stream);
+}
+
+// dy = row t of gradHidden as fp32, padded with zeros to whole vectors.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadGradRow(const View3& g, int64_t t, int64_t h, float* dy) {
+    const void* src = contiguousRow(g, t, 0);
+    if (src == nullptr) {
+        cpu::loadRow(g.data, t * g.stride[0], g.stride[2], g.dtype, h, dy);
+        for (int64_t e = h; e < scratch::alignUp(h); ++e) dy[e] = 0.0f;
+        return;
+    }
+    for (int64_t e = 0; e < h; e += kW) V::store(dy + e, load16<V>(src, e, g.dtype, h - e));
+}
+
+inline uint64_t outputBytes(const MutView3& v, uint64_t elements) { return elements * uint64_t(elementBytes(v.dtype)); }
+
+// Whether row `row` of token t of `out` is written straight from registers: contiguous and, when
+// streaming, starting on a vector boundary (else it goes through an fp32 row and storeRow).
+ATTNOPS_BAR_STREAM_INLINE bool storesDirect(const MutView3& out, int64_t t, int64_t row, bool stream) {
+    const void* dst = contiguousRow(out, t, row);
+    return dst != nullptr && (!stream || reinterpret_cast<uintptr_t>(dst) % uintptr_t(kW * elementBytes(out.dtype)) == 0);
+}
+
+// The forward's online softmax: acc = acc * decay_i + weight_i * x_i per source, in source order,
+// then acc / l. When the token's rows fit in the tile, the scores come first and one pass over the
+// columns accumulates every source in registers (per column the same operations in the same
+// order as accumulating source by source, so the same bits, without storing acc once per source).
+template <class V>
+ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float* u, int64_t t0, int64_t t1,
+                                             void* scratchBase) {
+    const Sources& s = p.src;
+    const int64_t h = s.hidden, k = s.blocks + 1;
+    const scratch::ForwardTile sc(s, scratchBase);
+    float *acc = sc.acc, *score = sc.score, *inv = sc.inv, *decay = sc.decay, *weight = sc.weight;
+    const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
+    const bool stream = outputBytes(p.hidden, uint64_t(s.tokens) * uint64_t(h)) > kStreamOutputBytes;
+    for (int64_t t = t0; t < t1; ++t) {
+        float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+        if (!sc.cached)
+            for (int64_t e = 0; e < h; e += kW) V::store(acc + e, V::zero());
+        for (int64_t i = 0; i < k; ++i) {
+            float ss = 0.0f, c = 0.0f;
+            float* x = sc.row(i);
+            loadWithDots<V>(s, t, i, nullptr, u, x, ss, c);
+            inv[i] = 1.0f / std::sqrt(ss * invH + p.eps);
+            score[i] = inv[i] * c;
+            const float mNew = (score[i] > m || score[i] != score[i]) ? score[i] : m;
+            decay[i] = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m - mNew);
+            weight[i] = std::exp(score[i] - mNew);
+            if (!sc.cached) {
+                const typename V::F va = V::set1(decay[i]), vw = V::set1(weight[i]);
+                for (int64_t e = 0; e < h; e += kW)
+                    V::store(acc + e, V::fmadd(V::load(acc + e), va, V::mul(vw, V::load(x + e))));
+            }
+            l = l * decay[i] + weight[i];
+            m = mNew;
+        }
+        const typename V::F invL = V::set1(1.0f / l);
+        const bool direct = sc.cached && storesDirect(p.hidden, t, 0, stream);
+        for (int64_t e = 0; e < h; e += kW) {
+            typename V::F a = sc.cached ? V::zero() : V::load(acc + e);
+            if (sc.cached)
+                for (int64_t i = 0; i < k; ++i)
+                    a = V::fmadd(a, V::set1(decay[i]), V::mul(V::set1(weight[i]), V::load(sc.row(i) + e)));
+            a = V::mul(a, invL);
+            if (direct)
+                store16<V>(contiguousRow(p.hidden, t, 0), e, p.hidden.dtype, a, h - e, stream);
+            else
+                V::store(acc + e, a);
+        }
+        if (!direct) storeRow<V>(p.hidden, t, 0, h, acc, stream);
+        if (p.saveStats)
+            for (int64_t i = 0; i < k; ++i) {
+                p.invNorm.store(t, i, 0, inv[i]);
+                p.probs.store(t, i, 0, std::exp(score[i] - m) * (1.0f / l));
+            }
+    }
+    if (stream) V::fence();  // non-temporal stores are visible before the driver's join
+}
+
+template <class V>
+ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const float* u, int64_t t0, int64_t t1,
+                                              float* du, void* scratchBase) {
+    const Sources& s = p.src;
+    const int64_t h = s.hidden, k = s.blocks + 1, n = s.blocks;
+    const scratch::Backward sc(s, scratchBase);
+    const bool cached = sc.cached;
+    float *dy = sc.dy, *a = sc.a, *c = sc.c;
+    const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
+    const bool stream = outputBytes(p.gradBlockRes, uint64_t(s.tokens) * uint64_t(k) * uint64_t(h)) > kStreamOutputBytes;
+    for (int64_t t = t0; t < t1; ++t) {
+        loadGradRow<V>(p.gradHidden, t, h, dy);
+        // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once. a-bar in double: when
+        // one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps (see bar_vector.cpp).
+        double abar = 0.0;
+        for (int64_t i = 0; i < k; ++i) {
+            loadWithDots<V>(s, t, i, dy, u, sc.row(i), a[i], c[i]);
+            abar += double(p.probs.load(t, i, 0)) * double(a[i]);
+        }
+        // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
+        for (int64_t i = 0; i < k; ++i) {
+            float* x = sc.row(i);
+            if (!cached) {
+                float unused[2];
+                loadWithDots<V>(s, t, i, dy, u, x, unused[0], unused[1]);
+            }
+            const float pi = p.probs.load(t, i, 0), ri = p.invNorm.load(t, i, 0);
+            const float ds = float(double(pi) * (double(a[i]) - abar));
+            const float coefU = ds * ri, coefV = ds * ri * ri * ri * c[i] * invH;
+            const typename V::F vp = V::set1(pi), vu = V::set1(coefU), vv = V::set1(coefV);
+            const MutView3& out = i < n ? p.gradBlockRes : p.gradPartial;
+            void* dst = contiguousRow(out, t, i < n ? i : 0);
+            const bool direct = storesDirect(out, t, i < n ? i : 0, stream);
+            for (int64_t e = 0; e < h; e += kW) {
+                const typename V::F xv = V::load(x + e);
+                store16<V>(du, e, DType::F32, V::fmadd(vu, xv, load16<V>(du, e, DType::F32, h - e)), h - e, false);
+                const typename V::F dv =
+                    V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e))));
+                if (direct)
+                    store16<V>(dst, e, out.dtype, dv, h - e, stream);
+                else
+                    V::store(x + e, dv);  // x (no longer needed) becomes dv_i
+            }
+            if (!direct) storeRow<V>(out, t, i < n ? i : 0, h, x, stream);
+        }
+    }
+    if (stream) V::fence();
+}
+
+}  // namespace
+}  // namespace attnops::bar
