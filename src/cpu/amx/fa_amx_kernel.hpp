@@ -1,0 +1,490 @@
+// The AMX flash-attention kernels, forward and backward, written once against the tile
+// interface of tiles.hpp and compiled per backend: fa_amx.cpp instantiates them on HwTiles with
+// the AVX-512 + AMX target, fa_amx_emulated.cpp on EmuTiles for the x86-64 baseline. The
+// including file defines ATTNOPS_AMX_FN, the attributes of every function here (everything has
+// internal linkage, so the two builds never meet).
+//
+// Every product is a GEMM of whole tiles (operands zero-padded by pack.hpp): S = Q.K^T and
+// O += P.V in the forward; S, dP = dO.V^T, dV += P^T.dO, dK += dS^T.Q, dQ += dS.K in the backward,
+// P and dS rounded to the 16-bit element type (as the naive low-precision computation of the
+// tolerance rule rounds them). Scores, the online softmax and the gradients of a row are the
+// row steps of score_row.hpp, in fp32, so masks, pse, dropout and sinks follow the one
+// definition in semantics.hpp. A block whose operands that multiply masked (zero) probabilities
+// are not all finite takes fp32 row steps instead of the P/dS GEMM, because 0 * Inf would make
+// NaN where the reference skips the key.
+//
+// The backward keeps the deterministic unit scheme of the other kernels (fa_backward_tiled.cpp):
+// key units own dK/dV rows, query units own dQ rows. Order of every reduction, fixed per element:
+// TDP chains over k ascending (each TDP in the SDM order), query heads then query rows ascending
+// for dK/dV, keys ascending for dQ and the softmax sums. The TUs are built with
+// -ffp-contract=off, so the fp32 steps round identically on both backends and the hardware
+// kernels equal the emulated ones bit for bit.
+#pragma once
+
+#ifndef ATTNOPS_AMX_FN
+#error "define ATTNOPS_AMX_FN (the attributes of the backend's build) before including fa_amx_kernel.hpp"
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cpu/amx/pack.hpp"
+#include "cpu/amx/tiles.hpp"
+#include "cpu/generic/convert.hpp"
+#include "cpu/generic/score_row.hpp"
+#include "ops/flash_attention_score/kernel.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
+
+namespace attnops::fa {
+namespace {
+
+using cpu::amx::DotKind;
+using cpu::amx::kTileElems;
+using cpu::amx::kTileK;
+using cpu::amx::kTileM;
+using cpu::amx::kTileN;
+using cpu::amx::roundUp;
+using cpu::amx::tmm;
+using tile::kNegInf;
+
+// 64 query rows (4 row tiles) and 64 keys (4 column tiles of S, 2 k-chunks of P.V) per block.
+TileShape amxTile() { return TileShape{64, 64}; }
+
+int64_t tilesOf(int64_t n) { return (n + kTileN - 1) / kTileN; }
+int64_t chunksOf(int64_t n) { return (n + kTileK - 1) / kTileK; }
+
+// C[16 mTiles x 16 nTiles] (+)= A . B: A 16-bit row-major with leading dimension lda (16 mTiles
+// rows, 32 kChunks columns), B packed as kChunks x nTiles VNNI tiles, C fp32 with leading
+// dimension ldc. 2x2 blocks of C tiles in tmm0-3, A tiles in tmm4-5, B tiles in tmm6-7. The
+// config is loaded and released here and nothing is called in between (tiles are caller-saved).
+template <DotKind kind, class Tiles>
+ATTNOPS_AMX_FN void gemm(int64_t mTiles, int64_t nTiles, int64_t kChunks, const uint16_t* a, int64_t lda,
+                         const uint16_t* b, float* c, int64_t ldc, bool accumulate) {
+    static constexpr cpu::amx::TileConfig kConfig = cpu::amx::fullTiles();
+    constexpr auto c00 = tmm<0>;
+    constexpr auto c01 = tmm<1>;
+    constexpr auto c10 = tmm<2>;
+    constexpr auto c11 = tmm<3>;
+    constexpr auto a0 = tmm<4>;
+    constexpr auto a1 = tmm<5>;
+    constexpr auto b0 = tmm<6>;
+    constexpr auto b1 = tmm<7>;
+    const int64_t aStride = lda * int64_t(sizeof(uint16_t)), bStride = kTileK * int64_t(sizeof(uint16_t));
+    const int64_t cStride = ldc * int64_t(sizeof(float));
+    Tiles t;
+    t.configure(kConfig);
+    for (int64_t mt = 0; mt < mTiles; mt += 2)
+        for (int64_t nt = 0; nt < nTiles; nt += 2) {
+            const bool twoRows = mt + 1 < mTiles, twoCols = nt + 1 < nTiles;
+            float* cTop = c + mt * kTileM * ldc + nt * kTileN;
+            float* cBottom = cTop + kTileM * ldc;
+            if (accumulate) {
+                t.load(c00, cTop, cStride);
+                if (twoCols) t.load(c01, cTop + kTileN, cStride);
+                if (twoRows) t.load(c10, cBottom, cStride);
+                if (twoRows && twoCols) t.load(c11, cBottom + kTileN, cStride);
+            } else {
+                t.zero(c00);
+                t.zero(c01);
+                t.zero(c10);
+                t.zero(c11);
+            }
+            for (int64_t kc = 0; kc < kChunks; ++kc) {
+                const uint16_t* aTile = a + mt * kTileM * lda + kc * kTileK;
+                const uint16_t* bTile = b + (kc * nTiles + nt) * kTileElems;
+                t.load(a0, aTile, aStride);
+                if (twoRows) t.load(a1, aTile + kTileM * lda, aStride);
+                t.load(b0, bTile, bStride);
+                if (twoCols) t.load(b1, bTile + kTileElems, bStride);
+                t.template dot<kind>(c00, a0, b0);
+                if (twoCols) t.template dot<kind>(c01, a0, b1);
+                if (twoRows) t.template dot<kind>(c10, a1, b0);
+                if (twoRows && twoCols) t.template dot<kind>(c11, a1, b1);
+            }
+            t.store(c00, cTop, cStride);
+            if (twoCols) t.store(c01, cTop + kTileN, cStride);
+            if (twoRows) t.store(c10, cBottom, cStride);
+            if (twoRows && twoCols) t.store(c11, cBottom + kTileN, cStride);
+        }
+    t.release();
+}
+
+// Whether n packed elements are all finite (exponent bits not all ones).
+template <DotKind kind>
+ATTNOPS_AMX_FN bool allFinite(const uint16_t* x, int64_t n) {
+    const uint16_t exponent = kind == DotKind::Bf16 ? 0x7F80 : 0x7C00;
+    bool finite = true;
+    for (int64_t i = 0; i < n; ++i) finite &= (x[i] & exponent) != exponent;
+    return finite;
+}
+
+// Bump allocation of a thread's scratch in 64-byte aligned pieces; with a null base it only
+// counts the bytes (scratchBytes).
+class Carver {
+public:
+    explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
+    template <typename T>
+    T* take(int64_t count) {
+        T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+        used_ += uint64_t(roundUp(count * int64_t(sizeof(T)), 64));
+        return p;
+    }
+    uint64_t used() const { return used_; }
+
+private:
+    char* base_;
+    uint64_t used_ = 0;
+};
+
+// Padded sizes of the head dims: A operands need whole 32-element k chunks, C tiles 16 columns.
+struct HeadDims {
+    int64_t d, dv, dChunks, dvChunks, dTiles, dvTiles;
+    explicit HeadDims(const ForwardParams& p)
+        : d(p.d), dv(p.dv), dChunks(chunksOf(p.d)), dvChunks(chunksOf(p.dv)), dTiles(tilesOf(p.d)),
+          dvTiles(tilesOf(p.dv)) {}
+};
+
+// --------------------------------------------------------------------------------- forward
+
+struct ForwardScratch {
+    uint16_t* qa;   // [queryRows][32 dChunks]        the query block, A of S = Q.K^T
+    uint16_t* kb;   // dChunks x keyTiles B tiles     K^T
+    uint16_t* vb;   // keyChunks x dvTiles B tiles    V
+    uint16_t* pa;   // [queryRows][keyRows]           P, A of O += P.V
+    float* s;       // [queryRows][keyRows]           scores, then probabilities
+    float* acc;     // [queryRows][16 dvTiles]
+    float* v;       // [keyRows][dv]                  fp32 V for the row steps
+    float* m;       // [queryRows]
+    float* l;       // [queryRows]
+    uint8_t* kept;  // [keyRows]
+    uint8_t* keep;  // [keyRows]
+
+    ForwardScratch(const ForwardParams& p, TileShape t, Carver& c) {
+        const HeadDims h(p);
+        const int64_t qr = t.queryRows, kr = t.keyRows;
+        qa = c.take<uint16_t>(qr * h.dChunks * kTileK);
+        kb = c.take<uint16_t>(kr * h.dChunks * kTileK);
+        vb = c.take<uint16_t>(kr * h.dvTiles * kTileN);
+        pa = c.take<uint16_t>(qr * kr);
+        s = c.take<float>(qr * kr);
+        acc = c.take<float>(qr * h.dvTiles * kTileN);
+        v = c.take<float>(kr * h.dv);
+        m = c.take<float>(qr);
+        l = c.take<float>(qr);
+        kept = c.take<uint8_t>(kr);
+        keep = c.take<uint8_t>(kr);
+    }
+};
+
+uint64_t forwardScratchBytes(const ForwardParams& p, TileShape t) {
+    Carver counter(nullptr);
+    ForwardScratch layout(p, t, counter);
+    return counter.used();
+}
+
+template <DotKind kind, class Tiles>
+ATTNOPS_AMX_FN void forwardUnit(const ForwardParams& p, TileShape t, const WorkUnit& u, void* scratch) {
+    Carver carver(scratch);
+    ForwardScratch sc(p, t, carver);
+    const HeadDims h(p);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
+    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), kr = t.keyRows;
+    const int64_t lda = h.dChunks * kTileK, ldAcc = h.dvTiles * kTileN;
+    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        cpu::amx::packRows(p.q, u.b, n1, qRow0, rows, h.d, rowTiles * kTileM, lda, sc.qa);
+        std::fill(sc.m, sc.m + rows, kNegInf);
+        std::fill(sc.l, sc.l + rows, 0.0f);
+        std::fill(sc.acc, sc.acc + rowTiles * kTileM * ldAcc, 0.0f);
+        std::fill(sc.pa, sc.pa + rowTiles * kTileM * kr, uint16_t(0));  // padding rows stay zero
+        for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += kr) {
+            const int64_t nk = std::min(kr, keys.hi - k0), keyTiles = tilesOf(nk), keyChunks = chunksOf(nk);
+            const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+            cpu::amx::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, h.dChunks, keyTiles, sc.kb);
+            gemm<kind, Tiles>(rowTiles, keyTiles, h.dChunks, sc.qa, lda, sc.kb, sc.s, kr, false);
+            cpu::amx::packRowPairs(p.v, u.b, u.n2, kvRow0, nk, h.dv, keyChunks, h.dvTiles, sc.vb);
+            const bool tiles = allFinite<kind>(sc.vb, keyChunks * h.dvTiles * kTileElems);
+            if (!tiles) tile::loadRows(p.v, u.b, u.n2, kvRow0, nk, h.dv, sc.v);
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t i = u.q0 + r;
+                float* s = sc.s + r * kr;
+                uint16_t* pRow = sc.pa + r * kr;
+                float* accRow = sc.acc + r * ldAcc;
+                const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, s, sc.kept);
+                if (rowMax == kNegInf) {  // nothing kept in this block for this row
+                    std::fill(pRow, pRow + kr, uint16_t(0));
+                    continue;
+                }
+                if (!tiles) {
+                    tile::accumulateRow(p, u, n1, i, k0, nk, rowMax, s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
+                                        accRow);
+                    continue;
+                }
+                const float alpha = tile::updateRowSoftmax(p, u, n1, i, k0, nk, rowMax, s, sc.kept, sc.keep, sc.m[r],
+                                                           sc.l[r]);
+                for (int64_t c = 0; c < h.dv; ++c) accRow[c] *= alpha;
+                for (int64_t j = 0; j < kr; ++j) pRow[j] = j < nk ? cpu::amx::narrow<kind>(s[j]) : uint16_t(0);
+            }
+            if (tiles) gemm<kind, Tiles>(rowTiles, h.dvTiles, keyChunks, sc.pa, kr, sc.vb, sc.acc, ldAcc, true);
+        }
+        for (int64_t r = 0; r < rows; ++r)
+            tile::storeRow(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * ldAcc);
+    }
+}
+
+// --------------------------------------------------------------------------------- backward
+
+// One thread's arrays for either kind of backward unit ("rows" are query rows, "keys" key rows).
+struct BackwardScratch {
+    uint16_t* qa;     // [queryRows][32 dChunks]    Q, A of S = Q.K^T
+    uint16_t* doa;    // [queryRows][32 dvChunks]   dO, A of dP = dO.V^T
+    uint16_t* kb;     // dChunks x keyTiles tiles   K^T
+    uint16_t* vb;     // dvChunks x keyTiles tiles  V^T
+    uint16_t* qb;     // rowChunks x dTiles tiles   Q, B of dK += dS^T.Q (key units)
+    uint16_t* dob;    // rowChunks x dvTiles tiles  dO, B of dV += P^T.dO (key units)
+    uint16_t* kbr;    // keyChunks x dTiles tiles   K, B of dQ += dS.K (query units)
+    uint16_t* pa;     // [max(keyRows, queryRows)]^2 P^T (key units)
+    uint16_t* dsa;    // same size                  dS^T (key units) or dS (query units)
+    float* s;         // [queryRows][keyRows]       scores, then P (dropout applied)
+    float* dp;        // [queryRows][keyRows]       dP, then scale * dS
+    float* dkAcc;     // [keyRows][16 dTiles]
+    float* dvAcc;     // [keyRows][16 dvTiles]
+    float* dqAcc;     // [queryRows][16 dTiles]
+    float* qf;        // [queryRows][d]   fp32 rows for the row steps
+    float* dof;       // [queryRows][dv]  fp32 dO rows (delta and the row steps)
+    float* kf;        // [keyRows][d]
+    float* out;       // [dv] one row of the forward output
+    float* delta;     // [queryRows] rowsum(dO * O)
+    float* rowMax;    // [queryRows] saved statistics
+    float* rowSum;    // [queryRows]
+    float* exactDelta;  // [queryRows] sum_j P_d dP_d (dsink terms)
+    uint8_t* kept;    // [keyRows]
+    uint8_t* keep;    // [keyRows]
+
+    BackwardScratch(const BackwardParams& bp, TileShape t, Carver& c) {
+        const HeadDims h(bp.fwd);
+        const int64_t qr = t.queryRows, kr = t.keyRows, square = std::max(qr, kr) * std::max(qr, kr);
+        qa = c.take<uint16_t>(qr * h.dChunks * kTileK);
+        doa = c.take<uint16_t>(qr * h.dvChunks * kTileK);
+        kb = c.take<uint16_t>(kr * h.dChunks * kTileK);
+        vb = c.take<uint16_t>(kr * h.dvChunks * kTileK);
+        qb = c.take<uint16_t>(qr * h.dTiles * kTileN);
+        dob = c.take<uint16_t>(qr * h.dvTiles * kTileN);
+        kbr = c.take<uint16_t>(kr * h.dTiles * kTileN);
+        pa = c.take<uint16_t>(square);
+        dsa = c.take<uint16_t>(square);
+        s = c.take<float>(qr * kr);
+        dp = c.take<float>(qr * kr);
+        dkAcc = c.take<float>(kr * h.dTiles * kTileN);
+        dvAcc = c.take<float>(kr * h.dvTiles * kTileN);
+        dqAcc = c.take<float>(qr * h.dTiles * kTileN);
+        qf = c.take<float>(qr * h.d);
+        dof = c.take<float>(qr * h.dv);
+        kf = c.take<float>(kr * h.d);
+        out = c.take<float>(h.dv);
+        delta = c.take<float>(qr);
+        rowMax = c.take<float>(qr);
+        rowSum = c.take<float>(qr);
+        exactDelta = c.take<float>(qr);
+        kept = c.take<uint8_t>(kr);
+        keep = c.take<uint8_t>(kr);
+    }
+};
+
+uint64_t backwardScratchBytes(const BackwardParams& bp, TileShape t) {
+    Carver counter(nullptr);
+    BackwardScratch layout(bp, t, counter);
+    return counter.used();
+}
+
+// Query rows [q0, q0 + rows) of head n1: Q and dO as A operands, fp32 dO rows, delta =
+// rowsum(dO * O) (dv ascending) and the saved statistics (lane 0).
+ATTNOPS_AMX_FN void loadQueryBlock(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
+                                   BackwardScratch& sc) {
+    const ForwardParams& p = bp.fwd;
+    const HeadDims h(p);
+    const int64_t row0 = p.seq.qStart[size_t(b)] + q0, rowsPad = tilesOf(rows) * kTileM;
+    cpu::amx::packRows(p.q, b, n1, row0, rows, h.d, rowsPad, h.dChunks * kTileK, sc.qa);
+    cpu::amx::packRows(bp.dy, b, n1, row0, rows, h.dv, rowsPad, h.dvChunks * kTileK, sc.doa);
+    tile::loadRows(bp.dy, b, n1, row0, rows, h.dv, sc.dof);
+    for (int64_t r = 0; r < rows; ++r) {
+        cpu::loadRow(p.out.data, p.out.offset(b, n1, row0 + r, 0), p.out.stride[3], p.out.dtype, h.dv, sc.out);
+        float delta = 0.0f;
+        for (int64_t c = 0; c < h.dv; ++c) delta += sc.dof[r * h.dv + c] * sc.out[c];
+        sc.delta[r] = delta;
+        sc.rowMax[r] = loadAsFloat(p.softmaxMax.data, p.softmaxMax.offset(b, n1, row0 + r, 0), DType::F32);
+        sc.rowSum[r] = loadAsFloat(p.softmaxSum.data, p.softmaxSum.offset(b, n1, row0 + r, 0), DType::F32);
+    }
+}
+
+// S and dP of the loaded query block against a key block whose K^T and V^T tiles are packed.
+template <DotKind kind, class Tiles>
+ATTNOPS_AMX_FN void scoresAndGradients(const HeadDims& h, int64_t rows, int64_t nk, int64_t kr, BackwardScratch& sc) {
+    gemm<kind, Tiles>(tilesOf(rows), tilesOf(nk), h.dChunks, sc.qa, h.dChunks * kTileK, sc.kb, sc.s, kr, false);
+    gemm<kind, Tiles>(tilesOf(rows), tilesOf(nk), h.dvChunks, sc.doa, h.dvChunks * kTileK, sc.vb, sc.dp, kr, false);
+}
+
+// Row r of the block through tile::rowGradients, then s := P with dropout (what multiplies dO)
+// and dp := scale * dS, both 0 for masked keys and for rows that keep nothing. Returns whether
+// the row keeps a key.
+ATTNOPS_AMX_FN bool rowTerms(const BackwardParams& bp, int64_t b, int64_t n1, const SeqRule& rule, int64_t i,
+                             int64_t k0, int64_t nk, int64_t skv, int64_t r, int64_t kr, BackwardScratch& sc,
+                             float* exactDelta) {
+    const ForwardParams& p = bp.fwd;
+    float* s = sc.s + r * kr;
+    float* dp = sc.dp + r * kr;
+    const bool any = sc.rowSum[r] != 0.0f &&  // a fully masked row has P = 0
+                     tile::rowGradients(bp, b, n1, rule, i, k0, nk, skv, sc.rowMax[r], sc.rowSum[r], sc.delta[r],
+                                        s, dp, sc.kept, sc.keep, exactDelta);
+    for (int64_t j = 0; j < nk; ++j) {
+        const bool used = any && sc.kept[j];
+        const float pd = p.dropout.enabled && !sc.keep[j] ? 0.0f : s[j] * (p.dropout.enabled ? p.dropout.invKeepProb : 1.0f);
+        s[j] = used ? pd : 0.0f;
+        dp[j] = used ? p.scale * dp[j] : 0.0f;
+    }
+    return any;
+}
+
+// y[c] += a * x[c], c < n: the row steps' accumulation.
+ATTNOPS_AMX_FN void axpy(int64_t n, float a, const float* __restrict x, float* __restrict y) {
+    for (int64_t c = 0; c < n; ++c) y[c] += a * x[c];
+}
+
+ATTNOPS_AMX_FN void storeRows(const MutView4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
+                              const float* src, int64_t ld) {
+    for (int64_t r = 0; r < rows; ++r)
+        cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * ld);
+}
+
+template <DotKind kind, class Tiles>
+ATTNOPS_AMX_FN void keyUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
+    const ForwardParams& p = bp.fwd;
+    Carver carver(scratch);
+    BackwardScratch sc(bp, t, carver);
+    const HeadDims h(p);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const int64_t nk = u.k1 - u.k0, keyTiles = tilesOf(nk), kr = t.keyRows;
+    const int64_t ldk = h.dTiles * kTileN, ldv = h.dvTiles * kTileN;
+    const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + u.k0;
+    cpu::amx::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, h.dChunks, keyTiles, sc.kb);
+    cpu::amx::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, h.dv, h.dvChunks, keyTiles, sc.vb);
+    std::fill(sc.dkAcc, sc.dkAcc + keyTiles * kTileM * ldk, 0.0f);
+    std::fill(sc.dvAcc, sc.dvAcc + keyTiles * kTileM * ldv, 0.0f);
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        for (int64_t q0 = 0; q0 < sq; q0 += t.queryRows) {
+            const int64_t rows = std::min(t.queryRows, sq - q0), rowChunks = chunksOf(rows);
+            const KeyRange keys = keyRange(rule, q0, q0 + rows, skv);
+            if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
+            const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0, rowsPad = tilesOf(rows) * kTileM;
+            loadQueryBlock(bp, u.b, n1, q0, rows, sc);
+            scoresAndGradients<kind, Tiles>(h, rows, nk, kr, sc);
+            // The P^T and dS^T GEMMs multiply masked zeros by Q and dO: only with finite ones.
+            const bool tiles = allFinite<kind>(sc.qa, rowsPad * h.dChunks * kTileK) &&
+                               allFinite<kind>(sc.doa, rowsPad * h.dvChunks * kTileK);
+            if (!tiles) tile::loadRows(p.q, u.b, n1, qRow0, rows, h.d, sc.qf);
+            for (int64_t r = 0; r < rows; ++r) {
+                if (!rowTerms(bp, u.b, n1, rule, q0 + r, u.k0, nk, skv, r, kr, sc, nullptr) || tiles) continue;
+                for (int64_t j = 0; j < nk; ++j) {
+                    if (!sc.kept[j]) continue;
+                    axpy(h.dv, sc.s[r * kr + j], sc.dof + r * h.dv, sc.dvAcc + j * ldv);
+                    axpy(h.d, sc.dp[r * kr + j], sc.qf + r * h.d, sc.dkAcc + j * ldk);
+                }
+            }
+            if (!tiles) continue;
+            const int64_t ldp = rowChunks * kTileK;  // P^T and dS^T: keys x rows, k = rows
+            cpu::amx::packRowPairs(bp.dy, u.b, n1, qRow0, rows, h.dv, rowChunks, h.dvTiles, sc.dob);
+            cpu::amx::packRowPairs(p.q, u.b, n1, qRow0, rows, h.d, rowChunks, h.dTiles, sc.qb);
+            cpu::amx::packFloats<kind, true>(sc.s, kr, rows, nk, keyTiles * kTileM, ldp, sc.pa);
+            cpu::amx::packFloats<kind, true>(sc.dp, kr, rows, nk, keyTiles * kTileM, ldp, sc.dsa);
+            gemm<kind, Tiles>(keyTiles, h.dvTiles, rowChunks, sc.pa, ldp, sc.dob, sc.dvAcc, ldv, true);
+            gemm<kind, Tiles>(keyTiles, h.dTiles, rowChunks, sc.dsa, ldp, sc.qb, sc.dkAcc, ldk, true);
+        }
+    }
+    storeRows(bp.dk, u.b, u.n2, kvRow0, nk, h.d, sc.dkAcc, ldk);
+    storeRows(bp.dv, u.b, u.n2, kvRow0, nk, h.dv, sc.dvAcc, ldv);
+}
+
+template <DotKind kind, class Tiles>
+ATTNOPS_AMX_FN void queryUnit(const BackwardParams& bp, TileShape t, const WorkUnit& u, void* scratch) {
+    const ForwardParams& p = bp.fwd;
+    Carver carver(scratch);
+    BackwardScratch sc(bp, t, carver);
+    const HeadDims h(p);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
+    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), kr = t.keyRows, ldq = h.dTiles * kTileN;
+    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        loadQueryBlock(bp, u.b, n1, u.q0, rows, sc);
+        std::fill(sc.dqAcc, sc.dqAcc + rowTiles * kTileM * ldq, 0.0f);
+        std::fill(sc.exactDelta, sc.exactDelta + rows, 0.0f);
+        float* exactDelta = bp.sinkRowTerms != nullptr ? sc.exactDelta : nullptr;
+        for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += kr) {
+            const int64_t nk = std::min(kr, keys.hi - k0), keyTiles = tilesOf(nk), keyChunks = chunksOf(nk);
+            const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+            cpu::amx::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, h.dChunks, keyTiles, sc.kb);
+            cpu::amx::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, h.dv, h.dvChunks, keyTiles, sc.vb);
+            scoresAndGradients<kind, Tiles>(h, rows, nk, kr, sc);
+            // The dS GEMM multiplies masked zeros by K: only with a finite key block.
+            const bool tiles = allFinite<kind>(sc.kb, h.dChunks * keyTiles * kTileElems);
+            if (!tiles) tile::loadRows(p.k, u.b, u.n2, kvRow0, nk, h.d, sc.kf);
+            for (int64_t r = 0; r < rows; ++r) {
+                if (!rowTerms(bp, u.b, n1, rule, u.q0 + r, k0, nk, skv, r, kr, sc,
+                              exactDelta != nullptr ? exactDelta + r : nullptr) ||
+                    tiles)
+                    continue;
+                for (int64_t j = 0; j < nk; ++j)
+                    if (sc.kept[j]) axpy(h.d, sc.dp[r * kr + j], sc.kf + j * h.d, sc.dqAcc + r * ldq);
+            }
+            if (!tiles) continue;
+            const int64_t lds = keyChunks * kTileK;  // dS: rows x keys, k = keys
+            cpu::amx::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, keyChunks, h.dTiles, sc.kbr);
+            cpu::amx::packFloats<kind, false>(sc.dp, kr, rows, nk, rowTiles * kTileM, lds, sc.dsa);
+            gemm<kind, Tiles>(rowTiles, h.dTiles, keyChunks, sc.dsa, lds, sc.kbr, sc.dqAcc, ldq, true);
+        }
+        storeRows(bp.dq, u.b, n1, qRow0, rows, h.d, sc.dqAcc, ldq);
+        if (exactDelta != nullptr) tile::writeSinkRowTerms(bp, u.b, n1, u.q0, rows, sc.rowMax, sc.rowSum, exactDelta);
+    }
+}
+
+// Whether every operand of the problem has this dtype (the kernels take one element kind).
+[[maybe_unused]] bool operandsAre(const ForwardParams& p, DType dtype) {
+    return p.q.dtype == dtype && p.k.dtype == dtype && p.v.dtype == dtype;
+}
+[[maybe_unused]] bool operandsAre(const BackwardParams& bp, DType dtype) {
+    return operandsAre(bp.fwd, dtype) && bp.dy.dtype == dtype;
+}
+
+TileShape forwardTile(const ForwardParams&, const PlatformInfo&) { return amxTile(); }
+TileShape backwardTile(const BackwardParams&, const PlatformInfo&) { return amxTile(); }
+
+// The entry points of one backend: bf16 through TDPBF16PS, fp16 through TDPFP16PS when
+// WithFp16.
+template <class Tiles, bool WithFp16>
+struct Entries {
+    static void forward(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+        if constexpr (WithFp16)
+            if (p.q.dtype == DType::F16) return forwardUnit<DotKind::Fp16, Tiles>(p, t, u, s);
+        forwardUnit<DotKind::Bf16, Tiles>(p, t, u, s);
+    }
+    static void key(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
+        if constexpr (WithFp16)
+            if (p.fwd.q.dtype == DType::F16) return keyUnit<DotKind::Fp16, Tiles>(p, t, u, s);
+        keyUnit<DotKind::Bf16, Tiles>(p, t, u, s);
+    }
+    static void query(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+        if constexpr (WithFp16)
+            if (p.fwd.q.dtype == DType::F16) return queryUnit<DotKind::Fp16, Tiles>(p, t, u, s);
+        queryUnit<DotKind::Bf16, Tiles>(p, t, u, s);
+    }
+};
+
+}  // namespace
+}  // namespace attnops::fa
