@@ -29,7 +29,7 @@
 #include "threads_guard.hpp"
 
 #define ATTNOPS_AMX_FN
-#include "cpu/amx/fa_amx_kernel.hpp"
+#include "cpu/amx/tile_gemm.hpp"
 
 namespace {
 
@@ -328,7 +328,8 @@ struct StridedView {
 
 TEST(AmxPack, OperandsMatchTheirScalarDefinitions) {
     for (int64_t colStride : {1, 2})
-        for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 45}, {16, 32}, {1, 1}, {64, 70}}) {
+        for (const auto& shape : {std::pair<int64_t, int64_t>{37, 45}, {16, 32}, {1, 1}, {64, 70}}) {
+            const int64_t rows = shape.first, cols = shape.second;
             StridedView x(rows + 3, cols, colStride);
             const int64_t row0 = 2;
             // A operand.
@@ -397,8 +398,9 @@ float flush(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign
 
 TEST(AmxGemm, TileLoopEqualsTheSdmOrderBitForBit) {
     attnops::tools::Rng rng(5);
-    for (auto [mTiles, nTiles, kChunks] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 2}, {1, 1, 1}, {2, 3, 3}, {4, 1, 1}})
+    for (const auto& shape : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 2}, {1, 1, 1}, {2, 3, 3}, {4, 1, 1}})
         for (bool accumulate : {false, true}) {
+            const auto [mTiles, nTiles, kChunks] = shape;
             const int64_t m = 16 * mTiles, n = 16 * nTiles, k = 32 * kChunks, lda = k + 32, ldc = n + 16;
             std::vector<uint16_t> a(size_t(m * lda));
             std::vector<uint16_t> b(size_t(kChunks * nTiles * 512));
@@ -423,7 +425,7 @@ TEST(AmxGemm, TileLoopEqualsTheSdmOrderBitForBit) {
                     }
                     expected[size_t(i * ldc + j)] = acc;
                 }
-            attnops::fa::gemm<DotKind::Bf16, EmuTiles>(mTiles, nTiles, kChunks, a.data(), lda, b.data(), c.data(), ldc,
+            amx::gemm<DotKind::Bf16, EmuTiles>(mTiles, nTiles, kChunks, a.data(), lda, b.data(), c.data(), ldc,
                                                       accumulate);
             for (int64_t i = 0; i < m; ++i)
                 for (int64_t j = 0; j < n; ++j)
@@ -470,7 +472,9 @@ TEST(AmxIsa, PaletteAndTmulDecideUsability) {
 TEST(AmxIsa, ProbeAgreesWithItsStatus) {
     const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
     EXPECT_EQ(f.amxGranted, f.amxStatus == "granted") << f.amxStatus;
-    if (!f.amxTile) EXPECT_EQ(f.amxStatus, "no AMX: CPUID.7.0:EDX[24]=0");
+    if (!f.amxTile) {
+        EXPECT_EQ(f.amxStatus, "no AMX: CPUID.7.0:EDX[24]=0");
+    }
     std::cout << "[   INFO   ] AMX: " << f.amxStatus << "\n";
 }
 
@@ -478,14 +482,17 @@ TEST(AmxIsa, ProbeAgreesWithItsStatus) {
 // signal frame, installed before the first probe (as a sanitizer runtime or crash handler
 // would), makes Linux refuse the permission. The probe must say so and calls must still run.
 TEST(AmxIsaChild, DISABLED_SmallAltStackBeforeTheProbe) {
-    static char small[MINSIGSTKSZ];
+    constexpr size_t kSmallStack = 4096;  // MINSIGSTKSZ-sized; an AMX signal frame needs over 11 KiB
+    static char small[kSmallStack];
     stack_t ss{};
     ss.ss_sp = small;
     ss.ss_size = sizeof small;
     ASSERT_EQ(sigaltstack(&ss, nullptr), 0);
     const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
     std::cout << "[   INFO   ] AMX with a small alternate stack: " << f.amxStatus << "\n";
-    if (!f.amxGranted) EXPECT_NE(f.amxStatus.find("arch_prctl"), std::string::npos) << f.amxStatus;
+    if (!f.amxGranted) {
+        EXPECT_NE(f.amxStatus.find("arch_prctl"), std::string::npos) << f.amxStatus;
+    }
     FaInstance inst(fixed("BNSD", BF16, 1, 20, 20, 1, 1, 32));
     ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     ss.ss_flags = SS_DISABLE;

@@ -1349,7 +1349,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
+        for (const char* impl : {"amx", "avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1361,8 +1361,11 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
                 std::cout << "[ skipped  ] " << impl << ": " << attnopsGetLastErrorMessage() << "\n";
                 continue;
             }
-            // Only the bf16-pair entry declines problems: those whose operands are not bf16.
-            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && std::string(impl) == "avx512-bf16" && p.dtype != BF16)
+            // Only the 16-bit-operand entries decline problems: avx512-bf16 and amx those whose
+            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones.
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
+                (std::string(impl) == "amx-emulated" ? p.dtype == F32
+                                                     : (std::string(impl) == "avx512-bf16" || std::string(impl) == "amx") && p.dtype != BF16))
                 continue;
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << impl << ": " << attnopsGetLastErrorMessage();
             const GradCheck rc = attnops::tools::checkBackward(inst, g);

@@ -1368,7 +1368,7 @@ TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
         return p;
     }());
     int ran = 0;
-    for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
+    for (const char* impl : {"amx", "avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
         for (const FaProblem& p : problems) {
             ForcedImpl force(impl);
             FaInstance inst(p);
@@ -1378,8 +1378,11 @@ TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
                 std::cout << "[   INFO   ] " << impl << " is not available on this CPU\n";
                 break;
             }
-            // Only the bf16-pair entry declines problems: those whose operands are not bf16.
-            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && std::string(impl) == "avx512-bf16" && p.dtype != BF16)
+            // Only the 16-bit-operand entries decline problems: avx512-bf16 and amx those whose
+            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones.
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
+                (std::string(impl) == "amx-emulated" ? p.dtype == F32
+                                                     : (std::string(impl) == "avx512-bf16" || std::string(impl) == "amx") && p.dtype != BF16))
                 continue;
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << impl << ": " << attnopsGetLastErrorMessage();
             ++ran;
