@@ -26,6 +26,7 @@
 #include "child_process.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
+#include "forced_impl.hpp"
 #include "threads_guard.hpp"
 
 #define ATTNOPS_AMX_FN
@@ -74,9 +75,10 @@ uint32_t toBits(float f) {
     return bits;
 }
 
-// C += A . B on one configured tile set of the backend (tmm0 = C, tmm1 = A, tmm2 = B).
+// C += A . B on one configured tile set of the backend (tmm0 = C, tmm1 = A, tmm2 = B). The AMX
+// target lets the hardware backend inline; the emulator's instantiation contains no AMX code.
 template <DotKind kind, class Tiles>
-void dotOnce(Tiles& t, TileOperands& x) {
+__attribute__((target(ATTNOPS_AMX_TARGET_LIST))) void dotOnce(Tiles& t, TileOperands& x) {
     t.configure(amx::fullTiles());
     t.load(tmm<0>, x.c, 64);
     t.load(tmm<1>, x.a, 64);
@@ -557,13 +559,7 @@ TEST(AmxHardware, DotMatchesTheEmulatorBitForBit) {
 
 // ---------------------------------------------------------------- the emulated kernels
 
-class ForcedImpl {
-public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
-};
+using attnops::testsupport::ForcedImpl;
 
 struct Case {
     std::string name;

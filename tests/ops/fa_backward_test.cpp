@@ -21,6 +21,7 @@
 #include "ops/flash_attention_score/reference.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
+#include "forced_impl.hpp"
 #include "threads_guard.hpp"
 
 namespace fa = attnops::fa;
@@ -1325,13 +1326,7 @@ TEST(FaBackwardDeterminism, ConcurrentStreamsGiveTheSerialResult) {
     expectSameGrads(serial, b, "stream 2");
 }
 
-class ForcedImpl {
-public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
-};
+using attnops::testsupport::ForcedImpl;
 
 TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
     std::vector<FaProblem> problems;

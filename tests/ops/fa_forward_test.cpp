@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "problem.hpp"
+#include "forced_impl.hpp"
 #include "threads_guard.hpp"
 
 using attnops::tools::FaInstance;
@@ -1343,13 +1344,7 @@ TEST(FaForwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     }
 }
 
-class ForcedImpl {
-public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
-};
+using attnops::testsupport::ForcedImpl;
 
 TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
     std::vector<FaProblem> problems;
