@@ -1378,8 +1378,8 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
     }
 }
 
-// The portable and AVX2 builds of the tiled kernel (the matrix above runs the default, the
-// first available) over the head-dim and length cases.
+// The other entries (the matrix above runs the default, the first available) over the head-dim,
+// length and feature cases; amx-emulated runs the AMX kernel on the tile emulator everywhere.
 struct ImplCase {
     std::string impl;
     Case c;
@@ -1402,8 +1402,11 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
         st = attnops::tools::runBackward(inst, g);
     }
     if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) GTEST_SKIP() << ic.impl << ": " << attnopsGetLastErrorMessage();
-    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "avx512-bf16" && ic.c.problem.dtype != BF16)
-        GTEST_SKIP() << "avx512-bf16 takes bf16 problems only";
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && (ic.impl == "avx512-bf16" || ic.impl == "amx") &&
+        ic.c.problem.dtype != BF16)
+        GTEST_SKIP() << ic.impl << " takes bf16 problems only (amx: fp16 too with AMX-FP16)";
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "amx-emulated" && ic.c.problem.dtype == F32)
+        GTEST_SKIP() << "amx-emulated takes bf16 and fp16 problems";
     ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     expectGradChecked(inst, g);
     expectTndTails(inst, g);
@@ -1411,10 +1414,18 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx2", "tiled-generic"}) {
+    for (const char* impl : {"amx", "avx512-bf16", "avx512", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
+        // The AMX kernels multiply 16-bit operands only: they take the fp32 cases as bf16.
+        const bool amx = std::string(impl).rfind("amx", 0) == 0;
+        auto add = [&](const Case& c) {
+            if (amx && c.problem.dtype == F32)
+                cases.push_back({impl, Case{c.name + "_as_bf16", withDtype(c.problem, BF16)}});
+            else
+                cases.push_back({impl, c});
+        };
         for (const auto& list : {headCases(), lengthCases()})
-            for (const Case& c : list) cases.push_back({impl, c});
-        for (const Case& c : featureCases()) cases.push_back({impl, c});
+            for (const Case& c : list) add(c);
+        for (const Case& c : featureCases()) add(c);
     }
     return cases;
 }

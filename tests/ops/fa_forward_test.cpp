@@ -608,6 +608,56 @@ std::vector<Case> randomCases() {
 }
 INSTANTIATE_TEST_SUITE_P(Random, FaForwardMatrix, ::testing::ValuesIn(randomCases()), caseName);
 
+// The AMX kernel over the matrix: "amx" where the CPU grants AMX (skipped elsewhere) and
+// "amx-emulated", the same kernel on the tile emulator, on every machine. Both multiply 16-bit
+// operands only, so the fp32 cases run as bf16.
+struct ImplCase {
+    std::string impl;
+    Case c;
+};
+
+void PrintTo(const ImplCase& c, std::ostream* os) { *os << c.impl << " " << c.c.name << " (" << c.c.problem.describe() << ")"; }
+
+class FaForwardAmxMatrix : public ::testing::TestWithParam<ImplCase> {};
+
+TEST_P(FaForwardAmxMatrix, MatchesReference) {
+    const ImplCase& ic = GetParam();
+    FaInstance inst(ic.c.problem);
+    poisonOutputs(inst);
+    attnopsStatus st;
+    {
+        attnops::testsupport::ForcedImpl force(ic.impl.c_str());
+        st = inst.runForward();
+    }
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) GTEST_SKIP() << ic.impl << ": " << attnopsGetLastErrorMessage();
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "amx" && ic.c.problem.dtype == F16)
+        GTEST_SKIP() << "amx takes fp16 only on CPUs with AMX-FP16";
+    ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    expectChecked(inst, ic.c.rows);
+    expectTndTails(inst);
+}
+
+std::vector<ImplCase> amxCases() {
+    std::vector<ImplCase> cases;
+    for (const char* impl : {"amx", "amx-emulated"})
+        for (const auto& list : {layoutCases(), headCases(), lengthCases(), sparseCases(), pseCases(), featureCases()})
+            for (const Case& c : list) {
+                Case bf = c;
+                if (c.problem.dtype == F32) {
+                    bf.name += "_as_bf16";
+                    bf.problem.dtype = BF16;
+                }
+                cases.push_back({impl, bf});
+            }
+    return cases;
+}
+
+std::string amxCaseName(const ::testing::TestParamInfo<ImplCase>& info) {
+    return (info.param.impl == "amx" ? "amx_" : "emulated_") + info.param.c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Amx, FaForwardAmxMatrix, ::testing::ValuesIn(amxCases()), amxCaseName);
+
 // ---------------------------------------------------------------- explicit mask forms
 
 void expectMaskedRow(const FaInstance& inst, int64_t b, int64_t n, int64_t i);
