@@ -606,6 +606,8 @@ std::vector<Case> emulatedCases() {
     cases.push_back({"pse2_slopes_f16", withPse(withMode(fixed("BNSD", F16, 1, 33, 40, 2, 1, 32), 3), 2)});
     cases.push_back({"dropout_bf16", withDropout(fixed("BNSD", BF16, 1, 40, 70, 2, 1, 32), 0.8)});
     cases.push_back({"sink_gqa_bf16", withSink(withMode(fixed("BSND", BF16, 1, 40, 50, 4, 2, 32), 3))});
+    // A group of 10 query heads: the forward shares each packed key block among 8, then 2.
+    cases.push_back({"group10_bf16", withMode(fixed("BNSD", BF16, 1, 20, 40, 20, 2, 16), 0, 10, 2)});
     return cases;
 }
 

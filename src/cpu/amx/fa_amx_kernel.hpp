@@ -91,31 +91,37 @@ struct HeadDims {
 
 // --------------------------------------------------------------------------------- forward
 
+// Query heads of a group that share one packing of each key and value block: their query blocks,
+// statistics and accumulators stay in scratch together (a larger group takes several passes).
+constexpr int64_t kHeadsPerPass = 8;
+
+int64_t headsPerPass(const ForwardParams& p) { return std::min(p.group, kHeadsPerPass); }
+
 struct ForwardScratch {
-    uint16_t* qa;   // [queryRows][32 dChunks]        the query block, A of S = Q.K^T
-    uint16_t* kb;   // dChunks x keyTiles B tiles     K^T
-    uint16_t* vb;   // keyChunks x dvTiles B tiles    V
-    uint16_t* pa;   // [queryRows][keyRows]           P, A of O += P.V
-    float* s;       // [queryRows][keyRows]           scores, then probabilities
-    float* acc;     // [queryRows][16 dvTiles]
-    float* v;       // [keyRows][dv]                  fp32 V for the row steps
-    float* m;       // [queryRows]
-    float* l;       // [queryRows]
+    uint16_t* qa;   // [heads][queryRows][32 dChunks]  query blocks, A of S = Q.K^T
+    uint16_t* kb;   // dChunks x keyTiles B tiles       K^T
+    uint16_t* vb;   // keyChunks x dvTiles B tiles      V
+    uint16_t* pa;   // [queryRows][keyRows]             P, A of O += P.V
+    float* s;       // [queryRows][keyRows]             scores, then probabilities
+    float* acc;     // [heads][queryRows][16 dvTiles]
+    float* v;       // [keyRows][dv]                    fp32 V for the row steps
+    float* m;       // [heads][queryRows]
+    float* l;       // [heads][queryRows]
     uint8_t* kept;  // [keyRows]
     uint8_t* keep;  // [keyRows]
 
     ForwardScratch(const ForwardParams& p, TileShape t, Carver& c) {
         const HeadDims h(p);
-        const int64_t qr = t.queryRows, kr = t.keyRows;
-        qa = c.take<uint16_t>(qr * h.dChunks * kTileK);
+        const int64_t qr = t.queryRows, kr = t.keyRows, heads = headsPerPass(p);
+        qa = c.take<uint16_t>(heads * qr * h.dChunks * kTileK);
         kb = c.take<uint16_t>(kr * h.dChunks * kTileK);
         vb = c.take<uint16_t>(kr * h.dvTiles * kTileN);
         pa = c.take<uint16_t>(qr * kr);
         s = c.take<float>(qr * kr);
-        acc = c.take<float>(qr * h.dvTiles * kTileN);
+        acc = c.take<float>(heads * qr * h.dvTiles * kTileN);
         v = c.take<float>(kr * h.dv);
-        m = c.take<float>(qr);
-        l = c.take<float>(qr);
+        m = c.take<float>(heads * qr);
+        l = c.take<float>(heads * qr);
         kept = c.take<uint8_t>(kr);
         keep = c.take<uint8_t>(kr);
     }
@@ -127,6 +133,37 @@ uint64_t forwardScratchBytes(const ForwardParams& p, TileShape t) {
     return counter.used();
 }
 
+// One query head's block against one key block: S by tiles, the row steps, then O += P.V by
+// tiles (or the fp32 row steps when the value block is not finite: tiles false).
+template <DotKind kind, class Tiles>
+ATTNOPS_AMX_FN void attendKeyBlock(const ForwardParams& p, const WorkUnit& u, int64_t n1, const SeqRule& rule,
+                                   int64_t k0, int64_t nk, int64_t kr, bool tiles, const uint16_t* qa, float* m,
+                                   float* l, float* acc, ForwardScratch& sc) {
+    const HeadDims h(p);
+    const int64_t skv = p.seq.kvLen[size_t(u.b)];
+    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), ldAcc = h.dvTiles * kTileN;
+    gemm<kind, Tiles>(rowTiles, tilesOf(nk), h.dChunks, qa, h.dChunks * kTileK, sc.kb, sc.s, kr, false);
+    for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = u.q0 + r;
+        float* s = sc.s + r * kr;
+        uint16_t* pRow = sc.pa + r * kr;
+        float* accRow = acc + r * ldAcc;
+        const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, s, sc.kept);
+        if (rowMax == kNegInf) {  // nothing kept in this block for this row
+            std::fill(pRow, pRow + kr, uint16_t(0));
+            continue;
+        }
+        if (!tiles) {
+            tile::accumulateRow(p, u, n1, i, k0, nk, rowMax, s, sc.kept, sc.keep, sc.v, m[r], l[r], accRow);
+            continue;
+        }
+        const float alpha = tile::updateRowSoftmax(p, u, n1, i, k0, nk, rowMax, s, sc.kept, sc.keep, m[r], l[r]);
+        for (int64_t c = 0; c < h.dv; ++c) accRow[c] *= alpha;
+        for (int64_t j = 0; j < kr; ++j) pRow[j] = j < nk ? cpu::amx::narrow<kind>(s[j]) : uint16_t(0);
+    }
+    if (tiles) gemm<kind, Tiles>(rowTiles, h.dvTiles, chunksOf(nk), sc.pa, kr, sc.vb, acc, ldAcc, true);
+}
+
 template <DotKind kind, class Tiles>
 ATTNOPS_AMX_FN void forwardUnit(const ForwardParams& p, TileShape t, const WorkUnit& u, void* scratch) {
     Carver carver(scratch);
@@ -135,48 +172,35 @@ ATTNOPS_AMX_FN void forwardUnit(const ForwardParams& p, TileShape t, const WorkU
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
     const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
-    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), kr = t.keyRows;
+    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), kr = t.keyRows, qr = t.queryRows;
     const int64_t lda = h.dChunks * kTileK, ldAcc = h.dvTiles * kTileN;
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
-    for (int64_t g = 0; g < p.group; ++g) {
-        const int64_t n1 = u.n2 * p.group + g;
-        cpu::amx::packRows(p.q, u.b, n1, qRow0, rows, h.d, rowTiles * kTileM, lda, sc.qa);
-        std::fill(sc.m, sc.m + rows, kNegInf);
-        std::fill(sc.l, sc.l + rows, 0.0f);
-        std::fill(sc.acc, sc.acc + rowTiles * kTileM * ldAcc, 0.0f);
-        std::fill(sc.pa, sc.pa + rowTiles * kTileM * kr, uint16_t(0));  // padding rows stay zero
+    std::fill(sc.pa, sc.pa + rowTiles * kTileM * kr, uint16_t(0));  // padding rows stay zero
+    for (int64_t g0 = 0; g0 < p.group; g0 += kHeadsPerPass) {
+        const int64_t heads = std::min(kHeadsPerPass, p.group - g0);
+        for (int64_t g = 0; g < heads; ++g) {
+            const int64_t n1 = u.n2 * p.group + g0 + g;
+            cpu::amx::packRows(p.q, u.b, n1, qRow0, rows, h.d, rowTiles * kTileM, lda, sc.qa + g * qr * lda);
+            std::fill(sc.m + g * qr, sc.m + g * qr + rows, kNegInf);
+            std::fill(sc.l + g * qr, sc.l + g * qr + rows, 0.0f);
+            std::fill(sc.acc + g * qr * ldAcc, sc.acc + (g * qr + rowTiles * kTileM) * ldAcc, 0.0f);
+        }
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += kr) {
-            const int64_t nk = std::min(kr, keys.hi - k0), keyTiles = tilesOf(nk), keyChunks = chunksOf(nk);
+            const int64_t nk = std::min(kr, keys.hi - k0), keyChunks = chunksOf(nk);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            cpu::amx::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, h.dChunks, keyTiles, sc.kb);
-            gemm<kind, Tiles>(rowTiles, keyTiles, h.dChunks, sc.qa, lda, sc.kb, sc.s, kr, false);
+            cpu::amx::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, h.dChunks, tilesOf(nk), sc.kb);
             cpu::amx::packRowPairs(p.v, u.b, u.n2, kvRow0, nk, h.dv, keyChunks, h.dvTiles, sc.vb);
             const bool tiles = allFinite<kind>(sc.vb, keyChunks * h.dvTiles * kTileElems);
             if (!tiles) tile::loadRows(p.v, u.b, u.n2, kvRow0, nk, h.dv, sc.v);
-            for (int64_t r = 0; r < rows; ++r) {
-                const int64_t i = u.q0 + r;
-                float* s = sc.s + r * kr;
-                uint16_t* pRow = sc.pa + r * kr;
-                float* accRow = sc.acc + r * ldAcc;
-                const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, s, sc.kept);
-                if (rowMax == kNegInf) {  // nothing kept in this block for this row
-                    std::fill(pRow, pRow + kr, uint16_t(0));
-                    continue;
-                }
-                if (!tiles) {
-                    tile::accumulateRow(p, u, n1, i, k0, nk, rowMax, s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
-                                        accRow);
-                    continue;
-                }
-                const float alpha = tile::updateRowSoftmax(p, u, n1, i, k0, nk, rowMax, s, sc.kept, sc.keep, sc.m[r],
-                                                           sc.l[r]);
-                for (int64_t c = 0; c < h.dv; ++c) accRow[c] *= alpha;
-                for (int64_t j = 0; j < kr; ++j) pRow[j] = j < nk ? cpu::amx::narrow<kind>(s[j]) : uint16_t(0);
-            }
-            if (tiles) gemm<kind, Tiles>(rowTiles, h.dvTiles, keyChunks, sc.pa, kr, sc.vb, sc.acc, ldAcc, true);
+            for (int64_t g = 0; g < heads; ++g)
+                attendKeyBlock<kind, Tiles>(p, u, u.n2 * p.group + g0 + g, rule, k0, nk, kr, tiles,
+                                            sc.qa + g * qr * lda, sc.m + g * qr, sc.l + g * qr,
+                                            sc.acc + g * qr * ldAcc, sc);
         }
-        for (int64_t r = 0; r < rows; ++r)
-            tile::storeRow(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * ldAcc);
+        for (int64_t g = 0; g < heads; ++g)
+            for (int64_t r = 0; r < rows; ++r)
+                tile::storeRow(p, u, u.n2 * p.group + g0 + g, u.q0 + r, sc.m[g * qr + r], sc.l[g * qr + r],
+                               sc.acc + (g * qr + r) * ldAcc);
     }
 }
 
@@ -286,7 +310,8 @@ ATTNOPS_AMX_FN bool rowTerms(const BackwardParams& bp, int64_t b, int64_t n1, co
                                         s, dp, sc.kept, sc.keep, exactDelta);
     for (int64_t j = 0; j < nk; ++j) {
         const bool used = any && sc.kept[j];
-        const float pd = p.dropout.enabled && !sc.keep[j] ? 0.0f : s[j] * (p.dropout.enabled ? p.dropout.invKeepProb : 1.0f);
+        float pd = s[j];
+        if (p.dropout.enabled) pd = sc.keep[j] ? pd * p.dropout.invKeepProb : 0.0f;
         s[j] = used ? pd : 0.0f;
         dp[j] = used ? p.scale * dp[j] : 0.0f;
     }
