@@ -221,7 +221,7 @@ using AmxEmulatorDeathTest = ::testing::Test;
 
 TEST(AmxEmulatorDeathTest, InvalidConfigsAbort) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    auto configure = [](amx::TileConfig cfg) {
+    auto configure = [](const amx::TileConfig& cfg) {
         EmuTiles t;
         t.configure(cfg);
     };
