@@ -138,7 +138,8 @@ std::string amxUnusableReason(const AmxCpuid& c) {
                            "bytes per row, {} bytes per tile)",
                            names, rows, bytesPerRow, bytesPerTile);
     const uint32_t maxK = c.tmul & 0xFF, maxN = (c.tmul >> 8) & 0xFFFF;
-    if (maxK < 16 || maxN < 64) return fmt::format("AMX TMUL smaller than maxK 16, maxN 64 (CPUID.1E.0: {}, {})", maxK, maxN);
+    if (maxK < 16 || maxN < 64)
+        return fmt::format("AMX TMUL smaller than maxK 16, maxN 64 (CPUID.1E.0: {}, {})", maxK, maxN);
     return {};
 }
 

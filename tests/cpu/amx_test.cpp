@@ -356,8 +356,9 @@ TEST(AmxPack, OperandsMatchTheirScalarDefinitions) {
                             for (int64_t n = 0; n < 16; ++n)
                                 for (int64_t j = 0; j < 2; ++j) {
                                     const int64_t k = 32 * kc + 2 * r + j, col = 16 * nt + n;
+                                    const bool inside = k < kLen && col < nLen;
                                     const uint16_t expected =
-                                        k < kLen && col < nLen ? (kAlongRows ? x.at(row0 + k, col) : x.at(row0 + col, k)) : 0;
+                                        !inside ? 0 : (kAlongRows ? x.at(row0 + k, col) : x.at(row0 + col, k));
                                     ASSERT_EQ(bt[size_t((kc * nTiles + nt) * 512 + r * 32 + 2 * n + j)], expected)
                                         << (kAlongRows ? "row pairs " : "column pairs ") << kc << "," << nt << "," << r
                                         << "," << n << "," << j;
@@ -535,7 +536,8 @@ TEST(AmxHardware, DotMatchesTheEmulatorBitForBit) {
     // Denormal inputs, denormal C, products that fall below the normal range, ties.
     for (int m = 0; m < 16; ++m)
         for (int i = 0; i < 32; ++i) {
-            probes[3].a[m][i] = uint16_t(rng.next() % 3 == 0 ? rng.next() % 0x80 : bf(std::ldexp(rng.symmetric(1.0), -60)));
+            const bool denormal = rng.next() % 3 == 0;
+            probes[3].a[m][i] = denormal ? uint16_t(rng.next() % 0x80) : bf(std::ldexp(rng.symmetric(1.0), -60));
             probes[3].b[m][i] = bf(std::ldexp(rng.symmetric(1.0), -60));
             probes[4].a[m][i] = bf(std::ldexp(1.0f, -12 - int(rng.next() % 3)));
             probes[4].b[m][i] = bf(std::ldexp(1.0f, -12));

@@ -34,13 +34,14 @@ bool accepts(const Params& p) {
 }  // namespace
 
 const ForwardKernel& forwardKernelAmx() {
-    static const ForwardKernel k{"amx", hasAmx, accepts<ForwardParams>, forwardTile, forwardScratchBytes, Hw::forward};
+    static const ForwardKernel k{"amx", hasAmx, accepts<ForwardParams>, forwardTile,
+                                 scratchBytes<ForwardScratch, ForwardParams>, Hw::forward};
     return k;
 }
 
 const BackwardKernel& backwardKernelAmx() {
-    static const BackwardKernel k{"amx",      hasAmx, accepts<BackwardParams>, backwardTile, backwardScratchBytes,
-                                  Hw::key, Hw::query};
+    static const BackwardKernel k{"amx", hasAmx, accepts<BackwardParams>, backwardTile,
+                                  scratchBytes<BackwardScratch, BackwardParams>, Hw::key, Hw::query};
     return k;
 }
 

@@ -23,14 +23,15 @@ bool accepts(const Params& p) {
 }  // namespace
 
 const ForwardKernel& forwardKernelAmxEmulated() {
-    static const ForwardKernel k{"amx-emulated",      always, accepts<ForwardParams>, forwardTile, forwardScratchBytes,
-                                 Emulated::forward, true};
+    static const ForwardKernel k{"amx-emulated", always, accepts<ForwardParams>, forwardTile,
+                                 scratchBytes<ForwardScratch, ForwardParams>, Emulated::forward, true};
     return k;
 }
 
 const BackwardKernel& backwardKernelAmxEmulated() {
-    static const BackwardKernel k{"amx-emulated", always, accepts<BackwardParams>, backwardTile, backwardScratchBytes,
-                                  Emulated::key,  Emulated::query, true};
+    static const BackwardKernel k{"amx-emulated", always, accepts<BackwardParams>, backwardTile,
+                                  scratchBytes<BackwardScratch, BackwardParams>, Emulated::key, Emulated::query,
+                                  true};
     return k;
 }
 

@@ -127,12 +127,6 @@ struct ForwardScratch {
     }
 };
 
-uint64_t forwardScratchBytes(const ForwardParams& p, TileShape t) {
-    Carver counter(nullptr);
-    ForwardScratch layout(p, t, counter);
-    return counter.used();
-}
-
 // One query head's block against one key block: S by tiles, the row steps, then O += P.V by
 // tiles (or the fp32 row steps when the value block is not finite: tiles false).
 template <DotKind kind, class Tiles>
@@ -262,12 +256,6 @@ struct BackwardScratch {
         keep = c.take<uint8_t>(kr);
     }
 };
-
-uint64_t backwardScratchBytes(const BackwardParams& bp, TileShape t) {
-    Carver counter(nullptr);
-    BackwardScratch layout(bp, t, counter);
-    return counter.used();
-}
 
 // Query rows [q0, q0 + rows) of head n1: Q and dO as A operands, fp32 dO rows, delta =
 // rowsum(dO * O) (dv ascending) and the saved statistics (lane 0).
@@ -430,6 +418,14 @@ ATTNOPS_AMX_FN void queryUnit(const BackwardParams& bp, TileShape t, const WorkU
 }
 [[maybe_unused]] bool operandsAre(const BackwardParams& bp, DType dtype) {
     return operandsAre(bp.fwd, dtype) && bp.dy.dtype == dtype;
+}
+
+// Bytes of a thread's scratch: the layout carved from nothing.
+template <class Scratch, class Params>
+uint64_t scratchBytes(const Params& p, TileShape t) {
+    Carver counter(nullptr);
+    Scratch layout(p, t, counter);
+    return counter.used();
 }
 
 TileShape forwardTile(const ForwardParams&, const PlatformInfo&) { return amxTile(); }

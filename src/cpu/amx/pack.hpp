@@ -54,8 +54,9 @@ ATTNOPS_AMX_PACK void packRowPairs(const fa::View4& v, int64_t b, int64_t n, int
     std::fill(dst, dst + kChunks * nTiles * kTileElems, uint16_t(0));
     for (int64_t k = 0; k < std::min(rows, kChunks * kTileK); ++k) {
         const int64_t kc = k / kTileK, r = (k % kTileK) / 2, j = k % 2;
+        uint16_t* pairRow = dst + kc * nTiles * kTileElems + r * kTileK + j;
         for (int64_t c = 0; c < std::min(cols, nTiles * kTileN); ++c)
-            dst[(kc * nTiles + c / kTileN) * kTileElems + r * kTileK + 2 * (c % kTileN) + j] = rawAt(v, b, n, row0 + k, c);
+            pairRow[(c / kTileN) * kTileElems + 2 * (c % kTileN)] = rawAt(v, b, n, row0 + k, c);
     }
 }
 
@@ -66,7 +67,8 @@ ATTNOPS_AMX_PACK void packColumnPairs(const fa::View4& v, int64_t b, int64_t n, 
     for (int64_t x = 0; x < std::min(rows, nTiles * kTileN); ++x) {
         uint16_t* tileColumn = dst + (x / kTileN) * kTileElems + 2 * (x % kTileN);
         for (int64_t k = 0; k < std::min(cols, kChunks * kTileK); ++k)
-            tileColumn[(k / kTileK) * nTiles * kTileElems + ((k % kTileK) / 2) * kTileK + k % 2] = rawAt(v, b, n, row0 + x, k);
+            tileColumn[(k / kTileK) * nTiles * kTileElems + ((k % kTileK) / 2) * kTileK + k % 2] =
+                rawAt(v, b, n, row0 + x, k);
     }
 }
 
