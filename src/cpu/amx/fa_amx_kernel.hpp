@@ -91,8 +91,9 @@ struct HeadDims {
 
 // --------------------------------------------------------------------------------- forward
 
-// Query heads of a group that share one packing of each key and value block: their query blocks,
-// statistics and accumulators stay in scratch together (a larger group takes several passes).
+// Query heads of a group that share one packing of each key and value block in a forward unit
+// and a backward query unit: their query blocks, statistics and accumulators stay in scratch
+// together (a larger group takes several passes).
 constexpr int64_t kHeadsPerPass = 8;
 
 int64_t headsPerPass(const ForwardParams& p) { return std::min(p.group, kHeadsPerPass); }
@@ -200,10 +201,47 @@ ATTNOPS_AMX_FN void forwardUnit(const ForwardParams& p, TileShape t, const WorkU
 
 // --------------------------------------------------------------------------------- backward
 
+// The arrays of one query head's block in a backward unit.
+struct QueryRows {
+    uint16_t* qa;       // [queryRows][32 dChunks]   Q, A of S = Q.K^T
+    uint16_t* doa;      // [queryRows][32 dvChunks]  dO, A of dP = dO.V^T
+    float* dof;         // [queryRows][dv]  fp32 dO rows (delta and the row steps)
+    float* dqAcc;       // [queryRows][16 dTiles]
+    float* delta;       // [queryRows] rowsum(dO * O)
+    float* rowMax;      // [queryRows] saved statistics
+    float* rowSum;      // [queryRows]
+    float* exactDelta;  // [queryRows] sum_j P_d dP_d (dsink terms)
+
+    QueryRows(const HeadDims& h, int64_t qr, int64_t heads, Carver& c)
+        : qa(c.take<uint16_t>(heads * qr * h.dChunks * kTileK)),
+          doa(c.take<uint16_t>(heads * qr * h.dvChunks * kTileK)),
+          dof(c.take<float>(heads * qr * h.dv)),
+          dqAcc(c.take<float>(heads * qr * h.dTiles * kTileN)),
+          delta(c.take<float>(heads * qr)),
+          rowMax(c.take<float>(heads * qr)),
+          rowSum(c.take<float>(heads * qr)),
+          exactDelta(c.take<float>(heads * qr)) {}
+
+    // Head g of `heads` such blocks carved together.
+    QueryRows head(const HeadDims& h, int64_t qr, int64_t g) const {
+        QueryRows r = *this;
+        r.qa += g * qr * h.dChunks * kTileK;
+        r.doa += g * qr * h.dvChunks * kTileK;
+        r.dof += g * qr * h.dv;
+        r.dqAcc += g * qr * h.dTiles * kTileN;
+        r.delta += g * qr;
+        r.rowMax += g * qr;
+        r.rowSum += g * qr;
+        r.exactDelta += g * qr;
+        return r;
+    }
+};
+
 // One thread's arrays for either kind of backward unit ("rows" are query rows, "keys" key rows).
+// A query unit keeps the blocks of up to kHeadsPerPass query heads, so that each key and value
+// block is packed once for all of them; a key unit uses the first.
 struct BackwardScratch {
-    uint16_t* qa;     // [queryRows][32 dChunks]    Q, A of S = Q.K^T
-    uint16_t* doa;    // [queryRows][32 dvChunks]   dO, A of dP = dO.V^T
+    QueryRows query;
     uint16_t* kb;     // dChunks x keyTiles tiles   K^T
     uint16_t* vb;     // dvChunks x keyTiles tiles  V^T
     uint16_t* qb;     // rowChunks x dTiles tiles   Q, B of dK += dS^T.Q (key units)
@@ -215,23 +253,16 @@ struct BackwardScratch {
     float* dp;        // [queryRows][keyRows]       dP, then scale * dS
     float* dkAcc;     // [keyRows][16 dTiles]
     float* dvAcc;     // [keyRows][16 dvTiles]
-    float* dqAcc;     // [queryRows][16 dTiles]
     float* qf;        // [queryRows][d]   fp32 rows for the row steps
-    float* dof;       // [queryRows][dv]  fp32 dO rows (delta and the row steps)
     float* kf;        // [keyRows][d]
     float* out;       // [dv] one row of the forward output
-    float* delta;     // [queryRows] rowsum(dO * O)
-    float* rowMax;    // [queryRows] saved statistics
-    float* rowSum;    // [queryRows]
-    float* exactDelta;  // [queryRows] sum_j P_d dP_d (dsink terms)
     uint8_t* kept;    // [keyRows]
     uint8_t* keep;    // [keyRows]
 
-    BackwardScratch(const BackwardParams& bp, TileShape t, Carver& c) {
+    BackwardScratch(const BackwardParams& bp, TileShape t, Carver& c)
+        : query(HeadDims(bp.fwd), t.queryRows, headsPerPass(bp.fwd), c) {
         const HeadDims h(bp.fwd);
         const int64_t qr = t.queryRows, kr = t.keyRows, square = std::max(qr, kr) * std::max(qr, kr);
-        qa = c.take<uint16_t>(qr * h.dChunks * kTileK);
-        doa = c.take<uint16_t>(qr * h.dvChunks * kTileK);
         kb = c.take<uint16_t>(kr * h.dChunks * kTileK);
         vb = c.take<uint16_t>(kr * h.dvChunks * kTileK);
         qb = c.take<uint16_t>(qr * h.dTiles * kTileN);
@@ -243,15 +274,9 @@ struct BackwardScratch {
         dp = c.take<float>(qr * kr);
         dkAcc = c.take<float>(kr * h.dTiles * kTileN);
         dvAcc = c.take<float>(kr * h.dvTiles * kTileN);
-        dqAcc = c.take<float>(qr * h.dTiles * kTileN);
         qf = c.take<float>(qr * h.d);
-        dof = c.take<float>(qr * h.dv);
         kf = c.take<float>(kr * h.d);
         out = c.take<float>(h.dv);
-        delta = c.take<float>(qr);
-        rowMax = c.take<float>(qr);
-        rowSum = c.take<float>(qr);
-        exactDelta = c.take<float>(qr);
         kept = c.take<uint8_t>(kr);
         keep = c.take<uint8_t>(kr);
     }
@@ -260,41 +285,42 @@ struct BackwardScratch {
 // Query rows [q0, q0 + rows) of head n1: Q and dO as A operands, fp32 dO rows, delta =
 // rowsum(dO * O) (dv ascending) and the saved statistics (lane 0).
 ATTNOPS_AMX_FN void loadQueryBlock(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
-                                   BackwardScratch& sc) {
+                                   const QueryRows& qb, float* outRow) {
     const ForwardParams& p = bp.fwd;
     const HeadDims h(p);
     const int64_t row0 = p.seq.qStart[size_t(b)] + q0, rowsPad = tilesOf(rows) * kTileM;
-    cpu::amx::packRows(p.q, b, n1, row0, rows, h.d, rowsPad, h.dChunks * kTileK, sc.qa);
-    cpu::amx::packRows(bp.dy, b, n1, row0, rows, h.dv, rowsPad, h.dvChunks * kTileK, sc.doa);
-    tile::loadRows(bp.dy, b, n1, row0, rows, h.dv, sc.dof);
+    cpu::amx::packRows(p.q, b, n1, row0, rows, h.d, rowsPad, h.dChunks * kTileK, qb.qa);
+    cpu::amx::packRows(bp.dy, b, n1, row0, rows, h.dv, rowsPad, h.dvChunks * kTileK, qb.doa);
+    tile::loadRows(bp.dy, b, n1, row0, rows, h.dv, qb.dof);
     for (int64_t r = 0; r < rows; ++r) {
-        cpu::loadRow(p.out.data, p.out.offset(b, n1, row0 + r, 0), p.out.stride[3], p.out.dtype, h.dv, sc.out);
+        cpu::loadRow(p.out.data, p.out.offset(b, n1, row0 + r, 0), p.out.stride[3], p.out.dtype, h.dv, outRow);
         float delta = 0.0f;
-        for (int64_t c = 0; c < h.dv; ++c) delta += sc.dof[r * h.dv + c] * sc.out[c];
-        sc.delta[r] = delta;
-        sc.rowMax[r] = loadAsFloat(p.softmaxMax.data, p.softmaxMax.offset(b, n1, row0 + r, 0), DType::F32);
-        sc.rowSum[r] = loadAsFloat(p.softmaxSum.data, p.softmaxSum.offset(b, n1, row0 + r, 0), DType::F32);
+        for (int64_t c = 0; c < h.dv; ++c) delta += qb.dof[r * h.dv + c] * outRow[c];
+        qb.delta[r] = delta;
+        qb.rowMax[r] = loadAsFloat(p.softmaxMax.data, p.softmaxMax.offset(b, n1, row0 + r, 0), DType::F32);
+        qb.rowSum[r] = loadAsFloat(p.softmaxSum.data, p.softmaxSum.offset(b, n1, row0 + r, 0), DType::F32);
     }
 }
 
 // S and dP of the loaded query block against a key block whose K^T and V^T tiles are packed.
 template <DotKind kind, class Tiles>
-ATTNOPS_AMX_FN void scoresAndGradients(const HeadDims& h, int64_t rows, int64_t nk, int64_t kr, BackwardScratch& sc) {
-    gemm<kind, Tiles>(tilesOf(rows), tilesOf(nk), h.dChunks, sc.qa, h.dChunks * kTileK, sc.kb, sc.s, kr, false);
-    gemm<kind, Tiles>(tilesOf(rows), tilesOf(nk), h.dvChunks, sc.doa, h.dvChunks * kTileK, sc.vb, sc.dp, kr, false);
+ATTNOPS_AMX_FN void scoresAndGradients(const HeadDims& h, int64_t rows, int64_t nk, int64_t kr, const QueryRows& qb,
+                                       BackwardScratch& sc) {
+    gemm<kind, Tiles>(tilesOf(rows), tilesOf(nk), h.dChunks, qb.qa, h.dChunks * kTileK, sc.kb, sc.s, kr, false);
+    gemm<kind, Tiles>(tilesOf(rows), tilesOf(nk), h.dvChunks, qb.doa, h.dvChunks * kTileK, sc.vb, sc.dp, kr, false);
 }
 
 // Row r of the block through tile::rowGradients, then s := P with dropout (what multiplies dO)
 // and dp := scale * dS, both 0 for masked keys and for rows that keep nothing. Returns whether
 // the row keeps a key.
 ATTNOPS_AMX_FN bool rowTerms(const BackwardParams& bp, int64_t b, int64_t n1, const SeqRule& rule, int64_t i,
-                             int64_t k0, int64_t nk, int64_t skv, int64_t r, int64_t kr, BackwardScratch& sc,
-                             float* exactDelta) {
+                             int64_t k0, int64_t nk, int64_t skv, int64_t r, int64_t kr, const QueryRows& qb,
+                             BackwardScratch& sc, float* exactDelta) {
     const ForwardParams& p = bp.fwd;
     float* s = sc.s + r * kr;
     float* dp = sc.dp + r * kr;
-    const bool any = sc.rowSum[r] != 0.0f &&  // a fully masked row has P = 0
-                     tile::rowGradients(bp, b, n1, rule, i, k0, nk, skv, sc.rowMax[r], sc.rowSum[r], sc.delta[r],
+    const bool any = qb.rowSum[r] != 0.0f &&  // a fully masked row has P = 0
+                     tile::rowGradients(bp, b, n1, rule, i, k0, nk, skv, qb.rowMax[r], qb.rowSum[r], qb.delta[r],
                                         s, dp, sc.kept, sc.keep, exactDelta);
     for (int64_t j = 0; j < nk; ++j) {
         const bool used = any && sc.kept[j];
@@ -339,17 +365,18 @@ ATTNOPS_AMX_FN void keyUnit(const BackwardParams& bp, TileShape t, const KeyUnit
             const KeyRange keys = keyRange(rule, q0, q0 + rows, skv);
             if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
             const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0, rowsPad = tilesOf(rows) * kTileM;
-            loadQueryBlock(bp, u.b, n1, q0, rows, sc);
-            scoresAndGradients<kind, Tiles>(h, rows, nk, kr, sc);
+            const QueryRows& qb = sc.query;
+            loadQueryBlock(bp, u.b, n1, q0, rows, qb, sc.out);
+            scoresAndGradients<kind, Tiles>(h, rows, nk, kr, qb, sc);
             // The P^T and dS^T GEMMs multiply masked zeros by Q and dO: only with finite ones.
-            const bool tiles = allFinite<kind>(sc.qa, rowsPad * h.dChunks * kTileK) &&
-                               allFinite<kind>(sc.doa, rowsPad * h.dvChunks * kTileK);
+            const bool tiles = allFinite<kind>(qb.qa, rowsPad * h.dChunks * kTileK) &&
+                               allFinite<kind>(qb.doa, rowsPad * h.dvChunks * kTileK);
             if (!tiles) tile::loadRows(p.q, u.b, n1, qRow0, rows, h.d, sc.qf);
             for (int64_t r = 0; r < rows; ++r) {
-                if (!rowTerms(bp, u.b, n1, rule, q0 + r, u.k0, nk, skv, r, kr, sc, nullptr) || tiles) continue;
+                if (!rowTerms(bp, u.b, n1, rule, q0 + r, u.k0, nk, skv, r, kr, qb, sc, nullptr) || tiles) continue;
                 for (int64_t j = 0; j < nk; ++j) {
                     if (!sc.kept[j]) continue;
-                    axpy(h.dv, sc.s[r * kr + j], sc.dof + r * h.dv, sc.dvAcc + j * ldv);
+                    axpy(h.dv, sc.s[r * kr + j], qb.dof + r * h.dv, sc.dvAcc + j * ldv);
                     axpy(h.d, sc.dp[r * kr + j], sc.qf + r * h.d, sc.dkAcc + j * ldk);
                 }
             }
@@ -376,39 +403,52 @@ ATTNOPS_AMX_FN void queryUnit(const BackwardParams& bp, TileShape t, const WorkU
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
     const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
-    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), kr = t.keyRows, ldq = h.dTiles * kTileN;
-    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
-    for (int64_t g = 0; g < p.group; ++g) {
-        const int64_t n1 = u.n2 * p.group + g;
-        loadQueryBlock(bp, u.b, n1, u.q0, rows, sc);
-        std::fill(sc.dqAcc, sc.dqAcc + rowTiles * kTileM * ldq, 0.0f);
-        std::fill(sc.exactDelta, sc.exactDelta + rows, 0.0f);
-        float* exactDelta = bp.sinkRowTerms != nullptr ? sc.exactDelta : nullptr;
+    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), kr = t.keyRows, qr = t.queryRows;
+    const int64_t ldq = h.dTiles * kTileN, qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    const bool sink = bp.sinkRowTerms != nullptr;
+    for (int64_t g0 = 0; g0 < p.group; g0 += kHeadsPerPass) {
+        const int64_t heads = std::min(kHeadsPerPass, p.group - g0);
+        for (int64_t g = 0; g < heads; ++g) {
+            const QueryRows qb = sc.query.head(h, qr, g);
+            loadQueryBlock(bp, u.b, u.n2 * p.group + g0 + g, u.q0, rows, qb, sc.out);
+            std::fill(qb.dqAcc, qb.dqAcc + rowTiles * kTileM * ldq, 0.0f);
+            std::fill(qb.exactDelta, qb.exactDelta + rows, 0.0f);
+        }
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += kr) {
             const int64_t nk = std::min(kr, keys.hi - k0), keyTiles = tilesOf(nk), keyChunks = chunksOf(nk);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
             cpu::amx::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, h.dChunks, keyTiles, sc.kb);
             cpu::amx::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, h.dv, h.dvChunks, keyTiles, sc.vb);
-            scoresAndGradients<kind, Tiles>(h, rows, nk, kr, sc);
             // The dS GEMM multiplies masked zeros by K: only with a finite key block.
             const bool tiles = allFinite<kind>(sc.kb, h.dChunks * keyTiles * kTileElems);
-            if (!tiles) tile::loadRows(p.k, u.b, u.n2, kvRow0, nk, h.d, sc.kf);
-            for (int64_t r = 0; r < rows; ++r) {
-                if (!rowTerms(bp, u.b, n1, rule, u.q0 + r, k0, nk, skv, r, kr, sc,
-                              exactDelta != nullptr ? exactDelta + r : nullptr) ||
-                    tiles)
-                    continue;
-                for (int64_t j = 0; j < nk; ++j)
-                    if (sc.kept[j]) axpy(h.d, sc.dp[r * kr + j], sc.kf + j * h.d, sc.dqAcc + r * ldq);
-            }
-            if (!tiles) continue;
             const int64_t lds = keyChunks * kTileK;  // dS: rows x keys, k = keys
-            cpu::amx::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, keyChunks, h.dTiles, sc.kbr);
-            cpu::amx::packFloats<kind, false>(sc.dp, kr, rows, nk, rowTiles * kTileM, lds, sc.dsa);
-            gemm<kind, Tiles>(rowTiles, h.dTiles, keyChunks, sc.dsa, lds, sc.kbr, sc.dqAcc, ldq, true);
+            if (tiles)
+                cpu::amx::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, h.d, keyChunks, h.dTiles, sc.kbr);
+            else
+                tile::loadRows(p.k, u.b, u.n2, kvRow0, nk, h.d, sc.kf);
+            for (int64_t g = 0; g < heads; ++g) {
+                const int64_t n1 = u.n2 * p.group + g0 + g;
+                const QueryRows qb = sc.query.head(h, qr, g);
+                scoresAndGradients<kind, Tiles>(h, rows, nk, kr, qb, sc);
+                for (int64_t r = 0; r < rows; ++r) {
+                    if (!rowTerms(bp, u.b, n1, rule, u.q0 + r, k0, nk, skv, r, kr, qb, sc,
+                                  sink ? qb.exactDelta + r : nullptr) ||
+                        tiles)
+                        continue;
+                    for (int64_t j = 0; j < nk; ++j)
+                        if (sc.kept[j]) axpy(h.d, sc.dp[r * kr + j], sc.kf + j * h.d, qb.dqAcc + r * ldq);
+                }
+                if (!tiles) continue;
+                cpu::amx::packFloats<kind, false>(sc.dp, kr, rows, nk, rowTiles * kTileM, lds, sc.dsa);
+                gemm<kind, Tiles>(rowTiles, h.dTiles, keyChunks, sc.dsa, lds, sc.kbr, qb.dqAcc, ldq, true);
+            }
         }
-        storeRows(bp.dq, u.b, n1, qRow0, rows, h.d, sc.dqAcc, ldq);
-        if (exactDelta != nullptr) tile::writeSinkRowTerms(bp, u.b, n1, u.q0, rows, sc.rowMax, sc.rowSum, exactDelta);
+        for (int64_t g = 0; g < heads; ++g) {
+            const int64_t n1 = u.n2 * p.group + g0 + g;
+            const QueryRows qb = sc.query.head(h, qr, g);
+            storeRows(bp.dq, u.b, n1, qRow0, rows, h.d, qb.dqAcc, ldq);
+            if (sink) tile::writeSinkRowTerms(bp, u.b, n1, u.q0, rows, qb.rowMax, qb.rowSum, qb.exactDelta);
+        }
     }
 }
 
