@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu/isa.hpp"
+#include "forced_impl.hpp"
 #include "ops/flash_attention_score/reference.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
@@ -1369,13 +1371,7 @@ TEST(FaBackwardDeterminism, ConcurrentStreamsGiveTheSerialResult) {
     expectSameGrads(serial, b, "stream 2");
 }
 
-class ForcedImpl {
-public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
-};
+using attnops::testsupport::ForcedImpl;
 
 TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
     std::vector<FaProblem> problems;
@@ -1393,7 +1389,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
+        for (const char* impl : {"amx", "avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1405,8 +1401,11 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
                 std::cout << "[ skipped  ] " << impl << ": " << attnopsGetLastErrorMessage() << "\n";
                 continue;
             }
-            // Only the bf16-pair entry declines problems: those whose operands are not bf16.
-            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && std::string(impl) == "avx512-bf16" && p.dtype != BF16)
+            // Only the 16-bit-operand entries decline problems: avx512-bf16 and amx those whose
+            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones.
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
+                (std::string(impl) == "amx-emulated" ? p.dtype == F32
+                                                     : (std::string(impl) == "avx512-bf16" || std::string(impl) == "amx") && p.dtype != BF16))
                 continue;
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << impl << ": " << attnopsGetLastErrorMessage();
             const GradCheck rc = attnops::tools::checkBackward(inst, g);
@@ -1424,8 +1423,8 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
     }
 }
 
-// The portable and AVX2 builds of the tiled kernel (the matrix above runs the default, the
-// first available) over the head-dim and length cases.
+// The other entries (the matrix above runs the default, the first available) over the head-dim,
+// length and feature cases; amx-emulated runs the AMX kernel on the tile emulator everywhere.
 struct ImplCase {
     std::string impl;
     Case c;
@@ -1448,8 +1447,11 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
         st = attnops::tools::runBackward(inst, g);
     }
     if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) GTEST_SKIP() << ic.impl << ": " << attnopsGetLastErrorMessage();
-    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "avx512-bf16" && ic.c.problem.dtype != BF16)
-        GTEST_SKIP() << "avx512-bf16 takes bf16 problems only";
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && (ic.impl == "avx512-bf16" || ic.impl == "amx") &&
+        ic.c.problem.dtype != BF16)
+        GTEST_SKIP() << ic.impl << " takes bf16 problems only (amx: fp16 too with AMX-FP16)";
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "amx-emulated" && ic.c.problem.dtype == F32)
+        GTEST_SKIP() << "amx-emulated takes bf16 and fp16 problems";
     ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     expectGradChecked(inst, g);
     expectTndTails(inst, g);
@@ -1457,10 +1459,20 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx2", "tiled-generic"}) {
+    for (const char* impl : {"amx", "avx512-bf16", "avx512", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
+        // The AMX kernels multiply 16-bit operands only: they take the fp32 cases as bf16. The
+        // hardware entry is listed only where AMX is granted (skips cost a process start each).
+        const bool amx = std::string(impl).rfind("amx", 0) == 0;
+        if (std::string(impl) == "amx" && !attnops::cpu::isa().amxGranted) continue;
+        auto add = [&](const Case& c) {
+            if (amx && c.problem.dtype == F32)
+                cases.push_back({impl, Case{c.name + "_as_bf16", withDtype(c.problem, BF16)}});
+            else
+                cases.push_back({impl, c});
+        };
         for (const auto& list : {headCases(), lengthCases()})
-            for (const Case& c : list) cases.push_back({impl, c});
-        for (const Case& c : featureCases()) cases.push_back({impl, c});
+            for (const Case& c : list) add(c);
+        for (const Case& c : featureCases()) add(c);
     }
     return cases;
 }

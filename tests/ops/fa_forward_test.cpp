@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "child_process.hpp"
+#include "cpu/isa.hpp"
+#include "forced_impl.hpp"
 #include "problem.hpp"
 #include "threads_guard.hpp"
 
@@ -607,6 +609,58 @@ std::vector<Case> randomCases() {
     return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Random, FaForwardMatrix, ::testing::ValuesIn(randomCases()), caseName);
+
+// The AMX kernel over the matrix: "amx-emulated", the kernel on the tile emulator, on every
+// machine, and "amx" where the CPU grants AMX (listed only there: hundreds of skipped cases cost
+// a process start each). Both multiply 16-bit operands only, so the fp32 cases run as bf16.
+struct ImplCase {
+    std::string impl;
+    Case c;
+};
+
+void PrintTo(const ImplCase& c, std::ostream* os) { *os << c.impl << " " << c.c.name << " (" << c.c.problem.describe() << ")"; }
+
+class FaForwardAmxMatrix : public ::testing::TestWithParam<ImplCase> {};
+
+TEST_P(FaForwardAmxMatrix, MatchesReference) {
+    const ImplCase& ic = GetParam();
+    FaInstance inst(ic.c.problem);
+    poisonOutputs(inst);
+    attnopsStatus st;
+    {
+        attnops::testsupport::ForcedImpl force(ic.impl.c_str());
+        st = inst.runForward();
+    }
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) GTEST_SKIP() << ic.impl << ": " << attnopsGetLastErrorMessage();
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "amx" && ic.c.problem.dtype == F16)
+        GTEST_SKIP() << "amx takes fp16 only on CPUs with AMX-FP16";
+    ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    expectChecked(inst, ic.c.rows);
+    expectTndTails(inst);
+}
+
+std::vector<ImplCase> amxCases() {
+    std::vector<ImplCase> cases;
+    for (const char* impl : {"amx", "amx-emulated"}) {
+        if (std::string(impl) == "amx" && !attnops::cpu::isa().amxGranted) continue;
+        for (const auto& list : {layoutCases(), headCases(), lengthCases(), sparseCases(), pseCases(), featureCases()})
+            for (const Case& c : list) {
+                Case bf = c;
+                if (c.problem.dtype == F32) {
+                    bf.name += "_as_bf16";
+                    bf.problem.dtype = BF16;
+                }
+                cases.push_back({impl, bf});
+            }
+    }
+    return cases;
+}
+
+std::string amxCaseName(const ::testing::TestParamInfo<ImplCase>& info) {
+    return (info.param.impl == "amx" ? "amx_" : "emulated_") + info.param.c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Amx, FaForwardAmxMatrix, ::testing::ValuesIn(amxCases()), amxCaseName);
 
 // ---------------------------------------------------------------- explicit mask forms
 
@@ -1414,13 +1468,7 @@ TEST(FaForwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     }
 }
 
-class ForcedImpl {
-public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
-};
+using attnops::testsupport::ForcedImpl;
 
 TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
     std::vector<FaProblem> problems;
@@ -1439,7 +1487,7 @@ TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
         return p;
     }());
     int ran = 0;
-    for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
+    for (const char* impl : {"amx", "avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
         for (const FaProblem& p : problems) {
             ForcedImpl force(impl);
             FaInstance inst(p);
@@ -1449,8 +1497,11 @@ TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
                 std::cout << "[   INFO   ] " << impl << " is not available on this CPU\n";
                 break;
             }
-            // Only the bf16-pair entry declines problems: those whose operands are not bf16.
-            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && std::string(impl) == "avx512-bf16" && p.dtype != BF16)
+            // Only the 16-bit-operand entries decline problems: avx512-bf16 and amx those whose
+            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones.
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
+                (std::string(impl) == "amx-emulated" ? p.dtype == F32
+                                                     : (std::string(impl) == "avx512-bf16" || std::string(impl) == "amx") && p.dtype != BF16))
                 continue;
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << impl << ": " << attnopsGetLastErrorMessage();
             ++ran;

@@ -44,13 +44,14 @@ int runInfo(bool asJson) {
         {"avx512fp16", f.avx512fp16},
         {"amx-tile", f.amxTile},
         {"amx-bf16", f.amxBf16},
+        {"amx-fp16", f.amxFp16},
     };
     std::vector<std::pair<std::string, std::string>> environment;
     for (const char* name : kEnvironment)
         if (const char* v = std::getenv(name)) environment.emplace_back(name, v);
 
     if (asJson) {
-        nlohmann::json cpuJson = {{"brand", f.brand}, {"amxGranted", f.amxGranted}};
+        nlohmann::json cpuJson = {{"brand", f.brand}, {"amxGranted", f.amxGranted}, {"amxStatus", f.amxStatus}};
         for (const auto& [name, has] : features) cpuJson["features"][name] = has;
         nlohmann::json devs = nlohmann::json::array();
         for (const attnopsDeviceInfo& d : devices)
@@ -75,7 +76,8 @@ int runInfo(bool asJson) {
     for (const auto& [name, has] : features) (has ? have : lack) += fmt::format(" {}", name);
     fmt::print("  features:{}\n", have.empty() ? " (none of the below)" : have);
     if (!lack.empty()) fmt::print("  missing: {}\n", lack.substr(1));
-    fmt::print("  AMX tile data granted by the OS: {}\n", f.amxGranted ? "yes" : "no");
+    fmt::print("  AMX tile data granted by the OS: {} ({}); kernels \"amx\" {}, \"amx-emulated\" only when forced\n",
+               f.amxGranted ? "yes" : "no", f.amxStatus, f.amxGranted ? "available" : "unavailable");
     if (!devices.empty()) {
         const attnopsDeviceInfo& d = devices.front();
         fmt::print("usable cores: {}\n", d.usableCores);

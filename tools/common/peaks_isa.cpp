@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include "cpu/amx/hw_tiles.hpp"
+
 #include <cstring>
 
 namespace attnops::tools::isa_loops {
@@ -63,41 +65,33 @@ __attribute__((target("avx512f,avx512bf16"))) double dotBf16Avx512(int64_t itera
 
 // AMX: four 16x16 fp32 accumulator tiles, each updated by a 16x32 bf16 A tile times a 32x16
 // (VNNI-paired) B tile per iteration: 16 * 16 * 32 * 2 FLOPs per tdpbf16ps. The caller must hold
-// the AMX permission (cpu::isa() asks Linux for it).
-struct alignas(64) TileConfig {
-    uint8_t palette = 1;
-    uint8_t startRow = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-};
-
-__attribute__((target("amx-tile,amx-bf16"))) double dotBf16Amx(int64_t iterations, float* sink) {
-    TileConfig cfg;
-    for (int t = 0; t < 8; ++t) {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
+// the AMX permission (cpu::isa() asks Linux for it). Through the kernels' tile backend, which
+// carries the GCC 12 ldtilecfg workaround.
+__attribute__((target(ATTNOPS_AMX_TARGET_LIST))) double dotBf16Amx(int64_t iterations, float* sink) {
+    using cpu::amx::tmm;
+    constexpr auto bf16 = cpu::amx::DotKind::Bf16;
+    static constexpr cpu::amx::TileConfig kConfig = cpu::amx::fullTiles();
     alignas(64) uint16_t operand[16 * 32];
     for (int i = 0; i < 16 * 32; ++i) operand[i] = 0x3a83;  // bf16 ~1e-3
     alignas(64) float out[16 * 16] = {};
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, operand, 64);
-    _tile_loadd(5, operand, 64);
-    _tile_loadd(6, operand, 64);
-    _tile_loadd(7, operand, 64);
+    cpu::amx::HwTiles t;
+    t.configure(kConfig);
+    t.zero(tmm<0>);
+    t.zero(tmm<1>);
+    t.zero(tmm<2>);
+    t.zero(tmm<3>);
+    t.load(tmm<4>, operand, 64);
+    t.load(tmm<5>, operand, 64);
+    t.load(tmm<6>, operand, 64);
+    t.load(tmm<7>, operand, 64);
     for (int64_t it = 0; it < iterations; ++it) {
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        t.dot<bf16>(tmm<0>, tmm<4>, tmm<6>);
+        t.dot<bf16>(tmm<1>, tmm<4>, tmm<7>);
+        t.dot<bf16>(tmm<2>, tmm<5>, tmm<6>);
+        t.dot<bf16>(tmm<3>, tmm<5>, tmm<7>);
     }
-    _tile_stored(0, out, 64);
-    _tile_release();
+    t.store(tmm<0>, out, 64);
+    t.release();
     *sink += out[0];
     return double(iterations) * 4 * 16 * 16 * 32 * 2;
 }

@@ -81,11 +81,12 @@ ATTNOPS_INLINE void loadRowsTransposed(const View4& view, int64_t b, int64_t n, 
     }
 }
 
-// Online-softmax update of one row with the probabilities of a key block, then acc += P.V.
-ATTNOPS_INLINE void accumulateRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, int64_t k0,
-                                  int64_t nk, float rowMax, float* __restrict s, const uint8_t* kept,
-                                  uint8_t* keep, const float* __restrict v, float& m, float& l,
-                                  float* __restrict acc) {
+// Online-softmax update of one row with the finished scores of a key block: s becomes the
+// probabilities that multiply V (masked keys 0, dropout applied), m and l are updated. Returns
+// the factor alpha by which the row's accumulator must be rescaled before P.V is added.
+ATTNOPS_INLINE float updateRowSoftmax(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, int64_t k0,
+                                      int64_t nk, float rowMax, float* __restrict s, const uint8_t* kept,
+                                      uint8_t* keep, float& m, float& l) {
     const float mNew = (rowMax > m || rowMax != rowMax) ? rowMax : m;
     const float alpha = m == kNegInf ? 0.0f : cpu::fastExp(m - mNew);
     float sum = 0.0f;
@@ -100,6 +101,15 @@ ATTNOPS_INLINE void accumulateRow(const ForwardParams& p, const WorkUnit& u, int
         dropoutKeepRow(p, u.b, n1, i, k0, nk, keep);
         for (int64_t j = 0; j < nk; ++j) s[j] = keep[j] ? s[j] * p.dropout.invKeepProb : 0.0f;
     }
+    return alpha;
+}
+
+// updateRowSoftmax, then acc = alpha * acc + P.V over the kept keys.
+ATTNOPS_INLINE void accumulateRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, int64_t k0,
+                                  int64_t nk, float rowMax, float* __restrict s, const uint8_t* kept,
+                                  uint8_t* keep, const float* __restrict v, float& m, float& l,
+                                  float* __restrict acc) {
+    const float alpha = updateRowSoftmax(p, u, n1, i, k0, nk, rowMax, s, kept, keep, m, l);
     const int64_t dv = p.dv;
     for (int64_t c = 0; c < dv; ++c) acc[c] *= alpha;
     for (int64_t j = 0; j < nk; ++j) {

@@ -8,11 +8,13 @@ namespace attnops::fa {
 
 const std::vector<const BackwardKernel*>& backwardKernels() {
     static const std::vector<const BackwardKernel*> list = {
+        &backwardKernelAmx(),
         &backwardKernelAvx512Bf16(),
         &backwardKernelAvx512(),
         &backwardKernelTiledAvx512(),
         &backwardKernelTiledAvx2(),
         &backwardKernelTiledGeneric(),
+        &backwardKernelAmxEmulated(),
         &backwardKernelReference(),
     };
     return list;

@@ -11,11 +11,13 @@ namespace attnops::fa {
 
 const std::vector<const ForwardKernel*>& forwardKernels() {
     static const std::vector<const ForwardKernel*> list = {
+        &forwardKernelAmx(),
         &forwardKernelAvx512Bf16(),
         &forwardKernelAvx512(),
         &forwardKernelTiledAvx512(),
         &forwardKernelTiledAvx2(),
         &forwardKernelTiledGeneric(),
+        &forwardKernelAmxEmulated(),
         &forwardKernelReference(),
     };
     return list;

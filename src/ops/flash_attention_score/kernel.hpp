@@ -26,9 +26,12 @@ struct ForwardKernel {
     TileShape (*tile)(const ForwardParams&, const PlatformInfo&);
     uint64_t (*scratchBytes)(const ForwardParams&, TileShape);  // per worker thread
     void (*run)(const ForwardParams&, TileShape, const WorkUnit&, void* scratch);
+    // Reachable only through ATTNOPS_FORCE_IMPL, never chosen by default (a software model of
+    // an instruction set: correct everywhere, far too slow to serve calls).
+    bool forceOnly = false;
 };
 
-// Fastest first, reference last.
+// Fastest first, reference last; entries marked forceOnly are skipped unless forced.
 const std::vector<const ForwardKernel*>& forwardKernels();
 
 // Backward work comes in two kinds of units, so that every output element has one writer and
@@ -48,10 +51,13 @@ struct BackwardKernel {
     uint64_t (*scratchBytes)(const BackwardParams&, TileShape);  // per worker thread, either unit
     void (*runKeyUnit)(const BackwardParams&, TileShape, const KeyUnit&, void* scratch);
     void (*runQueryUnit)(const BackwardParams&, TileShape, const WorkUnit&, void* scratch);
+    bool forceOnly = false;  // as ForwardKernel::forceOnly
 };
 
 const std::vector<const BackwardKernel*>& backwardKernels();
 
+const BackwardKernel& backwardKernelAmx();
+const BackwardKernel& backwardKernelAmxEmulated();
 const BackwardKernel& backwardKernelAvx512Bf16();
 const BackwardKernel& backwardKernelAvx512();
 const BackwardKernel& backwardKernelTiledAvx512();
@@ -60,6 +66,8 @@ const BackwardKernel& backwardKernelTiledGeneric();
 const BackwardKernel& backwardKernelReference();
 
 // Declared by each kernel file.
+const ForwardKernel& forwardKernelAmx();
+const ForwardKernel& forwardKernelAmxEmulated();
 const ForwardKernel& forwardKernelAvx512Bf16();
 const ForwardKernel& forwardKernelAvx512();
 const ForwardKernel& forwardKernelTiledAvx512();

@@ -22,8 +22,8 @@ void append(std::string& key, const T& value) {
 
 int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1) / blockRows; }
 
-// The first entry of `list` that runs here and accepts the problem, or the one ATTNOPS_FORCE_IMPL
-// names.
+// The first entry of `list` that runs here, accepts the problem and is not forceOnly (the
+// emulated AMX kernels), or the one ATTNOPS_FORCE_IMPL names.
 template <typename Kernel, typename Params>
 const Kernel& chooseKernel(const std::vector<const Kernel*>& list, const Params& p, const std::string& forced,
                            const char* op) {
@@ -40,7 +40,7 @@ const Kernel& chooseKernel(const std::vector<const Kernel*>& list, const Params&
         invalidArgument("ATTNOPS_FORCE_IMPL", forced, "is not a {} implementation ({})", op, names);
     }
     for (const Kernel* k : list)
-        if (k->available() && k->accepts(p)) return *k;
+        if (!k->forceOnly && k->available() && k->accepts(p)) return *k;
     internalError("no {} kernel accepted the problem", op);
 }
 

@@ -1,0 +1,48 @@
+// The "amx" entries: the AMX kernels of fa_amx_kernel.hpp on the tile instructions, with the
+// fp32 steps vectorised for AVX-512 (every AMX CPU has it). Available where CPUID reports
+// AMX-TILE and AMX-BF16 with a sane palette and Linux granted the tile state (cpu::isa()).
+// bf16 problems; fp16 ones too where the CPU has AMX-FP16 and the compiler knows TDPFP16PS.
+#include "cpu/amx/hw_tiles.hpp"
+#include "cpu/isa.hpp"
+
+// 512-bit vectors for the auto-vectorised row steps (GCC and clang otherwise prefer 256 bits).
+#if defined(__clang__)
+#define ATTNOPS_AMX_FN \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c," ATTNOPS_AMX_TARGET_LIST), min_vector_width(512)))
+#else
+#define ATTNOPS_AMX_FN \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c,prefer-vector-width=512," ATTNOPS_AMX_TARGET_LIST)))
+#endif
+#include "cpu/amx/fa_amx_kernel.hpp"
+
+namespace attnops::fa {
+namespace {
+
+using Hw = Entries<cpu::amx::HwTiles, cpu::amx::HwTiles::kHasFp16>;
+
+bool hasAmx() {
+    const cpu::IsaFeatures& f = cpu::isa();
+    return f.amxGranted && f.amxBf16 && f.avx512f && f.avx512bw && f.avx512vl && f.avx2 && f.fma && f.f16c;
+}
+
+template <typename Params>
+bool accepts(const Params& p) {
+    return operandsAre(p, DType::BF16) ||
+           (cpu::amx::HwTiles::kHasFp16 && cpu::isa().amxFp16 && operandsAre(p, DType::F16));
+}
+
+}  // namespace
+
+const ForwardKernel& forwardKernelAmx() {
+    static const ForwardKernel k{"amx", hasAmx, accepts<ForwardParams>, forwardTile,
+                                 scratchBytes<ForwardScratch, ForwardParams>, Hw::forward};
+    return k;
+}
+
+const BackwardKernel& backwardKernelAmx() {
+    static const BackwardKernel k{"amx", hasAmx, accepts<BackwardParams>, backwardTile,
+                                  scratchBytes<BackwardScratch, BackwardParams>, Hw::key, Hw::query};
+    return k;
+}
+
+}  // namespace attnops::fa

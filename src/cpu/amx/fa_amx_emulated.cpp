@@ -1,0 +1,38 @@
+// The "amx-emulated" entries: the AMX kernels of fa_amx_kernel.hpp on EmuTiles, the software
+// model of the tile unit, built for the x86-64 baseline. They run on every machine, so the AMX
+// kernels' packing, tiling, masks, softmax and backward are tested everywhere; they model a CPU
+// with AMX-FP16, so they take fp16 problems too. Thousands of times slower than the hardware:
+// never chosen by default, only through ATTNOPS_FORCE_IMPL=amx-emulated (forceOnly).
+#include "cpu/amx/emu_tiles.hpp"
+
+#define ATTNOPS_AMX_FN
+#include "cpu/amx/fa_amx_kernel.hpp"
+
+namespace attnops::fa {
+namespace {
+
+using Emulated = Entries<cpu::amx::EmuTiles, true>;
+
+bool always() { return true; }
+
+template <typename Params>
+bool accepts(const Params& p) {
+    return operandsAre(p, DType::BF16) || operandsAre(p, DType::F16);
+}
+
+}  // namespace
+
+const ForwardKernel& forwardKernelAmxEmulated() {
+    static const ForwardKernel k{"amx-emulated", always, accepts<ForwardParams>, forwardTile,
+                                 scratchBytes<ForwardScratch, ForwardParams>, Emulated::forward, true};
+    return k;
+}
+
+const BackwardKernel& backwardKernelAmxEmulated() {
+    static const BackwardKernel k{"amx-emulated", always, accepts<BackwardParams>, backwardTile,
+                                  scratchBytes<BackwardScratch, BackwardParams>, Emulated::key, Emulated::query,
+                                  true};
+    return k;
+}
+
+}  // namespace attnops::fa
