@@ -500,8 +500,10 @@ Params checkForward(const Args& a, int32_t device) {
     ms.preTokens = ms.nextTokens = fa::kUnbounded;
     if (mask) ms.maskData = static_cast<const uint8_t*>(mask->data);
     const int64_t mode = a.sparseMode;
-    if (p.decode) {  // sparseMode and tokens are ignored on the incremental branch
-        if (mask) {
+    if (p.decode) {
+        // sparseMode and the tokens are ignored on the incremental branch, and with them the
+        // compressed mask of modes 2-4 that callers pass unchanged from their prefill calls.
+        if (mask && !(mode >= 2 && mode <= 4 && isCompressedMask(*mask))) {
             decodeMask(*mask, s, ms);
             ms.explicitMask = true;
         }
