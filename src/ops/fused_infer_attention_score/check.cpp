@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/handles.hpp"
+#include "ops/flash_attention_score/layout.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
 namespace attnops::fia {
@@ -34,37 +35,12 @@ void rejectGiven(const void* t, const char* name, const char* what) {
     if (t != nullptr) unsupported("{} is given: {} is not implemented yet (pass NULL)", name, what);
 }
 
-// Logical axes of one operand: batch, heads, rows, dim (-1: absent; BSH folds heads into h).
-struct Axes {
-    int b, n, s, d, h;
-};
-Axes axesOf(Layout l) {
-    switch (l) {
-        case Layout::BSH: return {0, -1, 1, -1, 2};
-        case Layout::BSND: return {0, 2, 1, 3, -1};
-        case Layout::BNSD: return {0, 1, 2, 3, -1};
-        case Layout::TND: return {-1, 1, 0, 2, -1};
-    }
-    return {};
-}
-int rankOf(Layout l) { return l == Layout::BSND || l == Layout::BNSD ? 4 : 3; }
-
-std::vector<int64_t> layoutShape(Layout l, int64_t b, int64_t s, int64_t n, int64_t d) {
-    switch (l) {
-        case Layout::BSH: return {b, s, n * d};
-        case Layout::BSND: return {b, s, n, d};
-        case Layout::BNSD: return {b, n, s, d};
-        case Layout::TND: return {s, n, d};
-    }
-    return {};
-}
-
 // (batch, heads, rows, dim) of an operand whose head count is `heads` (BSH: h / heads = dim).
 struct Dims {
     int64_t b = 1, s = 0, n = 0, d = 0;
 };
-Dims dimsOf(const attnopsTensor& t, Layout l, int64_t heads, const char* name) {
-    const Axes a = axesOf(l);
+Dims dimsOf(const attnopsTensor& t, fa::Layout l, int64_t heads, const char* name) {
+    const fa::Axes a = fa::axesOf(l);
     Dims r;
     if (a.b >= 0) r.b = t.shape[a.b];
     r.s = t.shape[a.s];
@@ -83,19 +59,6 @@ Dims dimsOf(const attnopsTensor& t, Layout l, int64_t heads, const char* name) {
                             r.n, heads);
     }
     return r;
-}
-
-template <typename View>
-View viewOf(const attnopsTensor& t, Layout l, int64_t headDim) {
-    const Axes a = axesOf(l);
-    View v;
-    v.data = t.data;
-    v.dtype = t.dtype;
-    v.stride[0] = a.b >= 0 ? t.strides[a.b] : 0;
-    v.stride[2] = t.strides[a.s];
-    v.stride[1] = a.h >= 0 ? headDim * t.strides[a.h] : t.strides[a.n];
-    v.stride[3] = a.h >= 0 ? t.strides[a.h] : t.strides[a.d];
-    return v;
 }
 
 // Every element of a small tensor as float, in row-major logical order (strides honoured).
@@ -184,22 +147,12 @@ void decodeMask(const attnopsTensor& m, const Shapes& s, fa::MaskSpec& spec) {
 
 }  // namespace
 
-const char* layoutName(Layout layout) {
-    switch (layout) {
-        case Layout::BSH: return "BSH";
-        case Layout::BSND: return "BSND";
-        case Layout::BNSD: return "BNSD";
-        case Layout::TND: return "TND";
-    }
-    return "?";
-}
-
 namespace {
 
-Layout parseLayout(const char* name) {
+fa::Layout parseLayout(const char* name) {
     if (name == nullptr) nullArgument("inputLayout");
-    for (Layout l : {Layout::BSH, Layout::BSND, Layout::BNSD, Layout::TND})
-        if (std::strcmp(name, layoutName(l)) == 0) return l;
+    for (fa::Layout l : {fa::Layout::BSH, fa::Layout::BSND, fa::Layout::BNSD, fa::Layout::TND})
+        if (std::strcmp(name, fa::layoutName(l)) == 0) return l;
     for (const char* later : {"BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "NTD", "NTD_TND", "TND_NTD"})
         if (std::strcmp(name, later) == 0) unsupported("inputLayout = \"{}\": output-transposing and NTD layouts are not implemented yet", name);
     invalidArgument("inputLayout", fmt::format("\"{}\"", name), "must be one of BSH, BSND, BNSD, TND (upper case)");
@@ -319,11 +272,11 @@ Params checkForward(const Args& a, int32_t device) {
     if (a.antiquantMode != 0 && a.antiquantMode != 1) invalidArgument("antiquantMode", a.antiquantMode, "must be 0 or 1");
 
     // 2. Layout, dtypes, heads and head dims (spec 4, 11, 12).
-    const Layout layout = parseLayout(a.inputLayout);
+    const fa::Layout layout = parseLayout(a.inputLayout);
     p.layout = layout;
-    c.varlen = layout == Layout::TND;
-    const std::string rankWhy = fmt::format("inputLayout {}", layoutName(layout));
-    requireRank(q, "query", rankOf(layout), rankWhy);
+    c.varlen = layout == fa::Layout::TND;
+    const std::string rankWhy = fmt::format("inputLayout {}", fa::layoutName(layout));
+    requireRank(q, "query", fa::rankOf(layout), rankWhy);
     if (q.dtype == DType::I8) unsupported("query.dtype = int8: full quantisation is not implemented yet");
     if (!isHalf(q.dtype)) invalidArgument("query.dtype", dtypeName(q.dtype), "must be fp16 or bf16");
     const bool int8Kv = k.dtype == DType::I8;
@@ -351,8 +304,8 @@ Params checkForward(const Args& a, int32_t device) {
     if (shapeOf(v).size() != shapeOf(k).size()) invalidArgument("value.shape", shapeString(v), "must have key's rank {}", k.rank);
     int64_t blockNum = 0;
     if (table == nullptr) {
-        requireRank(k, "key", rankOf(layout), rankWhy);
-        requireRank(v, "value", rankOf(layout), rankWhy);
+        requireRank(k, "key", fa::rankOf(layout), rankWhy);
+        requireRank(v, "value", fa::rankOf(layout), rankWhy);
         const Dims dk = dimsOf(k, layout, s.n2, "key");
         const Dims dvv = dimsOf(v, layout, s.n2, "value");
         if (!c.varlen && dk.b != s.batch) invalidArgument("key.shape", shapeString(k), "batch {} must equal the query's B = {}", dk.b, s.batch);
@@ -365,7 +318,7 @@ Params checkForward(const Args& a, int32_t device) {
         if (s.dv != s.d && (s.d > 128 || s.dv > 128 || int8Kv))
             invalidArgument("value.shape", shapeString(v), "head dim {} may differ from D = {} only when both are <= 128 (no int8 key/value)",
                             s.dv, s.d);
-        const fa::View4 kv = viewOf<fa::View4>(k, layout, s.d), vv = viewOf<fa::View4>(v, layout, s.dv);
+        const fa::View4 kv = fa::viewOf<fa::View4>(k, layout, s.d), vv = fa::viewOf<fa::View4>(v, layout, s.dv);
         for (auto [src, view] : {std::pair{&p.key, &kv}, std::pair{&p.value, &vv}}) {
             src->data = view->data;
             src->dtype = view->dtype;
@@ -429,11 +382,11 @@ Params checkForward(const Args& a, int32_t device) {
     c.dv = s.dv;
 
     // 4. Output shape.
-    const std::vector<int64_t> outShape = layoutShape(layout, s.batch, s.qS, s.n1, s.dv);
+    const std::vector<int64_t> outShape = fa::expectedShape(layout, s.batch, s.qS, s.n1, s.dv);
     if (!shapeIs(out, outShape))
         invalidArgument("attentionOut.shape", shapeString(out), "must be {} (the query's shape with D replaced by Dv)", dimsText(outShape));
-    c.q = viewOf<fa::View4>(q, layout, s.d);
-    c.out = viewOf<fa::MutView4>(out, layout, s.dv);
+    c.q = fa::viewOf<fa::View4>(q, layout, s.d);
+    c.out = fa::viewOf<fa::MutView4>(out, layout, s.dv);
     p.qSeqCapacity = s.qS;
     c.qRowsTotal = s.qS;
 

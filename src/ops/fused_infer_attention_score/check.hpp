@@ -64,6 +64,4 @@ struct Args {
 // Throws a StatusError on the first rule broken; `device` is the planning device's index.
 Params checkForward(const Args& args, int32_t device);
 
-const char* layoutName(Layout layout);
-
 }  // namespace attnops::fia

@@ -15,8 +15,6 @@ namespace attnops::fia {
 // Largest head dim accepted (spec section 12).
 constexpr int64_t kMaxHeadDim = 512;
 
-enum class Layout { BSH, BSND, BNSD, TND };
-
 enum class CacheFormat { None, BnBsH, BnNBsD, NZ };
 
 // Block table of a paged cache: logical row t of batch b is row t % blockSize of physical block
@@ -63,7 +61,7 @@ struct Params {
     // the batch's first packed row; paged: kvStart 0), mask rule, scale, n1/n2/group/d/dv.
     // core.k and core.v are unused (see key, value); core.pse is None, core.dropout off.
     fa::ForwardParams core;
-    Layout layout = Layout::BNSD;
+    fa::Layout layout = fa::Layout::BNSD;  // BSH, BSND, BNSD or TND
     bool decode = false;           // Q_S == 1, not TND: the incremental (IFA) branch
     int64_t qSeqCapacity = 0;      // Q_S (non-TND): rows per batch of the query and output
     KvSource key, value;
