@@ -64,6 +64,7 @@ extern "C" {
  * softmaxLseFlag: softmaxLse (fp32 [B,Q_N,Q_S,1], TND [T,Q_N,1]) receives log(sum) + max per row,
  *   +inf for rows that attend nothing or are not computed; untouched (may be NULL) when false.
  * scaleValue multiplies Q.K^T. innerPrecise 0-3 (decode 0/1) changes nothing in the result.
+ * keyRopeAntiquantScaleOptional is reserved upstream and ignored; antiquantMode must be 0 or 1.
  * Rows that attend nothing, rows beyond a batch's actual length and TND rows beyond the last
  * cumulative end are written 0. Results are bitwise identical for any thread count. */
 ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV4GetWorkspaceSize(

@@ -323,3 +323,19 @@ TEST(FiaCheck, MismatchedShapesAndModes) {
     FiaInstance tm(t);
     expectRejected(planWith(tm, [](fia::Args& a) { a.sparseMode = 1; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "with inputLayout TND");
 }
+
+TEST(FiaCheck, TheComparisonCatchesAWrongElement) {
+    FiaProblem p = prefill("BSND", 2, 5, 9, 2, 1, 16);
+    p.qLens = {5, 3};
+    FiaInstance inst(p);
+    ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    EXPECT_EQ(lastImplementation(), "tiled-generic");
+    ASSERT_TRUE(checkFia(inst).passed);
+    const int64_t computed = 7, padding = ((1 * 5 + 4) * 2 + 1) * 16;  // (b 1, row 4, head 1): beyond qLens[1]
+    const float saved = inst.attentionOut.get(computed);
+    inst.attentionOut.set(computed, saved + 0.01f);
+    EXPECT_FALSE(checkFia(inst).passed);
+    inst.attentionOut.set(computed, saved);
+    inst.attentionOut.set(padding, 1e-3f);
+    EXPECT_FALSE(checkFia(inst).passed);
+}
