@@ -339,3 +339,27 @@ TEST(FiaCheck, TheComparisonCatchesAWrongElement) {
     inst.attentionOut.set(padding, 1e-3f);
     EXPECT_FALSE(checkFia(inst).passed);
 }
+
+TEST(FiaCheck, QuantSinkAndAttributeRules) {
+    FiaProblem q = decode("BSND", 2, 50, 4, 2, 32);
+    q.int8Kv = true;
+    FiaInstance qi(q);
+    expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantScale = nullptr; }), ATTNOPS_ERROR_NULL_ARGUMENT,
+                   "keyAntiquantScale = NULL");
+    expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantMode = 1; }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "keyAntiquantMode/valueAntiquantMode = 1/0");
+    expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantMode = 3; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
+                   "keyAntiquantMode = 3");
+    expectRejected(planWith(qi, [&](fia::Args& a) { a.valueAntiquantOffset = qi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "valueAntiquantOffset.shape");
+    FiaInstance fi(decode("BSH", 2, 10, 4, 2, 16));
+    expectRejected(planWith(fi, [&](fia::Args& a) { a.keyAntiquantScale = fi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "keyAntiquantScale = non-NULL");
+    expectRejected(planWith(fi, [&](fia::Args& a) { a.learnableSink = fi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "learnableSink.shape");
+    expectRejected(planWith(fi, [](fia::Args& a) { a.innerPrecise = 2; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "innerPrecise = 2");
+    expectRejected(planWith(fi, [](fia::Args& a) { a.queryQuantMode = 3; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
+                   "queryQuantMode = 3");
+    FiaInstance ti(withMode(tnd({3}, {3}, 2, 2, 16), 4, -5, 10));
+    expectRejected(planWith(ti, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "preTokens/nextTokens = -5/10");
+}
