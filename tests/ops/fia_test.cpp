@@ -232,6 +232,11 @@ TEST(FiaAntiquant, Int8PerChannelAndPerToken) {
     FiaProblem pre = prefill("BNSD", 1, 9, 33, 2, 1, 32);
     pre.int8Kv = true;
     expectMatches(withMode(pre, 3));
+    FiaProblem t = withMode(tnd({2, 5}, {40, 5}, 4, 2, 32), 3);
+    t.int8Kv = true;
+    t.keyQuantMode = t.valueQuantMode = 1;
+    expectMatches(t);
+    expectMatches(paged(t, "BnBsH", 32));
 }
 
 TEST(FiaSink, LearnableSink) {
