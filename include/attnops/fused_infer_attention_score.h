@@ -38,7 +38,7 @@ extern "C" {
  * Paged KV (blockTableOptional given): blockTable int32 [B, maxBlocksPerSeq]; key/value are the
  *   caches BnBsH [blockNum,blockSize,KV_N*D], BnNBsD [blockNum,KV_N,blockSize,D] or NZ
  *   [blockNum,KV_N,D/D0,blockSize,D0] (D0 = 16 for fp16/bf16, 32 for int8); blockSize > 0 equals
- *   the cache's block dim, is a multiple of 16 and at most 1024. Only the first
+ *   the cache's block dim, is a multiple of 16 (32 with int8) and at most 1024. Only the first
  *   ceil(skv_b / blockSize) entries of row b are read; each must be in [0, blockNum).
  * actualSeqLengths / actualSeqLengthsKv (host arrays): BSH/BSND/BNSD: per-batch lengths (1 entry:
  *   broadcast; >= B entries: the first B), <= Q_S / KV_S (paged: <= maxBlocksPerSeq*blockSize);
@@ -52,9 +52,9 @@ extern "C" {
  *   2, 3, 4: the compressed [2048,2048] (or [1,2048,2048], [1,1,2048,2048]) mask is required and
  *   only its shape is checked; the rule is computed (2 top-left causal, 3 bottom-right causal, 4
  *   bottom-right band of preTokens/nextTokens). TND: mode 0 without a mask, 3 or 4. Decode
- *   (Q_S == 1, not TND): sparseMode and the tokens are ignored; the mask is [B,KV_S], [B,1,KV_S]
- *   or [B,1,1,KV_S] (last dim may be larger). Modes 5-8 are invalid; 9 (tree mask) is not yet
- *   implemented.
+ *   (Q_S == 1, not TND): sparseMode and the tokens are ignored, and so is the compressed mask of
+ *   modes 2-4; any other mask is [B,KV_S], [B,1,KV_S] or [B,1,1,KV_S] (last dim may be larger).
+ *   Modes 5-8 are invalid; 9 (tree mask) is not yet implemented.
  * keyAntiquantScale/Offset, valueAntiquantScale/Offset with keyAntiquantMode/valueAntiquantMode
  *   (int8 key/value): mode 0 per-channel, scale of the query dtype shaped [KV_N*D], [KV_N,D],
  *   [KV_N,1,D], [1,KV_N*D], [1,KV_N,D], [1,KV_N,1,D], or [1] (per-tensor); mode 1 per-token, fp32
