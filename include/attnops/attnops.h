@@ -5,6 +5,7 @@
 #include "attnops/block_attention_residuals.h"
 #include "attnops/flash_attention_score.h"
 #include "attnops/flash_attention_score_grad.h"
+#include "attnops/fused_infer_attention_score.h"
 #include "attnops/runtime.h"
 #include "attnops/status.h"
 #include "attnops/tensor.h"

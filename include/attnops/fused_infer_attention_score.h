@@ -1,0 +1,102 @@
+/* FusedInferAttentionScore (inference attention: prefill and decode, paged KV caches): two-phase
+ * API with the argument list of aclnnFusedInferAttentionScoreV4. Semantics:
+ * shared/spec/fused-infer-attention-score.md (section A decides where upstream is unclear).
+ *
+ * Implemented so far (everything else is rejected with ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION
+ * and a message naming the argument, never ignored):
+ *   query fp16/bf16; key/value the query dtype, or int8 with separate per-channel (mode 0) or
+ *   per-token (mode 1) dequantisation (x + offset) * scale;
+ *   inputLayout BSH, BSND, BNSD, TND; GQA with any ratio; actual sequence lengths;
+ *   sparseMode 0-4; paged KV caches (BnBsH, BnNBsD, NZ); softmaxLse; learnableSink. */
+#ifndef ATTNOPS_FUSED_INFER_ATTENTION_SCORE_H
+#define ATTNOPS_FUSED_INFER_ATTENTION_SCORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attnops/export.h"
+#include "attnops/runtime.h"
+#include "attnops/status.h"
+#include "attnops/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Phase 1: validates every argument, plans the work on the calling thread's current device and
+ * returns the workspace size and a single-use executor.
+ *
+ * key, value: arrays of keyCount / valueCount tensor handles (aclnn's aclTensorList). A count of
+ *   1 is a plain tensor; more (tensor-list KV) is not implemented yet.
+ * Layouts (upper case), Q_N = numHeads, KV_N = numKeyValueHeads (0: Q_N), Q_N % KV_N == 0:
+ *   BSH  query [B,Q_S,Q_N*D]   key/value [B,KV_S,KV_N*D]
+ *   BSND query [B,Q_S,Q_N,D]   key/value [B,KV_S,KV_N,D]
+ *   BNSD query [B,Q_N,Q_S,D]   key/value [B,KV_N,KV_S,D]
+ *   TND  query [T,Q_N,D]       key/value [T_kv,KV_N,D]
+ *   attentionOut: the query's shape with D replaced by the value head dim Dv (Dv may differ from
+ *   D only without a paged cache and with D, Dv <= 128). D <= 512.
+ * Paged KV (blockTableOptional given): blockTable int32 [B, maxBlocksPerSeq]; key/value are the
+ *   caches BnBsH [blockNum,blockSize,KV_N*D], BnNBsD [blockNum,KV_N,blockSize,D] or NZ
+ *   [blockNum,KV_N,D/D0,blockSize,D0] (D0 = 16 for fp16/bf16, 32 for int8); blockSize > 0 equals
+ *   the cache's block dim, is a multiple of 16 (32 with int8) and at most 1024. Only the first
+ *   ceil(skv_b / blockSize) entries of row b are read; each must be in [0, blockNum).
+ * actualSeqLengths / actualSeqLengthsKv (host arrays): BSH/BSND/BNSD: per-batch lengths (1 entry:
+ *   broadcast; >= B entries: the first B), <= Q_S / KV_S (paged: <= maxBlocksPerSeq*blockSize);
+ *   NULL: Q_S / KV_S. With Q_S == 1 (decode) actualSeqLengths is ignored. TND: cumulative ends
+ *   without a leading 0, non-decreasing, one per batch, the last <= T (rows beyond it are written
+ *   0); both required; with a paged cache actualSeqLengthsKv holds per-batch lengths instead.
+ *   A paged cache requires actualSeqLengthsKv.
+ * attenMaskOptional: bool/int8/uint8, 1 = masked. sparseMode 0: optional; with it the band
+ *   preTokens/nextTokens applies too; shapes [Q_S,KV_S], [B|1,Q_S,KV_S], [B|1,1,Q_S,KV_S] (last two
+ *   dims may be larger; paged: last dim >= maxBlocksPerSeq*blockSize). 1: required, same shapes.
+ *   2, 3, 4: the compressed [2048,2048] (or [1,2048,2048], [1,1,2048,2048]) mask is required and
+ *   only its shape is checked; the rule is computed (2 top-left causal, 3 bottom-right causal, 4
+ *   bottom-right band of preTokens/nextTokens). TND: mode 0 without a mask, 3 or 4. Decode
+ *   (Q_S == 1, not TND): sparseMode and the tokens are ignored, and so is the compressed mask of
+ *   modes 2-4; any other mask is [B,KV_S], [B,1,KV_S] or [B,1,1,KV_S] (last dim may be larger).
+ *   Modes 5-8 are invalid; 9 (tree mask) is not yet implemented.
+ * keyAntiquantScale/Offset, valueAntiquantScale/Offset with keyAntiquantMode/valueAntiquantMode
+ *   (int8 key/value): mode 0 per-channel, scale of the query dtype shaped [KV_N*D], [KV_N,D],
+ *   [KV_N,1,D], [1,KV_N*D], [1,KV_N,D], [1,KV_N,1,D], or [1] (per-tensor); mode 1 per-token, fp32
+ *   [B,S] or [1,B,S] with S >= KV_S (paged: >= maxBlocksPerSeq*blockSize). Offsets are optional,
+ *   shaped and typed as their scales. The key and value modes are equal, or key 0 and value 1.
+ * learnableSinkOptional: [Q_N] of the query dtype; joins each row's softmax sum (innerPrecise 0).
+ * softmaxLseFlag: softmaxLse (fp32 [B,Q_N,Q_S,1], TND [T,Q_N,1]) receives log(sum) + max per row,
+ *   +inf for rows that attend nothing or are not computed; untouched (may be NULL) when false.
+ * scaleValue multiplies Q.K^T. innerPrecise 0-3 (decode 0/1) changes nothing in the result.
+ * keyRopeAntiquantScaleOptional is reserved upstream and ignored; antiquantMode must be 0 or 1.
+ * Rows that attend nothing, rows beyond a batch's actual length and TND rows beyond the last
+ * cumulative end are written 0. Results are bitwise identical for any thread count. */
+ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
+    const attnopsTensor* query, const attnopsTensor* const* key, uint64_t keyCount,
+    const attnopsTensor* const* value, uint64_t valueCount, const attnopsTensor* pseShiftOptional,
+    const attnopsTensor* attenMaskOptional, const attnopsIntArray* actualSeqLengthsOptional,
+    const attnopsIntArray* actualSeqLengthsKvOptional, const attnopsTensor* deqScale1Optional,
+    const attnopsTensor* quantScale1Optional, const attnopsTensor* deqScale2Optional,
+    const attnopsTensor* quantScale2Optional, const attnopsTensor* quantOffset2Optional,
+    const attnopsTensor* antiquantScaleOptional, const attnopsTensor* antiquantOffsetOptional,
+    const attnopsTensor* blockTableOptional, const attnopsTensor* queryPaddingSizeOptional,
+    const attnopsTensor* kvPaddingSizeOptional, const attnopsTensor* keyAntiquantScaleOptional,
+    const attnopsTensor* keyAntiquantOffsetOptional, const attnopsTensor* valueAntiquantScaleOptional,
+    const attnopsTensor* valueAntiquantOffsetOptional, const attnopsTensor* keySharedPrefixOptional,
+    const attnopsTensor* valueSharedPrefixOptional, const attnopsIntArray* actualSharedPrefixLenOptional,
+    const attnopsTensor* queryRopeOptional, const attnopsTensor* keyRopeOptional,
+    const attnopsTensor* keyRopeAntiquantScaleOptional, const attnopsTensor* dequantScaleQueryOptional,
+    const attnopsTensor* learnableSinkOptional, int64_t numHeads, double scaleValue, int64_t preTokens,
+    int64_t nextTokens, const char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode,
+    int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
+    int64_t keyAntiquantMode, int64_t valueAntiquantMode, int64_t queryQuantMode,
+    const attnopsTensor* attentionOut, const attnopsTensor* softmaxLse, uint64_t* workspaceSize,
+    attnopsExecutor** executor);
+
+/* Phase 2: enqueues the planned work on `stream` (NULL: the current device's default stream).
+ * `workspace` must hold at least the size phase 1 returned (it may be NULL when that is 0).
+ * The executor is consumed, whatever the outcome. Tensors must stay alive until the work ends. */
+ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV4(void* workspace, uint64_t workspaceSize,
+                                                            attnopsExecutor* executor, attnopsStream* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

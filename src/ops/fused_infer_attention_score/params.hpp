@@ -1,0 +1,100 @@
+// FusedInferAttentionScore parameters: the only thing a kernel sees. The attention core (query,
+// output, per-batch lengths, mask rule, scale, heads) is a FlashAttentionScore ForwardParams, so
+// the mask geometry of semantics.hpp serves both operators; the key/value sources (strided or
+// paged, possibly int8 with dequantisation) and the outputs particular to inference live here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "ops/flash_attention_score/params.hpp"
+
+namespace attnops::fia {
+
+// Largest head dim accepted (spec section 12).
+constexpr int64_t kMaxHeadDim = 512;
+
+enum class CacheFormat { None, BnBsH, BnNBsD, NZ };
+
+// Block table of a paged cache: logical row t of batch b is row t % blockSize of physical block
+// entry(b, t / blockSize). Every entry a kernel reads was checked in phase 1.
+struct BlockTable {
+    const int32_t* data = nullptr;  // NULL: not paged
+    int64_t rowStride = 0, colStride = 0;
+    int64_t blockSize = 0;
+
+    int64_t entry(int64_t b, int64_t block) const { return data[b * rowStride + block * colStride]; }
+};
+
+// Where element (b, kv head m, row t, dim d) of a key or value source lives. Not paged: rows are
+// absolute (TND: the batch's first row plus t) and the batch stride applies. Paged: the batch
+// picks the block-table row, `blockStride` a physical block and `rowStride` a row in it. The dim
+// index is split as d = group * dimGroup + lane (NZ: D0 lanes; otherwise one group).
+struct KvSource {
+    const void* data = nullptr;
+    DType dtype = DType::F16;
+    int64_t batchStride = 0, headStride = 0, rowStride = 0, blockStride = 0;
+    int64_t dimStride = 1, dimGroup = 0, dimGroupStride = 0;  // dimGroup 0: no split
+
+    int64_t dimOffset(int64_t d) const {
+        return dimGroup == 0 ? d * dimStride : (d / dimGroup) * dimGroupStride + (d % dimGroup) * dimStride;
+    }
+};
+
+// Dequantisation x_hat = (x + offset) * scale of an int8 source (spec 9.1).
+enum class Antiquant { None, PerChannel, PerToken };
+
+struct AntiquantSpec {
+    Antiquant mode = Antiquant::None;
+    int64_t headDim = 0;               // D of the source (per-channel index m * headDim + d)
+    std::vector<float> scale, offset;  // per-channel: [KV_N * headDim] (one entry: per-tensor)
+    // Per-token: fp32 views indexed (b, t); offset data NULL means offset 0.
+    const float* tokenScale = nullptr;
+    const float* tokenOffset = nullptr;
+    int64_t tokenStride[2] = {0, 0};
+    int64_t tokenOffsetStride[2] = {0, 0};
+};
+
+struct Params {
+    // Attention core: q and out views (b, n, row, d), per-batch lengths (seq; TND: qStart is
+    // the batch's first packed row; paged: kvStart 0), mask rule, scale, n1/n2/group/d/dv.
+    // core.k and core.v are unused (see key, value); core.pse is None, core.dropout off.
+    fa::ForwardParams core;
+    fa::Layout layout = fa::Layout::BNSD;  // BSH, BSND, BNSD or TND
+    bool decode = false;           // Q_S == 1, not TND: the incremental (IFA) branch
+    int64_t qSeqCapacity = 0;      // Q_S (non-TND): rows per batch of the query and output
+    KvSource key, value;
+    BlockTable table;              // paged iff table.data != NULL
+    CacheFormat cache = CacheFormat::None;
+    AntiquantSpec keyQuant, valueQuant;
+    bool writeLse = false;
+    fa::MutView4 lse;              // fp32 (b, n1, row, 0)
+    std::vector<float> sink;       // [Q_N] learnable sink logits; empty: none
+    DType probDType = DType::F16;  // probabilities rounded to it before P.V (precision model)
+};
+
+// Offset of row t of head m of batch b in a key or value source (elements).
+inline int64_t kvRowOffset(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t t) {
+    if (p.table.data == nullptr)
+        return b * s.batchStride + m * s.headStride + (p.core.seq.kvStart[size_t(b)] + t) * s.rowStride;
+    const int64_t bs = p.table.blockSize;
+    return p.table.entry(b, t / bs) * s.blockStride + m * s.headStride + (t % bs) * s.rowStride;
+}
+
+// Dequantised (or converted) element d of row t of head m of batch b.
+inline float kvElement(const Params& p, const KvSource& s, const AntiquantSpec& q, int64_t b, int64_t m, int64_t t,
+                       int64_t d) {
+    const int64_t at = kvRowOffset(p, s, b, m, t) + s.dimOffset(d);
+    if (q.mode == Antiquant::None) return loadAsFloat(s.data, at, s.dtype);
+    const float x = float(static_cast<const int8_t*>(s.data)[at]);
+    if (q.mode == Antiquant::PerChannel) {
+        const size_t c = q.scale.size() == 1 ? 0 : size_t(m * q.headDim + d);
+        return (x + (q.offset.empty() ? 0.0f : q.offset[c])) * q.scale[c];
+    }
+    const int64_t i = b * q.tokenStride[0] + t * q.tokenStride[1];
+    const float offset = q.tokenOffset ? q.tokenOffset[b * q.tokenOffsetStride[0] + t * q.tokenOffsetStride[1]] : 0.0f;
+    return (x + offset) * q.tokenScale[i];
+}
+
+}  // namespace attnops::fia

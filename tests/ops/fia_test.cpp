@@ -1,0 +1,370 @@
+// FusedInferAttentionScore: results against the double reference under the tolerance rule on
+// every layout, GQA ratio, sparse mode, actual-length pattern, paged cache format and int8
+// dequantisation mode; paged equals contiguous bit for bit; determinism across thread counts;
+// and bad input giving the right status and a message naming the argument.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "problem_fia.hpp"
+#include "threads_guard.hpp"
+
+using namespace attnops;
+using namespace attnops::tools;
+
+namespace {
+
+FiaProblem decode(const std::string& layout, int64_t batch, int64_t kvSeqLen, int64_t heads, int64_t kvHeads, int64_t dim) {
+    FiaProblem p;
+    p.layout = layout;
+    p.batch = batch;
+    p.qSeqLen = 1;
+    p.kvSeqLen = kvSeqLen;
+    p.heads = heads;
+    p.kvHeads = kvHeads;
+    p.dim = dim;
+    return p;
+}
+
+FiaProblem prefill(const std::string& layout, int64_t batch, int64_t qSeqLen, int64_t kvSeqLen, int64_t heads, int64_t kvHeads,
+                   int64_t dim) {
+    FiaProblem p = decode(layout, batch, kvSeqLen, heads, kvHeads, dim);
+    p.qSeqLen = qSeqLen;
+    return p;
+}
+
+FiaProblem tnd(std::vector<int64_t> qLens, std::vector<int64_t> kvLens, int64_t heads, int64_t kvHeads, int64_t dim) {
+    FiaProblem p;
+    p.layout = "TND";
+    p.qLens = std::move(qLens);
+    p.kvLens = std::move(kvLens);
+    p.heads = heads;
+    p.kvHeads = kvHeads;
+    p.dim = dim;
+    return p;
+}
+
+FiaProblem paged(FiaProblem p, const std::string& cache, int64_t blockSize) {
+    p.cache = cache;
+    p.blockSize = blockSize;
+    return p;
+}
+
+FiaProblem withMode(FiaProblem p, int64_t mode, int64_t pre = kNoBand, int64_t next = kNoBand) {
+    p.sparseMode = mode;
+    p.preTokens = pre;
+    p.nextTokens = next;
+    return p;
+}
+
+// Runs the problem and checks every row against the reference.
+void expectMatches(const FiaProblem& p) {
+    SCOPED_TRACE(p.describe());
+    FiaInstance inst(p);
+    ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    const FiaCheck r = checkFia(inst);
+    EXPECT_TRUE(r.passed) << r.firstFailure << " (rows " << r.rows << ", error " << r.maxAbsError << ", tolerance "
+                          << r.tolerance << ", lse error " << r.maxLseError << ")";
+    EXPECT_GT(r.rows + r.emptyRows, 0);
+}
+
+std::vector<uint8_t> runBytes(const FiaProblem& p) {
+    FiaInstance inst(p);
+    EXPECT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    std::vector<uint8_t> bytes = inst.attentionOut.bytes();
+    if (!inst.softmaxLse.empty()) bytes.insert(bytes.end(), inst.softmaxLse.bytes().begin(), inst.softmaxLse.bytes().end());
+    return bytes;
+}
+
+// Phase 1 of a modified call: the status and the message.
+struct Outcome {
+    attnopsStatus status;
+    std::string message;
+};
+
+template <typename Edit>
+Outcome planWith(const FiaInstance& inst, Edit&& edit) {
+    const FiaArrays arrays(inst);
+    const attnopsTensor* kv[2];
+    fia::Args a = fiaArgs(inst, arrays, kv);
+    edit(a);
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    const attnopsStatus st = fiaGetWorkspace(a, &ws, &exec);
+    const std::string message = attnopsGetLastErrorMessage();
+    if (st == ATTNOPS_SUCCESS) attnopsDestroyExecutor(exec);
+    return {st, message};
+}
+
+void expectRejected(const Outcome& o, attnopsStatus status, const std::string& needle) {
+    EXPECT_EQ(o.status, status) << o.message;
+    EXPECT_NE(o.message.find(needle), std::string::npos) << "message: " << o.message << "\nexpected to contain: " << needle;
+}
+
+}  // namespace
+
+TEST(FiaLayouts, DecodeAndPrefillOnEveryLayout) {
+    for (const char* layout : {"BSH", "BSND", "BNSD"}) {
+        expectMatches(decode(layout, 3, 70, 4, 2, 32));
+        expectMatches(prefill(layout, 2, 33, 65, 4, 4, 16));
+    }
+    expectMatches(tnd({5, 1, 17}, {9, 64, 17}, 4, 2, 32));
+}
+
+TEST(FiaLayouts, Bf16AndHeadDims) {
+    FiaProblem p = prefill("BSND", 1, 9, 40, 2, 1, 128);
+    p.dtype = ATTNOPS_BFLOAT16;
+    expectMatches(p);
+    p = decode("BNSD", 2, 130, 2, 2, 8);
+    p.dtype = ATTNOPS_BFLOAT16;
+    expectMatches(p);
+    p = prefill("BSH", 1, 6, 12, 2, 1, 32);
+    p.vDim = 16;  // Dv < D
+    expectMatches(p);
+}
+
+TEST(FiaGqa, AnyRatio) {
+    for (auto [n1, n2] : {std::pair<int64_t, int64_t>{3, 3}, {6, 2}, {8, 1}, {5, 1}, {12, 4}}) {
+        expectMatches(decode("BSND", 2, 45, n1, n2, 16));
+        expectMatches(prefill("BNSD", 1, 20, 31, n1, n2, 16));
+    }
+}
+
+TEST(FiaSparse, ModesZeroToFour) {
+    for (const char* layout : {"BSH", "BNSD"}) {
+        for (auto [sq, skv] : {std::pair<int64_t, int64_t>{17, 40}, {40, 17}, {24, 24}}) {
+            const FiaProblem base = prefill(layout, 2, sq, skv, 4, 2, 16);
+            expectMatches(withMode(base, 0));  // no mask: full attention
+            FiaProblem masked = withMode(base, 0, 5, 3);
+            masked.maskKind = "random";  // explicit mask and the top-left band
+            expectMatches(masked);
+            expectMatches(withMode(base, 1));
+            expectMatches(withMode(base, 2));
+            expectMatches(withMode(base, 3));  // sq > skv: the first rows attend nothing
+            expectMatches(withMode(base, 4, 6, 0));
+            expectMatches(withMode(base, 4, 3, 2));
+            expectMatches(withMode(base, 4, -2, 7));
+        }
+    }
+}
+
+TEST(FiaSparse, TndCausalAndBand) {
+    const FiaProblem base = tnd({7, 0, 1, 20}, {7, 5, 33, 20}, 4, 1, 16);
+    expectMatches(withMode(base, 0));
+    expectMatches(withMode(base, 3));
+    expectMatches(withMode(base, 4, 4, 0));
+    expectMatches(withMode(base, 4, 2, 3));
+}
+
+TEST(FiaSparse, DecodeIgnoresModeAndTakesAMask) {
+    FiaProblem p = withMode(decode("BSH", 3, 50, 4, 2, 16), 3, 1, 0);  // ignored with Q_S = 1
+    expectMatches(p);
+    p.maskKind = "random";
+    expectMatches(p);
+}
+
+TEST(FiaLengths, ActualLengthsIncludingZeroAndOne) {
+    FiaProblem p = prefill("BSND", 4, 12, 30, 2, 1, 16);
+    p.qLens = {12, 0, 1, 5};
+    p.kvLens = {30, 7, 0, 1};
+    expectMatches(p);
+    expectMatches(withMode(p, 3));
+    p.qLens = {3};  // one entry broadcasts
+    p.kvLens = {17, 1, 30, 2, 99};  // more entries than batches: the first B
+    expectMatches(withMode(p, 2));
+    FiaProblem d = decode("BNSD", 3, 40, 4, 4, 16);
+    d.qLens = {0, 0, 0};  // ignored on the decode branch
+    d.kvLens = {0, 1, 40};
+    expectMatches(d);
+    FiaProblem t = tnd({0, 3, 0, 1}, {4, 0, 0, 9}, 2, 2, 16);
+    t.extraQRows = 3;  // rows beyond the last cumulative end are written 0
+    t.extraKvRows = 2;
+    expectMatches(t);
+    expectMatches(withMode(t, 3));
+}
+
+TEST(FiaPaged, EveryCacheFormatAroundBlockEdges) {
+    for (const char* cache : {"BnBsH", "BnNBsD", "NZ"}) {
+        for (int64_t bs : {16, 128}) {
+            FiaProblem d = paged(decode("BNSD", 4, 0, 4, 2, 32), cache, bs);
+            d.kvLens = {1, bs - 1, bs, 2 * bs + 3};
+            expectMatches(d);
+            FiaProblem t = paged(withMode(tnd({3, 1, 9}, {bs + 5, 2, 9}, 4, 2, 32), 3), cache, bs);
+            expectMatches(t);
+        }
+        FiaProblem pre = paged(withMode(prefill("BSH", 2, 20, 0, 2, 1, 16), 3), cache, 16);
+        pre.kvLens = {40, 20};
+        expectMatches(pre);
+    }
+}
+
+TEST(FiaPaged, PagedEqualsContiguousBitwise) {
+    for (const char* cache : {"BnBsH", "BnNBsD", "NZ"}) {
+        FiaProblem c = decode("BNSD", 3, 0, 4, 2, 32);
+        c.kvLens = {5, 16, 37};
+        c.kvSeqLen = 48;
+        FiaProblem p = paged(c, cache, 16);
+        p.maxBlocksPerSeq = 3;
+        c.kvLens = {5, 16, 37};
+        EXPECT_EQ(runBytes(c), runBytes(p)) << cache;
+        FiaProblem tc = withMode(tnd({2, 6}, {20, 6}, 4, 1, 16), 3);
+        EXPECT_EQ(runBytes(tc), runBytes(paged(tc, cache, 16))) << cache;
+    }
+}
+
+TEST(FiaAntiquant, Int8PerChannelAndPerToken) {
+    for (auto [km, vm] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {0, 1}}) {
+        for (bool offset : {true, false}) {
+            FiaProblem p = decode("BSND", 2, 50, 4, 2, 32);
+            p.int8Kv = true;
+            p.keyQuantMode = km;
+            p.valueQuantMode = vm;
+            p.quantOffset = offset;
+            expectMatches(p);
+            p.dtype = ATTNOPS_BFLOAT16;
+            expectMatches(paged(p, "BnNBsD", 32));
+            expectMatches(paged(p, "NZ", 32));
+        }
+    }
+    FiaProblem pre = prefill("BNSD", 1, 9, 33, 2, 1, 32);
+    pre.int8Kv = true;
+    expectMatches(withMode(pre, 3));
+    FiaProblem t = withMode(tnd({2, 5}, {40, 5}, 4, 2, 32), 3);
+    t.int8Kv = true;
+    t.keyQuantMode = t.valueQuantMode = 1;
+    expectMatches(t);
+    expectMatches(paged(t, "BnBsH", 32));
+}
+
+TEST(FiaSink, LearnableSink) {
+    FiaProblem p = decode("BSH", 2, 20, 4, 2, 16);
+    p.sink = true;
+    expectMatches(p);
+    FiaProblem t = withMode(tnd({4, 6}, {4, 30}, 4, 4, 16), 3);
+    t.sink = true;
+    expectMatches(t);
+}
+
+TEST(FiaDeterminism, SameBitsForAnyThreadCount) {
+    testsupport::ThreadsGuard guard;
+    const FiaProblem problems[] = {paged(withMode(tnd({33, 1, 70}, {40, 90, 70}, 8, 2, 32), 3), "BnBsH", 16),
+                                   decode("BSND", 5, 300, 8, 1, 64)};
+    for (const FiaProblem& p : problems) {
+        ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
+        const std::vector<uint8_t> one = runBytes(p);
+        for (int32_t threads : {2, 3}) {
+            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+            EXPECT_EQ(runBytes(p), one) << threads << " threads: " << p.describe();
+        }
+    }
+}
+
+TEST(FiaCheck, BlockTableEntriesThatAreRead) {
+    FiaProblem p = paged(decode("BNSD", 2, 0, 2, 2, 16), "BnBsH", 16);
+    p.kvLens = {20, 5};
+    FiaInstance inst(p);
+    auto* table = static_cast<int32_t*>(inst.blockTable.data());
+    const int64_t cols = inst.blockTable.shape()[1], blockNum = inst.key.shape()[0];
+    const int32_t saved = table[1];
+    table[1] = int32_t(blockNum);  // batch 0 reads two blocks
+    expectRejected(planWith(inst, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "blockTable[0][1] = ");
+    table[1] = -3;
+    expectRejected(planWith(inst, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "blockTable[0][1] = -3");
+    table[1] = saved;
+    table[cols + 1] = 12345;  // batch 1 reads one block: entry 1 is never read
+    EXPECT_EQ(planWith(inst, [](fia::Args&) {}).status, ATTNOPS_SUCCESS);
+    ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    EXPECT_TRUE(checkFia(inst).passed);
+    expectRejected(planWith(inst, [](fia::Args& a) { a.actualSeqLengthsKv = nullptr; }), ATTNOPS_ERROR_NULL_ARGUMENT,
+                   "actualSeqLengthsKv = NULL");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.blockSize = 32; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "blockSize = 32");
+}
+
+TEST(FiaCheck, InconsistentLengths) {
+    FiaProblem p = prefill("BSND", 3, 8, 10, 2, 2, 16);
+    p.kvLens = {10, 11, 3};
+    FiaInstance inst(p);
+    expectRejected(planWith(inst, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "actualSeqLengthsKv[1] = 11");
+    p.kvLens = {10, 3};
+    expectRejected(planWith(FiaInstance(p), [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "actualSeqLengthsKv.size = 2");
+    FiaProblem t = tnd({3, 5}, {4, 4}, 2, 2, 16);
+    FiaInstance ti(t);
+    ti.qLensArg = {3, 2};  // decreasing cumulative ends
+    expectRejected(planWith(ti, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "actualSeqLengths[1] = 2");
+    ti.qLensArg = {3, 8};
+    ti.kvLensArg = {4};
+    expectRejected(planWith(ti, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "actualSeqLengthsKv.size = 1");
+    ti.kvLensArg = {4, 9};
+    expectRejected(planWith(ti, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "exceeds T_kv = 8");
+}
+
+TEST(FiaCheck, MismatchedShapesAndModes) {
+    FiaInstance inst(prefill("BNSD", 2, 8, 10, 4, 2, 16));
+    expectRejected(planWith(inst, [](fia::Args& a) { a.numKeyValueHeads = 3; }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "numKeyValueHeads = 3");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.numKeyValueHeads = 4; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "key.shape");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.inputLayout = "BSND"; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "query.shape");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.inputLayout = "bnsd"; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "inputLayout");
+    expectRejected(planWith(inst, [&](fia::Args& a) { a.attentionOut = inst.key.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "attentionOut.shape");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.sparseMode = 2; }), ATTNOPS_ERROR_NULL_ARGUMENT, "attenMask = NULL");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.sparseMode = 6; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "sparseMode = 6");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.sparseMode = 9; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION, "sparseMode = 9");
+    expectRejected(planWith(inst, [&](fia::Args& a) { a.pseShift = inst.query.handle(); }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
+                   "pseShift");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.keyCount = a.valueCount = 2; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
+                   "keyCount = 2");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.softmaxLse = nullptr; }), ATTNOPS_ERROR_NULL_ARGUMENT, "softmaxLse = NULL");
+    FiaProblem masked = withMode(prefill("BSH", 2, 8, 10, 2, 2, 16), 1);
+    FiaInstance mi(masked);
+    expectRejected(planWith(mi, [&](fia::Args& a) { a.attenMask = mi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "attenMask.dtype");
+    expectRejected(planWith(mi, [](fia::Args& a) { a.sparseMode = 0, a.preTokens = -5, a.nextTokens = 2; }),
+                   ATTNOPS_ERROR_INVALID_ARGUMENT, "preTokens + nextTokens");
+    FiaProblem t = withMode(tnd({3}, {3}, 2, 2, 16), 3);
+    FiaInstance tm(t);
+    expectRejected(planWith(tm, [](fia::Args& a) { a.sparseMode = 1; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "with inputLayout TND");
+}
+
+TEST(FiaCheck, TheComparisonCatchesAWrongElement) {
+    FiaProblem p = prefill("BSND", 2, 5, 9, 2, 1, 16);
+    p.qLens = {5, 3};
+    FiaInstance inst(p);
+    ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    EXPECT_EQ(lastImplementation(), "tiled-generic");
+    ASSERT_TRUE(checkFia(inst).passed);
+    const int64_t computed = 7, padding = ((1 * 5 + 4) * 2 + 1) * 16;  // (b 1, row 4, head 1): beyond qLens[1]
+    const float saved = inst.attentionOut.get(computed);
+    inst.attentionOut.set(computed, saved + 0.01f);
+    EXPECT_FALSE(checkFia(inst).passed);
+    inst.attentionOut.set(computed, saved);
+    inst.attentionOut.set(padding, 1e-3f);
+    EXPECT_FALSE(checkFia(inst).passed);
+}
+
+TEST(FiaCheck, QuantSinkAndAttributeRules) {
+    FiaProblem q = decode("BSND", 2, 50, 4, 2, 32);
+    q.int8Kv = true;
+    FiaInstance qi(q);
+    expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantScale = nullptr; }), ATTNOPS_ERROR_NULL_ARGUMENT,
+                   "keyAntiquantScale = NULL");
+    expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantMode = 1; }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "keyAntiquantMode/valueAntiquantMode = 1/0");
+    expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantMode = 3; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
+                   "keyAntiquantMode = 3");
+    expectRejected(planWith(qi, [&](fia::Args& a) { a.valueAntiquantOffset = qi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "valueAntiquantOffset.shape");
+    FiaInstance fi(decode("BSH", 2, 10, 4, 2, 16));
+    expectRejected(planWith(fi, [&](fia::Args& a) { a.keyAntiquantScale = fi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "keyAntiquantScale = non-NULL");
+    expectRejected(planWith(fi, [&](fia::Args& a) { a.learnableSink = fi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "learnableSink.shape");
+    expectRejected(planWith(fi, [](fia::Args& a) { a.innerPrecise = 2; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "innerPrecise = 2");
+    expectRejected(planWith(fi, [](fia::Args& a) { a.queryQuantMode = 3; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
+                   "queryQuantMode = 3");
+    FiaInstance ti(withMode(tnd({3}, {3}, 2, 2, 16), 4, -5, 10));
+    expectRejected(planWith(ti, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "preTokens/nextTokens = -5/10");
+}

@@ -1,0 +1,388 @@
+// FiaProblem / FiaInstance: deterministic inputs per logical element, the API call, and the
+// reference comparison.
+#include "problem_fia.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/dtype.hpp"
+#include "ops/fused_infer_attention_score/reference.hpp"
+
+namespace attnops::tools {
+namespace {
+
+constexpr float kUnwritten = 777.0f;  // outputs start with it: every element must be written
+constexpr int64_t kCompressedMask = 2048;
+
+void check(attnopsStatus status, const char* what) {
+    if (status != ATTNOPS_SUCCESS)
+        throw std::runtime_error(fmt::format("{} failed: {} ({})", what, attnopsStatusName(status), attnopsGetLastErrorMessage()));
+}
+
+// Input kinds, so that query, key and value of one position differ.
+enum Kind : uint64_t { kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink };
+
+// A deterministic random source per logical element.
+Rng elementRng(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t d) {
+    uint64_t key = seed;
+    for (uint64_t v : {uint64_t(kind), uint64_t(b), uint64_t(h), uint64_t(t), uint64_t(d)}) key = key * 0x100000001B3ull ^ (v + 0x9E37ull);
+    return Rng(key);
+}
+
+float logical(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t d) {
+    return elementRng(seed, kind, b, h, t, d).symmetric(1.0);
+}
+
+int8_t logicalInt8(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t d) {
+    return int8_t(int64_t(elementRng(seed, kind, b, h, t, d).next() % 201) - 100);
+}
+
+float quantScale(uint64_t seed, Kind kind, int64_t a, int64_t c) {
+    return float(0.004 + 0.008 * elementRng(seed, kind, a, 0, c, 0).uniform());
+}
+float quantOffset(uint64_t seed, Kind kind, int64_t a, int64_t c) {
+    return float(int64_t(elementRng(seed, kind, a, 0, c, 0).next() % 9) - 4);
+}
+
+std::vector<int64_t> layoutShape(const std::string& layout, int64_t b, int64_t s, int64_t n, int64_t d) {
+    if (layout == "BSH") return {b, s, n * d};
+    if (layout == "BSND") return {b, s, n, d};
+    if (layout == "BNSD") return {b, n, s, d};
+    if (layout == "TND") return {s, n, d};
+    throw std::invalid_argument("unknown layout " + layout);
+}
+
+// Contiguous index of (b, n, row, d) in a layout tensor with S rows, N heads of D.
+int64_t layoutIndex(const std::string& layout, int64_t s, int64_t n, int64_t d, int64_t bi, int64_t ni, int64_t row,
+                    int64_t di) {
+    if (layout == "BNSD") return ((bi * n + ni) * s + row) * d + di;
+    if (layout == "TND") return (row * n + ni) * d + di;
+    return ((bi * s + row) * n + ni) * d + di;  // BSH, BSND
+}
+
+void fill(HostTensor& t, float value) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.set(i, value);
+}
+
+void setElement(HostTensor& t, int64_t index, float value, bool int8, int8_t q) {
+    if (int8)
+        static_cast<int8_t*>(t.data())[index] = q;
+    else
+        t.set(index, value);
+}
+
+std::vector<int64_t> cumulativeOf(const std::vector<int64_t>& lens) {
+    std::vector<int64_t> c;
+    int64_t sum = 0;
+    for (int64_t v : lens) c.push_back(sum += v);
+    return c;
+}
+
+}  // namespace
+
+int64_t FiaProblem::qLen(int64_t b) const {
+    if (tnd()) return qLens[size_t(b)];
+    if (qSeqLen == 1 || qLens.empty()) return qSeqLen;  // decode ignores actualSeqLengths
+    return qLens[qLens.size() == 1 ? 0 : size_t(b)];
+}
+
+int64_t FiaProblem::kvLen(int64_t b) const {
+    if (tnd()) return kvLens[size_t(b)];
+    if (kvLens.empty()) return kvSeqLen;
+    return kvLens[kvLens.size() == 1 ? 0 : size_t(b)];
+}
+
+std::string FiaProblem::describe() const {
+    return fmt::format("{} {} B={} Q_S={} KV_S={} qLens=[{}] kvLens=[{}] N={}/{} D={}/{} mode={} pre={} next={} mask={} cache={} bs={} "
+                       "int8={} ({}/{}) sink={}",
+                       layout, attnopsDataTypeName(dtype), batches(), qSeqLen, kvSeqLen, fmt::join(qLens, ","), fmt::join(kvLens, ","),
+                       heads, kvHeads, dim, vdim(), sparseMode, preTokens, nextTokens, maskKind, cache, blockSize, int8Kv,
+                       keyQuantMode, valueQuantMode, sink);
+}
+
+FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
+    const int64_t batches = p.batches(), n1 = p.heads, n2 = p.kvHeads, d = p.dim, dv = p.vdim();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const attnopsDataType kvType = p.int8Kv ? ATTNOPS_INT8 : p.dtype;
+
+    // Query: rows outside the actual lengths hold NaN (they must never be read).
+    std::vector<int64_t> qStart(size_t(batches), 0), kvStart(size_t(batches), 0);
+    int64_t qRows = p.qSeqLen, kvRows = p.kvSeqLen;
+    if (p.tnd()) {
+        const std::vector<int64_t> qc = cumulativeOf(p.qLens), kc = cumulativeOf(p.kvLens);
+        for (int64_t b = 0; b < batches; ++b) {
+            qStart[size_t(b)] = qc[size_t(b)] - p.qLens[size_t(b)];
+            kvStart[size_t(b)] = kc[size_t(b)] - p.kvLens[size_t(b)];
+        }
+        qRows = (qc.empty() ? 0 : qc.back()) + p.extraQRows;
+        kvRows = (kc.empty() ? 0 : kc.back()) + p.extraKvRows;
+        qLensArg = qc;
+        kvLensArg = p.paged() ? p.kvLens : kc;
+        passQLens = passKvLens = true;
+    } else {
+        qLensArg = p.qLens;
+        kvLensArg = p.kvLens.empty() && p.paged() ? std::vector<int64_t>{p.kvSeqLen} : p.kvLens;
+        passQLens = !qLensArg.empty();
+        passKvLens = !kvLensArg.empty();
+    }
+    query = HostTensor(p.dtype, layoutShape(p.layout, batches, qRows, n1, d));
+    fill(query, nan);
+    for (int64_t b = 0; b < batches; ++b)
+        for (int64_t n = 0; n < n1; ++n)
+            for (int64_t i = 0; i < p.qLen(b); ++i)
+                for (int64_t c = 0; c < d; ++c)
+                    query.set(layoutIndex(p.layout, qRows, n1, d, b, n, qStart[size_t(b)] + i, c), logical(p.dataSeed, kQuery, b, n, i, c));
+
+    // Key and value: layout tensors, or paged caches with a (shuffled) block table.
+    int64_t maxBlocks = 0, blockNum = 0;
+    const int64_t bs = p.blockSize;
+    std::vector<int64_t> firstBlock(size_t(batches), 0);
+    if (p.paged()) {
+        for (int64_t b = 0; b < batches; ++b) {
+            firstBlock[size_t(b)] = blockNum;
+            const int64_t need = (p.kvLen(b) + bs - 1) / bs;
+            blockNum += need;
+            maxBlocks = std::max(maxBlocks, need);
+        }
+        maxBlocks = std::max({maxBlocks, p.maxBlocksPerSeq, int64_t(1)});
+        blockNum += 2;  // spare blocks nobody uses
+        std::vector<int32_t> physical(static_cast<size_t>(blockNum));
+        for (int64_t i = 0; i < blockNum; ++i) physical[size_t(i)] = int32_t(i);
+        if (p.shuffleBlocks) {
+            Rng rng(p.dataSeed + 99);
+            for (int64_t i = blockNum - 1; i > 0; --i) std::swap(physical[size_t(i)], physical[rng.next() % uint64_t(i + 1)]);
+        }
+        blockTable = HostTensor(ATTNOPS_INT32, {batches, maxBlocks});
+        auto* table = static_cast<int32_t*>(blockTable.data());
+        for (int64_t b = 0; b < batches; ++b)
+            for (int64_t j = 0; j < maxBlocks; ++j)
+                table[b * maxBlocks + j] = j < (p.kvLen(b) + bs - 1) / bs ? physical[size_t(firstBlock[size_t(b)] + j)] : -1;
+        const int64_t lanes = p.int8Kv ? 32 : 16;
+        std::vector<int64_t> shape;
+        if (p.cache == "BnBsH") shape = {blockNum, bs, n2 * d};
+        else if (p.cache == "BnNBsD") shape = {blockNum, n2, bs, d};
+        else shape = {blockNum, n2, d / lanes, bs, lanes};
+        key = HostTensor(kvType, shape);
+        value = HostTensor(kvType, shape);
+    } else {
+        key = HostTensor(kvType, layoutShape(p.layout, batches, kvRows, n2, d));
+        value = HostTensor(kvType, layoutShape(p.layout, batches, kvRows, n2, dv));
+    }
+    if (!p.int8Kv) {
+        fill(key, nan);
+        fill(value, nan);
+    }
+    const auto* table = p.paged() ? static_cast<const int32_t*>(blockTable.data()) : nullptr;
+    const auto kvIndex = [&](int64_t b, int64_t m, int64_t t, int64_t c, int64_t dim) {
+        if (!p.paged()) return layoutIndex(p.layout, kvRows, n2, dim, b, m, kvStart[size_t(b)] + t, c);
+        const int64_t blk = table[b * maxBlocks + t / bs], slot = t % bs;
+        if (p.cache == "BnBsH") return ((blk * bs + slot) * n2 + m) * dim + c;
+        if (p.cache == "BnNBsD") return ((blk * n2 + m) * bs + slot) * dim + c;
+        const int64_t lanes = p.int8Kv ? 32 : 16;
+        return (((blk * n2 + m) * (dim / lanes) + c / lanes) * bs + slot) * lanes + c % lanes;
+    };
+    for (int64_t b = 0; b < batches; ++b)
+        for (int64_t m = 0; m < n2; ++m)
+            for (int64_t t = 0; t < p.kvLen(b); ++t) {
+                for (int64_t c = 0; c < d; ++c)
+                    setElement(key, kvIndex(b, m, t, c, d), logical(p.dataSeed, kKey, b, m, t, c), p.int8Kv,
+                               logicalInt8(p.dataSeed, kKey, b, m, t, c));
+                for (int64_t c = 0; c < dv; ++c)
+                    setElement(value, kvIndex(b, m, t, c, dv), logical(p.dataSeed, kValue, b, m, t, c), p.int8Kv,
+                               logicalInt8(p.dataSeed, kValue, b, m, t, c));
+            }
+
+    // Dequantisation parameters.
+    const int64_t tokens = p.paged() ? maxBlocks * bs : kvRows;
+    if (p.int8Kv) {
+        const auto quant = [&](int64_t mode, int64_t dim, Kind scaleKind, Kind offsetKind, HostTensor& scale, HostTensor& offset) {
+            if (mode == 0) {
+                scale = HostTensor(p.dtype, {n2, dim});
+                for (int64_t i = 0; i < n2 * dim; ++i) scale.set(i, quantScale(p.dataSeed, scaleKind, i / dim, i % dim));
+                if (p.quantOffset) {
+                    offset = HostTensor(p.dtype, {n2, dim});
+                    for (int64_t i = 0; i < n2 * dim; ++i) offset.set(i, quantOffset(p.dataSeed, offsetKind, i / dim, i % dim));
+                }
+            } else {
+                scale = HostTensor(ATTNOPS_FLOAT32, {batches, tokens});
+                for (int64_t i = 0; i < batches * tokens; ++i) scale.set(i, quantScale(p.dataSeed, scaleKind, i / tokens, i % tokens));
+                if (p.quantOffset) {
+                    offset = HostTensor(ATTNOPS_FLOAT32, {batches, tokens});
+                    for (int64_t i = 0; i < batches * tokens; ++i)
+                        offset.set(i, quantOffset(p.dataSeed, offsetKind, i / tokens, i % tokens));
+                }
+            }
+        };
+        quant(p.keyQuantMode, d, kKeyScale, kKeyOffset, keyScale, keyOffset);
+        quant(p.valueQuantMode, dv, kValueScale, kValueOffset, valueScale, valueOffset);
+    }
+
+    // Mask.
+    std::string maskKind = p.maskKind;
+    if (maskKind == "auto") maskKind = p.sparseMode == 1 ? "random" : p.sparseMode >= 2 ? "compressed" : "none";
+    const int64_t maskCols = p.paged() ? maxBlocks * bs : kvRows;
+    if (maskKind == "compressed") {
+        attenMask = HostTensor(ATTNOPS_UINT8, {kCompressedMask, kCompressedMask});
+        auto* m = static_cast<uint8_t*>(attenMask.data());
+        for (int64_t i = 0; i < kCompressedMask; ++i)
+            for (int64_t j = 0; j < kCompressedMask; ++j) m[i * kCompressedMask + j] = j > i ? 1 : 0;
+    } else if (maskKind == "random") {
+        const bool decode = !p.tnd() && p.qSeqLen == 1;
+        const int64_t rows = decode ? 1 : p.qSeqLen;
+        attenMask = HostTensor(ATTNOPS_BOOL, decode ? std::vector<int64_t>{batches, 1, 1, maskCols}
+                                                    : std::vector<int64_t>{batches, rows, maskCols});
+        auto* m = static_cast<uint8_t*>(attenMask.data());
+        for (int64_t b = 0; b < batches; ++b)
+            for (int64_t i = 0; i < rows; ++i)
+                for (int64_t j = 0; j < maskCols; ++j) {
+                    const bool fullyMasked = b == 0 && i == 1;  // a row that attends nothing
+                    m[(b * rows + i) * maskCols + j] = fullyMasked || elementRng(p.dataSeed, kMask, b, 0, i, j).next() % 4 == 0;
+                }
+    }
+    if (p.sink) {
+        sink = HostTensor(p.dtype, {n1});
+        for (int64_t n = 0; n < n1; ++n) sink.set(n, float(1.5 * logical(p.dataSeed, kSink, 0, n, 0, 0) + 0.5));
+    }
+
+    attentionOut = HostTensor(p.dtype, layoutShape(p.layout, batches, qRows, n1, dv));
+    fill(attentionOut, kUnwritten);
+    if (p.lse) {
+        softmaxLse = HostTensor(ATTNOPS_FLOAT32, p.tnd() ? std::vector<int64_t>{qRows, n1, 1}
+                                                         : std::vector<int64_t>{batches, n1, qRows, 1});
+        fill(softmaxLse, -kUnwritten);
+    }
+}
+
+FiaArrays::FiaArrays(const FiaInstance& inst) {
+    if (inst.passQLens) check(attnopsCreateIntArray(inst.qLensArg.data(), inst.qLensArg.size(), &qLens), "attnopsCreateIntArray");
+    if (inst.passKvLens) check(attnopsCreateIntArray(inst.kvLensArg.data(), inst.kvLensArg.size(), &kvLens), "attnopsCreateIntArray");
+}
+
+FiaArrays::~FiaArrays() {
+    attnopsDestroyIntArray(qLens);
+    attnopsDestroyIntArray(kvLens);
+}
+
+fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnopsTensor* kv[2]) {
+    const FiaProblem& p = inst.problem;
+    const auto handle = [](const HostTensor& t) -> const attnopsTensor* { return t.empty() ? nullptr : t.handle(); };
+    fia::Args a;
+    kv[0] = inst.key.handle();
+    kv[1] = inst.value.handle();
+    a.query = inst.query.handle();
+    a.key = &kv[0];
+    a.keyCount = 1;
+    a.value = &kv[1];
+    a.valueCount = 1;
+    a.attenMask = handle(inst.attenMask);
+    a.actualSeqLengths = arrays.qLens;
+    a.actualSeqLengthsKv = arrays.kvLens;
+    a.blockTable = handle(inst.blockTable);
+    a.keyAntiquantScale = handle(inst.keyScale);
+    a.keyAntiquantOffset = handle(inst.keyOffset);
+    a.valueAntiquantScale = handle(inst.valueScale);
+    a.valueAntiquantOffset = handle(inst.valueOffset);
+    a.learnableSink = handle(inst.sink);
+    a.numHeads = p.heads;
+    a.scaleValue = std::isnan(p.scale) ? 1.0 / std::sqrt(double(p.dim)) : p.scale;
+    a.preTokens = p.preTokens;
+    a.nextTokens = p.nextTokens;
+    a.inputLayout = p.layout.c_str();
+    a.numKeyValueHeads = p.kvHeads;
+    a.sparseMode = p.sparseMode;
+    a.blockSize = p.paged() ? p.blockSize : 0;
+    a.softmaxLseFlag = p.lse;
+    a.keyAntiquantMode = p.keyQuantMode;
+    a.valueAntiquantMode = p.valueQuantMode;
+    a.attentionOut = inst.attentionOut.handle();
+    a.softmaxLse = handle(inst.softmaxLse);
+    return a;
+}
+
+attnopsStatus fiaGetWorkspace(const fia::Args& a, uint64_t* ws, attnopsExecutor** exec) {
+    return attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
+        a.query, a.key, a.keyCount, a.value, a.valueCount, a.pseShift, a.attenMask, a.actualSeqLengths,
+        a.actualSeqLengthsKv, a.deqScale1, a.quantScale1, a.deqScale2, a.quantScale2, a.quantOffset2, a.antiquantScale,
+        a.antiquantOffset, a.blockTable, a.queryPaddingSize, a.kvPaddingSize, a.keyAntiquantScale, a.keyAntiquantOffset,
+        a.valueAntiquantScale, a.valueAntiquantOffset, a.keySharedPrefix, a.valueSharedPrefix, a.actualSharedPrefixLen,
+        a.queryRope, a.keyRope, a.keyRopeAntiquantScale, a.dequantScaleQuery, a.learnableSink, a.numHeads, a.scaleValue,
+        a.preTokens, a.nextTokens, a.inputLayout, a.numKeyValueHeads, a.sparseMode, a.innerPrecise, a.blockSize,
+        a.antiquantMode, a.softmaxLseFlag, a.keyAntiquantMode, a.valueAntiquantMode, a.queryQuantMode, a.attentionOut,
+        a.softmaxLse, ws, exec);
+}
+
+attnopsStatus FiaInstance::run(attnopsStream* stream) {
+    const FiaArrays arrays(*this);
+    const attnopsTensor* kv[2];
+    const fia::Args a = fiaArgs(*this, arrays, kv);
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    const attnopsStatus st = fiaGetWorkspace(a, &ws, &exec);
+    return launchAndWait(st, ws, exec, attnopsFusedInferAttentionScoreV4, stream);
+}
+
+FiaCheck checkFia(const FiaInstance& inst) {
+    const FiaProblem& pr = inst.problem;
+    const FiaArrays arrays(inst);
+    const attnopsTensor* kv[2];
+    const fia::Params p = fia::checkForward(fiaArgs(inst, arrays, kv), 0);
+    const fa::ForwardParams& c = p.core;
+    const float inf = std::numeric_limits<float>::infinity();
+    FiaCheck r;
+    const auto outAt = [&](int64_t b, int64_t n, int64_t row, int64_t col) {
+        return loadAsFloat(c.out.data, c.out.offset(b, n, row, col), c.out.dtype);
+    };
+    const auto lseAt = [&](int64_t b, int64_t n, int64_t row) {
+        return static_cast<const float*>(p.lse.data)[p.lse.offset(b, n, row, 0)];
+    };
+    const auto fail = [&](const std::string& what) {
+        if (r.passed) r.firstFailure = what;
+        r.passed = false;
+    };
+    const auto expectEmpty = [&](int64_t b, int64_t n, int64_t row) {
+        ++r.emptyRows;
+        for (int64_t col = 0; col < c.dv; ++col)
+            if (outAt(b, n, row, col) != 0.0f) fail(fmt::format("row (b {}, n {}, row {}) must be 0, got {}", b, n, row, outAt(b, n, row, col)));
+        if (p.writeLse && lseAt(b, n, row) != inf) fail(fmt::format("lse of row (b {}, n {}, row {}) must be +inf, got {}", b, n, row, lseAt(b, n, row)));
+    };
+    const double scoreMag = std::fabs(double(c.scale)) * double(c.d) * (pr.int8Kv ? 1.3 : 1.0);
+    r.lseTolerance = std::ldexp(1.0, -24) * (4.0 * double(c.d) * scoreMag + 4.0 * double(c.seq.maxKvLen) + 64.0) + 1e-6;
+    for (int64_t b = 0; b < c.seq.count; ++b)
+        for (int64_t n = 0; n < c.n1; ++n) {
+            const int64_t sq = c.seq.qLen[size_t(b)];
+            for (int64_t i = 0; i < sq; ++i) {
+                const int64_t row = c.seq.qStart[size_t(b)] + i;
+                const fia::ReferenceRow ref = fia::referenceRow(p, b, n, i);
+                const std::vector<float> naive = fia::naiveLowPrecisionRow(p, b, n, i);
+                ++r.rows;
+                for (int64_t col = 0; col < c.dv; ++col) {
+                    const double got = outAt(b, n, row, col), want = ref.out[size_t(col)];
+                    const double err = std::fabs(got - want);
+                    r.maxAbsError = std::isnan(err) ? inf : std::max(r.maxAbsError, err);
+                    r.maxAbsNaiveError = std::max(r.maxAbsNaiveError, std::fabs(double(naive[size_t(col)]) - want));
+                    r.maxAbsReference = std::max(r.maxAbsReference, std::fabs(want));
+                }
+                if (p.writeLse) {
+                    const double got = lseAt(b, n, row);
+                    const double err = std::isinf(ref.lse) ? (got == ref.lse ? 0.0 : double(inf)) : std::fabs(got - ref.lse);
+                    r.maxLseError = std::isnan(err) ? inf : std::max(r.maxLseError, err);
+                    if (!(err <= r.lseTolerance * (1.0 + std::fabs(std::isinf(ref.lse) ? 0.0 : ref.lse))))
+                        fail(fmt::format("lse of row (b {}, n {}, i {}) = {}, reference {}", b, n, i, got, ref.lse));
+                }
+            }
+            if (!c.varlen)
+                for (int64_t i = sq; i < p.qSeqCapacity; ++i) expectEmpty(b, n, i);
+        }
+    if (c.varlen)
+        for (int64_t row = c.seq.qRowsUsed; row < c.qRowsTotal; ++row)
+            for (int64_t n = 0; n < c.n1; ++n) expectEmpty(0, n, row);
+    r.tolerance = 2.0 * r.maxAbsNaiveError + 1e-5 * r.maxAbsReference + 1e-6;
+    if (!(r.maxAbsError <= r.tolerance)) fail(fmt::format("output error {} > tolerance {} (naive error {})", r.maxAbsError, r.tolerance, r.maxAbsNaiveError));
+    return r;
+}
+
+}  // namespace attnops::tools
