@@ -18,6 +18,7 @@ struct IsaFeatures {
     bool amxTile = false;      // CPUID says the CPU has it
     bool amxBf16 = false;
     bool amxGranted = false;   // the OS enabled tile state and granted this process permission
+    std::string vendor;  // CPUID leaf 0: "GenuineIntel", "AuthenticAMD", ...
     std::string brand;
 };
 

@@ -1286,21 +1286,40 @@ std::vector<FaProblem> determinismProblems() {
     return problems;
 }
 
+class ForcedImpl {
+public:
+    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
+    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
+    ForcedImpl(const ForcedImpl&) = delete;
+    ForcedImpl& operator=(const ForcedImpl&) = delete;
+};
+
+// The default choice ("") and every register-blocked entry this CPU runs.
 TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     ThreadsGuard guard;
     for (const FaProblem& p : determinismProblems()) {
         ASSERT_EQ(attnopsSetDeviceThreads(0, 2), ATTNOPS_SUCCESS);
         FaInstance inst(p);
         runForward(inst);
-        std::vector<FaGrads> runs;
-        for (int32_t threads : {1, 2, 3, 1, 2, 3}) {
-            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
-            runs.push_back(attnops::tools::makeGrads(inst));
-            runGrad(inst, runs.back());
-            if (HasFatalFailure()) return;
+        for (const char* impl : {"", "avx512-bf16", "avx512", "avx2"}) {
+            ForcedImpl forced(impl);
+            ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
+            FaGrads probe = attnops::tools::makeGrads(inst);
+            const attnopsStatus st = attnops::tools::runBackward(inst, probe);
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && std::string(impl) == "avx512-bf16" && p.dtype != BF16)
+                continue;
+            std::vector<FaGrads> runs;
+            for (int32_t threads : {1, 2, 3, 1, 2, 3}) {
+                ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+                runs.push_back(attnops::tools::makeGrads(inst));
+                runGrad(inst, runs.back());
+                if (HasFatalFailure()) return;
+            }
+            expectGradChecked(inst, runs[0]);
+            for (size_t r = 1; r < runs.size(); ++r)
+                expectSameGrads(runs[0], runs[r], std::string(impl) + " " + p.describe() + " run " + std::to_string(r));
         }
-        expectGradChecked(inst, runs[0]);
-        for (size_t r = 1; r < runs.size(); ++r) expectSameGrads(runs[0], runs[r], p.describe() + " run " + std::to_string(r));
     }
 }
 
@@ -1325,14 +1344,6 @@ TEST(FaBackwardDeterminism, ConcurrentStreamsGiveTheSerialResult) {
     expectSameGrads(serial, b, "stream 2");
 }
 
-class ForcedImpl {
-public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
-};
-
 TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
     std::vector<FaProblem> problems;
     problems.push_back(withSink(withMode(fixed("BNSD", F32, 2, 65, 129, 4, 2, 64), 3)));
@@ -1349,7 +1360,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
+        for (const char* impl : {"avx512-bf16", "avx512", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1380,8 +1391,8 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
     }
 }
 
-// The portable and AVX2 builds of the tiled kernel (the matrix above runs the default, the
-// first available) over the head-dim and length cases.
+// The register-blocked entries and the portable and AVX2 builds of the tiled kernel (the matrix
+// above runs the default, the first available) over the head-dim and length cases.
 struct ImplCase {
     std::string impl;
     Case c;
@@ -1413,7 +1424,7 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx2", "tiled-generic"}) {
+    for (const char* impl : {"avx512-bf16", "avx512", "avx2", "tiled-avx2", "tiled-generic"}) {
         for (const auto& list : {headCases(), lengthCases()})
             for (const Case& c : list) cases.push_back({impl, c});
         for (const Case& c : featureCases()) cases.push_back({impl, c});
@@ -1422,7 +1433,8 @@ std::vector<ImplCase> forcedCases() {
 }
 
 std::string forcedName(const ::testing::TestParamInfo<ImplCase>& info) {
-    std::string impl = info.param.impl.substr(info.param.impl.find('-') + 1);
+    std::string impl = info.param.impl;
+    std::replace(impl.begin(), impl.end(), '-', '_');
     return impl + "_" + info.param.c.name;
 }
 

@@ -1316,6 +1316,15 @@ TEST(FaForwardNonFinite, InfInKeyAndQueryNoCrash) {
 
 using attnops::testsupport::ThreadsGuard;
 
+class ForcedImpl {
+public:
+    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
+    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
+    ForcedImpl(const ForcedImpl&) = delete;
+    ForcedImpl& operator=(const ForcedImpl&) = delete;
+};
+
+// The default choice ("") and every register-blocked entry this CPU runs.
 TEST(FaForwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     ThreadsGuard guard;
     std::vector<FaProblem> problems;
@@ -1327,29 +1336,29 @@ TEST(FaForwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
         p.pseType = 2;
         return p;
     }());
-    for (const FaProblem& p : problems) {
-        std::vector<std::unique_ptr<FaInstance>> runs;
-        for (int32_t threads : {1, 2, 1, 2, 3}) {
-            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
-            runs.push_back(std::make_unique<FaInstance>(p));
-            runInstance(*runs.back());
-        }
-        expectChecked(*runs[0], 400);
-        for (size_t r = 1; r < runs.size(); ++r) {
-            EXPECT_TRUE(sameBytes(runs[0]->attentionOut, runs[r]->attentionOut)) << p.describe() << " run " << r;
-            EXPECT_TRUE(sameBytes(runs[0]->softmaxMax, runs[r]->softmaxMax)) << " run " << r;
-            EXPECT_TRUE(sameBytes(runs[0]->softmaxSum, runs[r]->softmaxSum)) << " run " << r;
+    for (const char* impl : {"", "avx512-bf16", "avx512", "avx2"}) {
+        ForcedImpl force(impl);
+        for (const FaProblem& p : problems) {
+            std::vector<std::unique_ptr<FaInstance>> runs;
+            ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
+            const attnopsStatus st = FaInstance(p).runForward();
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) break;
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && std::string(impl) == "avx512-bf16" && p.dtype != BF16)
+                continue;
+            for (int32_t threads : {1, 2, 1, 2, 3}) {
+                ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+                runs.push_back(std::make_unique<FaInstance>(p));
+                runInstance(*runs.back());
+            }
+            expectChecked(*runs[0], 400);
+            for (size_t r = 1; r < runs.size(); ++r) {
+                EXPECT_TRUE(sameBytes(runs[0]->attentionOut, runs[r]->attentionOut)) << impl << " " << p.describe() << " run " << r;
+                EXPECT_TRUE(sameBytes(runs[0]->softmaxMax, runs[r]->softmaxMax)) << impl << " run " << r;
+                EXPECT_TRUE(sameBytes(runs[0]->softmaxSum, runs[r]->softmaxSum)) << impl << " run " << r;
+            }
         }
     }
 }
-
-class ForcedImpl {
-public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
-};
 
 TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
     std::vector<FaProblem> problems;
@@ -1368,7 +1377,7 @@ TEST(FaForwardImplementations, EachAvailableImplementationMatchesReference) {
         return p;
     }());
     int ran = 0;
-    for (const char* impl : {"avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
+    for (const char* impl : {"avx512-bf16", "avx512", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "reference"}) {
         for (const FaProblem& p : problems) {
             ForcedImpl force(impl);
             FaInstance inst(p);

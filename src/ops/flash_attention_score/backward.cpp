@@ -10,6 +10,7 @@ const std::vector<const BackwardKernel*>& backwardKernels() {
     static const std::vector<const BackwardKernel*> list = {
         &backwardKernelAvx512Bf16(),
         &backwardKernelAvx512(),
+        &backwardKernelAvx2(),
         &backwardKernelTiledAvx512(),
         &backwardKernelTiledAvx2(),
         &backwardKernelTiledGeneric(),

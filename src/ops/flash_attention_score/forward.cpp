@@ -13,6 +13,7 @@ const std::vector<const ForwardKernel*>& forwardKernels() {
     static const std::vector<const ForwardKernel*> list = {
         &forwardKernelAvx512Bf16(),
         &forwardKernelAvx512(),
+        &forwardKernelAvx2(),
         &forwardKernelTiledAvx512(),
         &forwardKernelTiledAvx2(),
         &forwardKernelTiledGeneric(),

@@ -54,6 +54,7 @@ const std::vector<const BackwardKernel*>& backwardKernels();
 
 const BackwardKernel& backwardKernelAvx512Bf16();
 const BackwardKernel& backwardKernelAvx512();
+const BackwardKernel& backwardKernelAvx2();
 const BackwardKernel& backwardKernelTiledAvx512();
 const BackwardKernel& backwardKernelTiledAvx2();
 const BackwardKernel& backwardKernelTiledGeneric();
@@ -62,6 +63,7 @@ const BackwardKernel& backwardKernelReference();
 // Declared by each kernel file.
 const ForwardKernel& forwardKernelAvx512Bf16();
 const ForwardKernel& forwardKernelAvx512();
+const ForwardKernel& forwardKernelAvx2();
 const ForwardKernel& forwardKernelTiledAvx512();
 const ForwardKernel& forwardKernelTiledAvx2();
 const ForwardKernel& forwardKernelTiledGeneric();
