@@ -25,6 +25,10 @@ struct Avx2 {
     // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast A element.
     static constexpr int kTileRows = 6;
     static constexpr int kTileVectors = 2;
+    // Query rows per work unit: whole register tiles (6 rows) and softmax vectors (8 rows), and
+    // enough rows that converting a key/value block (done once per block and unit) is a small
+    // share of the unit's work.
+    static constexpr int64_t kQueryRows = 120;
 
     ATTNOPS_AVX2_INLINE IVec laneIndex() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
     // Lanes [0, n); n may be <= 0 (none) or >= kLanes (all).

@@ -38,6 +38,8 @@ struct Avx512 {
     static constexpr int64_t kLanes = 16;  // floats per zmm register
     static constexpr int kTileRows = 6;    // rows of C held in registers (6 x 4 accumulators + 4 B + 1 A)
     static constexpr int kTileVectors = 4;  // columns of C held in registers, in vectors (64 floats)
+    // Query rows per work unit: one GEMM strip, 16 rows per softmax vector.
+    static constexpr int64_t kQueryRows = 64;
 
     ATTNOPS_AVX512_INLINE Mask tail(int64_t n) { return n >= kLanes ? Mask(0xFFFF) : Mask((1u << n) - 1u); }
     ATTNOPS_AVX512_INLINE Mask all() { return Mask(0xFFFF); }

@@ -145,9 +145,10 @@ private:
     Scratch() = default;
 };
 
-inline TileShape chooseTile(const BackwardParams& p, const PlatformInfo& info) {
+template <class V>
+TileShape chooseTile(const BackwardParams& p, const PlatformInfo& info) {
     TileShape t;
-    t.queryRows = 64;
+    t.queryRows = V::kQueryRows;
     t.keyRows = simd::keyBlockRows(p.fwd.d, p.fwd.dv, info.l2Bytes);
     return t;
 }
@@ -363,26 +364,36 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
             const int64_t nk = std::min(t.keyRows, keys.hi - k0);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);  // fp32 K: the row steps and the dQ GEMM
+            // fp32 K (the row steps and the dQ GEMM read it) and V, where they are stored when no
+            // conversion is needed.
+            const float* kRows = simd::storedFloatRows(p.k, u.b, u.n2, kvRow0, d);
+            if (kRows == nullptr) {
+                simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
+                kRows = sc.k;
+            }
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kcp);
                 Pairs::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, dv, dvPairs, sc.vcp);
                 simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kcp, dPairs, sc.qtp, qr, sc.st, qr, false);
                 simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dvPairs, sc.vcp, dvPairs, sc.dotp, qr, sc.dpt, qr, false);
             } else {
-                simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
-                simd::gemm<V, false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);     // S^T = K . Q^T
-                simd::gemm<V, false>(nk, rows, dv, sc.v, dv, sc.dot, qr, sc.dpt, qr, false);  // dP^T = V . dO^T
+                const float* vRows = simd::storedFloatRows(p.v, u.b, u.n2, kvRow0, dv);
+                if (vRows == nullptr) {
+                    simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+                    vRows = sc.v;
+                }
+                simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);     // S^T = K . Q^T
+                simd::gemm<V, false>(nk, rows, dv, vRows, dv, sc.dot, qr, sc.dpt, qr, false);  // dP^T = V . dO^T
             }
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
-            if (vectorRows && !anyEmpty && (full || (bandVector && simd::allFinite<V>(sc.k, nk, d, d)))) {
+            if (vectorRows && !anyEmpty && (full || (bandVector && simd::allFinite<V>(kRows, nk, d, d)))) {
                 blockProbabilitiesTransposed<V>(sc, rows, nk, qr, p.scale, exactDelta, full ? nullptr : &band, u.q0, k0);
                 if constexpr (kPairs) {
                     Pairs::packFloatRowPairs(sc.dpt, nk, rows, qr, sc.dsp);
                     Pairs::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, d, sc.krp);
                     simd::gemm<V, true, typename Pairs::Dot>(rows, d, (nk + 1) / 2, sc.dsp, qr, sc.krp, d, sc.dqAcc, d, true);
                 } else {
-                    simd::gemm<V, true>(rows, d, nk, sc.dpt, qr, sc.k, d, sc.dqAcc, d, true);  // dQ += dS . K
+                    simd::gemm<V, true>(rows, d, nk, sc.dpt, qr, kRows, d, sc.dqAcc, d, true);  // dQ += dS . K
                 }
                 continue;
             }
@@ -397,7 +408,7 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
                                         exactDelta ? exactDelta + r : nullptr))
                     continue;
                 for (int64_t j = 0; j < nk; ++j)
-                    if (sc.kept[j]) simd::axpy<V>(d, p.scale * sc.dp1[j], sc.k + j * d, sc.dqAcc + r * d);
+                    if (sc.kept[j]) simd::axpy<V>(d, p.scale * sc.dp1[j], kRows + j * d, sc.dqAcc + r * d);
             }
         }
         storeRows(bp.dq, u.b, n1, qRow0, rows, d, sc.dqAcc);

@@ -85,11 +85,11 @@ struct Scratch {
     }
 };
 
-// 64 query rows: a whole number of vectors on every ISA (one AVX-512 GEMM strip, 16 rows per
-// softmax vector; two AVX2 strips, 8 rows per vector).
-inline TileShape chooseTile(const ForwardParams& p, const PlatformInfo& info) {
+// V::kQueryRows query rows (a whole number of softmax vectors); keys by the per-core L2.
+template <class V>
+TileShape chooseTile(const ForwardParams& p, const PlatformInfo& info) {
     TileShape t;
-    t.queryRows = 64;
+    t.queryRows = V::kQueryRows;
     t.keyRows = simd::keyBlockRows(p.d, p.dv, info.l2Bytes);
     return t;
 }
@@ -149,13 +149,13 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int6
     }
 }
 
-// Whether the value block is finite (bf16 pairs: checked on their bits).
+// Whether the value block (fp32 rows v, or bf16 row pairs vp) is finite.
 template <class V, class Pairs>
-ATTNOPS_SIMD_INLINE bool valuesFinite(const Scratch& sc, int64_t nk, int64_t dv) {
+ATTNOPS_SIMD_INLINE bool valuesFinite(const float* v, const uint32_t* vp, int64_t nk, int64_t dv) {
     if constexpr (std::is_void_v<Pairs>)
-        return simd::allFinite<V>(sc.v, nk, dv, dv);
+        return simd::allFinite<V>(v, nk, dv, dv);
     else
-        return Pairs::finite(sc.vp, nk, dv);
+        return Pairs::finite(vp, nk, dv);
 }
 
 // Pairs = void: everything converted to fp32 and multiplied with fp32 FMAs. Otherwise bf16
@@ -185,30 +185,39 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
             const int64_t nk = std::min(t.keyRows, keys.hi - k0);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+            // fp32 key and value rows: used where they are stored when no conversion is needed.
+            const float *kRows = sc.k, *vRows = sc.v;
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
                 simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, sc.qp, qr, sc.st, qr, false);
             } else {
-                simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
-                simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
-                simd::gemm<V, false>(nk, rows, d, sc.k, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
+                if (const float* stored = simd::storedFloatRows(p.k, u.b, u.n2, kvRow0, d))
+                    kRows = stored;
+                else
+                    simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
+                if (const float* stored = simd::storedFloatRows(p.v, u.b, u.n2, kvRow0, dv))
+                    vRows = stored;
+                else
+                    simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+                simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
             }
             // Partly masked blocks go through the GEMM too when the band is vectorisable and the
             // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
             if constexpr (kPairs) Pairs::packRowPairs(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vp);
-            if (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc, nk, dv)))) {
+            if (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(vRows, sc.vp, nk, dv)))) {
                 softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
                 if constexpr (kPairs) {  // acc += P . V
                     Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
                     simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, sc.acc, dv,
                                                              true);
                 } else {
-                    simd::gemm<V, true>(rows, dv, nk, sc.st, qr, sc.v, dv, sc.acc, dv, true);
+                    simd::gemm<V, true>(rows, dv, nk, sc.st, qr, vRows, dv, sc.acc, dv, true);
                 }
                 continue;
             }
-            if constexpr (kPairs) simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);  // the row steps read fp32
+            if (kPairs || vRows != sc.v)  // the row steps read fp32 values from sc.v
+                simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t i = u.q0 + r;
                 for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];

@@ -49,8 +49,9 @@ struct F32Dot {
 };
 
 // C[MR x lanes*NV] (+)= A(MR x K) * B(K x lanes*NV); A(m, k) = A[m * lda + k], or A[k * lda + m]
-// when TransA. The last vector of each row is masked by `last`.
-template <class V, typename Dot, int MR, int NV, bool TransA>
+// when TransA. With Tail, the last vector of each row is masked by `last`; without, no mask is
+// live in the k loop (on AVX2 it would take a 16th register and spill an accumulator).
+template <class V, typename Dot, int MR, int NV, bool TransA, bool Tail>
 ATTNOPS_SIMD_FN static void gemmTile(int64_t k, const typename Dot::Elem* __restrict a, int64_t lda,
                                      const typename Dot::Elem* __restrict b, int64_t ldb, float* __restrict c,
                                      int64_t ldc, typename V::Mask last, bool accumulate) {
@@ -61,14 +62,14 @@ ATTNOPS_SIMD_FN static void gemmTile(int64_t k, const typename Dot::Elem* __rest
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
             const float* ci = c + i * ldc + v * L;
-            acc[i][v] = !accumulate ? V::zero() : v == NV - 1 ? V::loadMasked(last, ci) : V::load(ci);
+            acc[i][v] = !accumulate ? V::zero() : Tail && v == NV - 1 ? V::loadMasked(last, ci) : V::load(ci);
         }
     for (int64_t kk = 0; kk < k; ++kk) {
         typename V::Vec bv[NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
             const typename Dot::Elem* bk = b + kk * ldb + v * L;
-            bv[v] = v == NV - 1 ? Dot::loadMasked(last, bk) : Dot::load(bk);
+            bv[v] = Tail && v == NV - 1 ? Dot::loadMasked(last, bk) : Dot::load(bk);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < MR; ++i) {
@@ -82,7 +83,7 @@ ATTNOPS_SIMD_FN static void gemmTile(int64_t k, const typename Dot::Elem* __rest
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
             float* ci = c + i * ldc + v * L;
-            if (v == NV - 1)
+            if (Tail && v == NV - 1)
                 V::storeMasked(ci, last, acc[i][v]);
             else
                 V::store(ci, acc[i][v]);
@@ -90,25 +91,27 @@ ATTNOPS_SIMD_FN static void gemmTile(int64_t k, const typename Dot::Elem* __rest
 }
 
 // A strip of MR rows, nv (1 .. V::kTileVectors) vectors wide.
-template <class V, typename Dot, int MR, bool TransA, int NV = 1>
+template <class V, typename Dot, int MR, bool TransA, bool Tail, int NV = 1>
 ATTNOPS_SIMD_FN static void gemmRowStrip(int nv, int64_t k, const typename Dot::Elem* a, int64_t lda,
                                          const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc,
                                          typename V::Mask last, bool accumulate) {
     if constexpr (NV < V::kTileVectors) {
-        if (nv > NV) return gemmRowStrip<V, Dot, MR, TransA, NV + 1>(nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
+        if (nv > NV)
+            return gemmRowStrip<V, Dot, MR, TransA, Tail, NV + 1>(nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
     }
-    gemmTile<V, Dot, MR, NV, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate);
+    gemmTile<V, Dot, MR, NV, TransA, Tail>(k, a, lda, b, ldb, c, ldc, last, accumulate);
 }
 
 // A tile of mr (1 .. V::kTileRows) rows.
-template <class V, typename Dot, bool TransA, int MR = 1>
+template <class V, typename Dot, bool TransA, bool Tail, int MR = 1>
 ATTNOPS_SIMD_FN static void gemmRows(int mr, int nv, int64_t k, const typename Dot::Elem* a, int64_t lda,
                                      const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc,
                                      typename V::Mask last, bool accumulate) {
     if constexpr (MR < V::kTileRows) {
-        if (mr > MR) return gemmRows<V, Dot, TransA, MR + 1>(mr, nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
+        if (mr > MR)
+            return gemmRows<V, Dot, TransA, Tail, MR + 1>(mr, nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
     }
-    gemmRowStrip<V, Dot, MR, TransA>(nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
+    gemmRowStrip<V, Dot, MR, TransA, Tail>(nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
 }
 
 // C[m x n] (+)= A(m x k) * B[k x n] with row-major B and C (fp32 out); A as in gemmTile.
@@ -120,10 +123,16 @@ ATTNOPS_SIMD_FN static void gemm(int64_t m, int64_t n, int64_t k, const typename
         const int64_t cols = std::min(kStripCols, n - n0);
         const int nv = int((cols + L - 1) / L);
         const typename V::Mask last = V::tail(cols - (nv - 1) * L);
+        const bool tail = cols != nv * L;
         for (int64_t m0 = 0; m0 < m; m0 += V::kTileRows) {
             const typename Dot::Elem* aTile = TransA ? a + m0 : a + m0 * lda;
-            gemmRows<V, Dot, TransA>(int(std::min<int64_t>(V::kTileRows, m - m0)), nv, k, aTile, lda, b + n0, ldb,
-                                     c + m0 * ldc + n0, ldc, last, accumulate);
+            const int mr = int(std::min<int64_t>(V::kTileRows, m - m0));
+            if (tail)
+                gemmRows<V, Dot, TransA, true>(mr, nv, k, aTile, lda, b + n0, ldb, c + m0 * ldc + n0, ldc, last,
+                                               accumulate);
+            else
+                gemmRows<V, Dot, TransA, false>(mr, nv, k, aTile, lda, b + n0, ldb, c + m0 * ldc + n0, ldc, last,
+                                                accumulate);
         }
     }
 }
@@ -182,6 +191,15 @@ ATTNOPS_SIMD_INLINE void loadRow(const fa::View4& view, int64_t b, int64_t n, in
         return;
     }
     cpu::loadRow(view.data, view.offset(b, n, row, 0), view.stride[3], view.dtype, cols, dst);
+}
+
+// Rows from row0 of head n where they are stored, when loadRows would copy them unchanged (fp32,
+// unit column stride, rows adjacent: BNSD): their address; otherwise nullptr. Rows further apart
+// (BSH, TND) are copied: rows a multiple of 4 KiB apart would share L1 sets.
+inline const float* storedFloatRows(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t cols) {
+    if (view.dtype != DType::F32 || view.stride[3] != 1 || view.stride[2] != cols || view.data == nullptr)
+        return nullptr;
+    return static_cast<const float*>(view.data) + view.offset(b, n, row0, 0);
 }
 
 // Rows [row0, row0 + rows) of head n, row-major with leading dimension ld.
