@@ -25,8 +25,9 @@ Bf16Choice decideBf16Path(const IsaFeatures& f, Bf16Pin pin, const std::function
         return c;
     }
     if (!dotLegal) {
-        c.reason = pin == Bf16Pin::Dot ? "ATTNOPS_BF16_PATH=dot, but this CPU has no AVX512_BF16: widen is the only legal path"
-                                       : "this CPU has no AVX512_BF16: widen is the only legal path";
+        c.reason = pin == Bf16Pin::Dot
+                       ? "ATTNOPS_BF16_PATH=dot, but this CPU has no AVX512_BF16: widen is the only legal path"
+                       : "this CPU has no AVX512_BF16: widen is the only legal path";
         return c;
     }
     if (pin == Bf16Pin::Dot) {

@@ -24,8 +24,8 @@ struct Bf16Calibration {
 
 struct Bf16Choice {
     Bf16Path path = Bf16Path::Widen;
-    std::string reason;        // why, in words (printed by attnops info and bench)
-    bool calibrated = false;   // whether `calibration` was measured
+    std::string reason;       // why, in words (printed by attnops info and bench)
+    bool calibrated = false;  // whether `calibration` was measured
     Bf16Calibration calibration;
 };
 

@@ -1,12 +1,13 @@
 // The per-CPU bf16 path decision (cpu/bf16_path.hpp) with injected CPU features, vendors,
 // calibration results and pins, and the process-wide choice on this CPU.
+#include "cpu/bf16_path.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "attnops/attnops.h"
 #include "core/error.hpp"
-#include "cpu/bf16_path.hpp"
 
 namespace {
 

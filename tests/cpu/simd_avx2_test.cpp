@@ -1,6 +1,8 @@
 // The AVX2 instances of the generic building blocks (cpu/simd/microkernels.hpp) against scalar
 // definitions: fp16 widening and the GEMM bitwise, the band per lane exactly, exp to 2 ulp.
 // Skipped on CPUs without AVX2, FMA and F16C.
+#include "cpu/avx2/simd_avx2.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "cpu/avx2/simd_avx2.hpp"
 #include "cpu/isa.hpp"
 
 namespace {
@@ -72,7 +73,8 @@ TEST(SimdAvx2, GemmEqualsScalarFmaChainsBitwise) {
     SKIP_WITHOUT_AVX2();
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (const auto& [m, n, k] : {std::array<int64_t, 3>{1, 1, 1}, {6, 16, 8}, {7, 17, 33}, {13, 40, 128}, {64, 64, 5}}) {
+    for (const auto& [m, n, k] :
+         {std::array<int64_t, 3>{1, 1, 1}, {6, 16, 8}, {7, 17, 33}, {13, 40, 128}, {64, 64, 5}}) {
         for (bool transA : {false, true}) {
             for (bool accumulate : {false, true}) {
                 const int64_t lda = transA ? m + 3 : k + 2, ldb = n + 5, ldc = n + 1;
@@ -102,7 +104,8 @@ TEST(SimdAvx2, GemmEqualsScalarFmaChainsBitwise) {
 
 TEST(SimdAvx2, BandLanesEqualTheScalarRule) {
     SKIP_WITHOUT_AVX2();
-    const attnops::fa::SeqRule rules[] = {{-3, 2, 0}, {0, 0, 4}, {-1000, -5, 0}, {7, 1 << 30, 2}, {-(int64_t(1) << 40), 0, 0}};
+    const attnops::fa::SeqRule rules[] = {
+        {-3, 2, 0}, {0, 0, 4}, {-1000, -5, 0}, {7, 1 << 30, 2}, {-(int64_t(1) << 40), 0, 0}};
     for (const attnops::fa::SeqRule& rule : rules)
         for (int64_t key = 0; key < 40; key += 3)
             for (int64_t row0 = 0; row0 < 40; row0 += 5) {

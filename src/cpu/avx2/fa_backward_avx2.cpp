@@ -25,8 +25,9 @@ bool hasAvx2() {
 }  // namespace
 
 const BackwardKernel& backwardKernelAvx2() {
-    static const BackwardKernel k{"avx2",  hasAvx2, acceptsAll, simd_backward::chooseTile<cpu::Avx2>, simd_backward::scratchBytes,
-                                  keyUnit, queryUnit};
+    static const BackwardKernel k{
+        "avx2",  hasAvx2,  acceptsAll, simd_backward::chooseTile<cpu::Avx2>, simd_backward::scratchBytes,
+        keyUnit, queryUnit};
     return k;
 }
 

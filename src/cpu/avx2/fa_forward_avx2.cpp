@@ -22,7 +22,8 @@ bool hasAvx2() {
 }  // namespace
 
 const ForwardKernel& forwardKernelAvx2() {
-    static const ForwardKernel k{"avx2", hasAvx2, acceptsAll, simd_forward::chooseTile<cpu::Avx2>, simd_forward::scratchBytes, run};
+    static const ForwardKernel k{
+        "avx2", hasAvx2, acceptsAll, simd_forward::chooseTile<cpu::Avx2>, simd_forward::scratchBytes, run};
     return k;
 }
 

@@ -65,7 +65,9 @@ struct Avx2 {
     }
     ATTNOPS_AVX2_INLINE Vec zeroUnless(Mask m, Vec x) { return _mm256_and_ps(_mm256_castsi256_ps(m), x); }
 
-    ATTNOPS_AVX2_INLINE Vec roundNearest(Vec x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    ATTNOPS_AVX2_INLINE Vec roundNearest(Vec x) {
+        return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
     // x * 2^n for integral n in [-126, 127] (the range exp() produces), like cpu::fastExp: the
     // power of two is built in the exponent field.
     ATTNOPS_AVX2_INLINE Vec ldexp(Vec x, Vec n) {

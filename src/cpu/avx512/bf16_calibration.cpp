@@ -45,9 +45,8 @@ Bf16Calibration calibrateBf16Avx512() {
     // The same values as bf16 pairs (0.5 and 0.25 are exact in bf16): k counts pairs.
     std::vector<uint32_t> ap(size_t(kRows * kDepth / 2), 0x3F003F00u), bp(size_t(kDepth / 2 * kCols), 0x3E803E80u);
     Bf16Calibration cal;
-    cal.widenGflops = rate([&] {
-        avx512::gemm<false>(kRows, kCols, kDepth, a.data(), kDepth, b.data(), kCols, c.data(), kCols, false);
-    });
+    cal.widenGflops = rate(
+        [&] { avx512::gemm<false>(kRows, kCols, kDepth, a.data(), kDepth, b.data(), kCols, c.data(), kCols, false); });
     cal.dotGflops = rate([&] {
         avx512::gemm<false, avx512::Bf16PairDot>(kRows, kCols, kDepth / 2, ap.data(), kDepth / 2, bp.data(), kCols,
                                                  c.data(), kCols, false);

@@ -45,13 +45,15 @@ bool hasAvx512Bf16() { return hasAvx512() && cpu::isa().avx512bf16; }
 }  // namespace
 
 const BackwardKernel& backwardKernelAvx512Bf16() {
-    static const BackwardKernel k{"avx512-bf16", hasAvx512Bf16, pairOperands, simd_backward::chooseTile<cpu::Avx512>,
-                                  simd_backward::scratchBytes, keyPairs, queryPairs};
+    static const BackwardKernel k{
+        "avx512-bf16", hasAvx512Bf16, pairOperands, simd_backward::chooseTile<cpu::Avx512>, simd_backward::scratchBytes,
+        keyPairs,      queryPairs};
     return k;
 }
 const BackwardKernel& backwardKernelAvx512() {
-    static const BackwardKernel k{"avx512",   hasAvx512, acceptsAll, simd_backward::chooseTile<cpu::Avx512>, simd_backward::scratchBytes,
-                                  keyFloat, queryFloat};
+    static const BackwardKernel k{
+        "avx512", hasAvx512, acceptsAll, simd_backward::chooseTile<cpu::Avx512>, simd_backward::scratchBytes,
+        keyFloat, queryFloat};
     return k;
 }
 

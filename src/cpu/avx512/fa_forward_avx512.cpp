@@ -38,13 +38,14 @@ bool hasAvx512Bf16() { return hasAvx512() && cpu::isa().avx512bf16; }
 }  // namespace
 
 const ForwardKernel& forwardKernelAvx512Bf16() {
-    static const ForwardKernel k{"avx512-bf16",          hasAvx512Bf16, pairOperands, simd_forward::chooseTile<cpu::Avx512>,
-                                 simd_forward::scratchBytes, runPairs};
+    static const ForwardKernel k{
+        "avx512-bf16", hasAvx512Bf16, pairOperands, simd_forward::chooseTile<cpu::Avx512>, simd_forward::scratchBytes,
+        runPairs};
     return k;
 }
 const ForwardKernel& forwardKernelAvx512() {
-    static const ForwardKernel k{"avx512", hasAvx512, acceptsAll, simd_forward::chooseTile<cpu::Avx512>, simd_forward::scratchBytes,
-                                 runFloat};
+    static const ForwardKernel k{
+        "avx512", hasAvx512, acceptsAll, simd_forward::chooseTile<cpu::Avx512>, simd_forward::scratchBytes, runFloat};
     return k;
 }
 

@@ -27,40 +27,37 @@
 namespace attnops::fa::simd_backward {
 
 namespace simd = cpu::simd;
-
-inline int64_t alignUp(int64_t n) {
-    constexpr int64_t kAlignFloats = 16;
-    return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-}
+using simd::alignUp;
+using simd::blockFullyKept;
 
 // One thread's arrays; "rows" are query rows, "keys" key rows. Key units use the [row][key]
 // arrays, query units the [key][row] ones.
 struct Scratch {
-    float* qRows;    // [queryRows][d]        key unit: Q block;  query unit: unused
-    float* doRows;   // [queryRows][dv]       key unit: dO block
-    float* kt;       // [d][keyRows]          key unit: K block transposed
-    float* vt;       // [dv][keyRows]         key unit: V block transposed
-    float* s;        // [queryRows][keyRows]  key unit: scores, then P
-    float* dp;       // [queryRows][keyRows]  key unit: dP, then dS * scale
-    float* dkAcc;    // [keyRows][d]
-    float* dvAcc;    // [keyRows][dv]
-    float* qt;       // [d][queryRows]        query unit: Q block transposed
-    float* dot;      // [dv][queryRows]       query unit: dO block transposed
-    float* k;        // [keyRows][d]          query unit: K block
-    float* v;        // [keyRows][dv]         query unit: V block
-    float* st;       // [keyRows][queryRows]  query unit: scores, then P
-    float* dpt;      // [keyRows][queryRows]  query unit: dP, then dS * scale
-    float* dqAcc;    // [queryRows][d]
-    float* delta;    // [queryRows] rowsum(dO * O)
-    float* rowMax;   // [queryRows] saved softmax max
-    float* rowSum;   // [queryRows] saved softmax sum
+    float* qRows;       // [queryRows][d]        key unit: Q block;  query unit: unused
+    float* doRows;      // [queryRows][dv]       key unit: dO block
+    float* kt;          // [d][keyRows]          key unit: K block transposed
+    float* vt;          // [dv][keyRows]         key unit: V block transposed
+    float* s;           // [queryRows][keyRows]  key unit: scores, then P
+    float* dp;          // [queryRows][keyRows]  key unit: dP, then dS * scale
+    float* dkAcc;       // [keyRows][d]
+    float* dvAcc;       // [keyRows][dv]
+    float* qt;          // [d][queryRows]        query unit: Q block transposed
+    float* dot;         // [dv][queryRows]       query unit: dO block transposed
+    float* k;           // [keyRows][d]          query unit: K block
+    float* v;           // [keyRows][dv]         query unit: V block
+    float* st;          // [keyRows][queryRows]  query unit: scores, then P
+    float* dpt;         // [keyRows][queryRows]  query unit: dP, then dS * scale
+    float* dqAcc;       // [queryRows][d]
+    float* delta;       // [queryRows] rowsum(dO * O)
+    float* rowMax;      // [queryRows] saved softmax max
+    float* rowSum;      // [queryRows] saved softmax sum
     float* exactDelta;  // [queryRows] sum_j P_d dP_d (dsink terms)
-    float* row;      // [max(d, dv, keyRows)] one loaded row
-    float* dyRow;    // [dv] one loaded dO row (query units)
-    float* s1;       // [keyRows] one row of scores (row steps of query units)
-    float* dp1;      // [keyRows]
-    uint8_t* kept;   // [keyRows]
-    uint8_t* keep;   // [keyRows]
+    float* row;         // [max(d, dv, keyRows)] one loaded row
+    float* dyRow;       // [dv] one loaded dO row (query units)
+    float* s1;          // [keyRows] one row of scores (row steps of query units)
+    float* dp1;         // [keyRows]
+    uint8_t* kept;      // [keyRows]
+    uint8_t* keep;      // [keyRows]
     // bf16 pairs (the avx512-bf16 entry); "column pairs" pair adjacent columns of a row, "row
     // pairs" adjacent rows of a column; dPairs = ceil(d / 2), likewise dvPairs, rowPairs, keyPairs.
     uint32_t* ktp;   // [dPairs][keyRows]     key unit: K column pairs, transposed
@@ -157,13 +154,6 @@ inline uint64_t scratchBytes(const BackwardParams& p, TileShape t) {
     return uint64_t(Scratch::floats(p, t)) * sizeof(float);
 }
 
-inline bool blockFullyKept(const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t skv) {
-    const int64_t prefixEnd = std::min(rule.prefix, skv);
-    if (k1 <= prefixEnd) return true;
-    const KeyRange first = rowBand(rule, q0, skv), last = rowBand(rule, q1 - 1, skv);
-    return std::max(k0, prefixEnd) >= last.lo && k1 <= first.hi;
-}
-
 // a . b as one FMA chain over c ascending: the order of the dP = dO . V^T GEMM, so that where
 // P = 1 exactly (a single kept key) dP - delta is exactly 0, as in the reference.
 ATTNOPS_SIMD_INLINE float dotProduct(int64_t n, const float* a, const float* b) {
@@ -177,7 +167,7 @@ ATTNOPS_SIMD_INLINE float dotProduct(int64_t n, const float* a, const float* b) 
 // (lane 0). Returns whether some row is fully masked (saved sum 0).
 template <class V>
 ATTNOPS_SIMD_INLINE bool loadQueryStats(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
-                                          int64_t ldt, Scratch& sc, float* doRows, float* doT) {
+                                        int64_t ldt, Scratch& sc, float* doRows, float* doT) {
     const ForwardParams& p = bp.fwd;
     const int64_t row0 = p.seq.qStart[size_t(b)] + q0, dv = p.dv;
     const View4 out{p.out.data, p.out.dtype, {p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]}};
@@ -197,8 +187,8 @@ ATTNOPS_SIMD_INLINE bool loadQueryStats(const BackwardParams& bp, int64_t b, int
     return anyEmpty;
 }
 
-ATTNOPS_SIMD_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
-                                     int64_t cols, const float* src) {
+ATTNOPS_SIMD_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
+                                   const float* src) {
     for (int64_t r = 0; r < rows; ++r)
         cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * cols);
 }
@@ -221,8 +211,8 @@ ATTNOPS_SIMD_INLINE void rowProbabilities(int64_t nk, float scale, float m, floa
 }
 
 // Pairs = void: everything in fp32. Otherwise bf16 inputs multiplied as bf16 pairs with
-// vdpbf16ps, P and dS rounded to bf16 for the GEMMs they feed (as the naive low-precision computation of the tolerance rule rounds
-// them); otherwise everything in fp32.
+// vdpbf16ps, P and dS rounded to bf16 for the GEMMs they feed (as the naive low-precision computation of the tolerance
+// rule rounds them); otherwise everything in fp32.
 template <class V, class Pairs>
 ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
     const ForwardParams& p = bp.fwd;
@@ -257,26 +247,29 @@ ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const Key
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
                 Pairs::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
-                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, kr, false);
-                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, kr, false);
+                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, kr,
+                                                          false);
+                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, kr,
+                                                          false);
             } else {
-                simd::gemm<V, false>(rows, nk, d, sc.qRows, d, sc.kt, kr, sc.s, kr, false);    // S = Q . K^T
+                simd::gemm<V, false>(rows, nk, d, sc.qRows, d, sc.kt, kr, sc.s, kr, false);      // S = Q . K^T
                 simd::gemm<V, false>(rows, nk, dv, sc.doRows, dv, sc.vt, kr, sc.dp, kr, false);  // dP = dO . V^T
             }
             const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
-            const bool finite = bandVector && simd::allFinite<V>(sc.qRows, rows, d, d) &&
-                                simd::allFinite<V>(sc.doRows, rows, dv, dv);
+            const bool finite =
+                bandVector && simd::allFinite<V>(sc.qRows, rows, d, d) && simd::allFinite<V>(sc.doRows, rows, dv, dv);
             if (vectorRows && !anyEmpty && (full || finite)) {
                 for (int64_t r = 0; r < rows; ++r)
                     rowProbabilities<V>(nk, p.scale, sc.rowMax[r], sc.rowSum[r], sc.delta[r], sc.s + r * kr,
-                                     sc.dp + r * kr, full ? nullptr : &band, q0 + r, u.k0);
+                                        sc.dp + r * kr, full ? nullptr : &band, q0 + r, u.k0);
                 if constexpr (kPairs) {
                     const int64_t rowPairs = (rows + 1) / 2;
                     Pairs::packFloatRowPairs(sc.s, rows, nk, kr, sc.pp);
                     Pairs::packFloatRowPairs(sc.dp, rows, nk, kr, sc.dsp);
                     Pairs::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
                     Pairs::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
-                    simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, sc.dvAcc, dv, true);
+                    simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, sc.dvAcc, dv,
+                                                             true);
                     simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, sc.dkAcc, d, true);
                 } else {
                     simd::gemm<V, true>(nk, dv, rows, sc.s, kr, sc.doRows, dv, sc.dvAcc, dv, true);  // dV += P^T . dO
@@ -309,9 +302,8 @@ ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const Key
 // adds sum_j P dP to exactDelta when given.
 template <class V>
 ATTNOPS_SIMD_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64_t rows, int64_t nk, int64_t ld,
-                                                      float scale, float* exactDelta,
-                                                      const simd::BandLanes<V>* band, int64_t row0,
-                                                      int64_t key0) {
+                                                      float scale, float* exactDelta, const simd::BandLanes<V>* band,
+                                                      int64_t row0, int64_t key0) {
     const auto vs = V::set1(scale);
     for (int64_t r0 = 0; r0 < rows; r0 += V::kLanes) {
         const auto m = V::load(sc.rowMax + r0);
@@ -322,8 +314,7 @@ ATTNOPS_SIMD_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64_t
             float* s = sc.st + j * ld + r0;
             float* dp = sc.dpt + j * ld + r0;
             const auto kept = band != nullptr ? simd::keptRows<V>(*band, key0 + j, row0 + r0) : V::all();
-            const auto pr =
-                V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(V::mul(V::load(s), vs), m)), invL));
+            const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(V::mul(V::load(s), vs), m)), invL));
             const auto g = V::load(dp);
             sumPdP = V::fmadd(pr, g, sumPdP);
             const auto ds = V::mul(V::mul(pr, V::sub(g, delta)), vs);
@@ -374,24 +365,28 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kcp);
                 Pairs::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, dv, dvPairs, sc.vcp);
-                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kcp, dPairs, sc.qtp, qr, sc.st, qr, false);
-                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dvPairs, sc.vcp, dvPairs, sc.dotp, qr, sc.dpt, qr, false);
+                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kcp, dPairs, sc.qtp, qr, sc.st, qr,
+                                                          false);
+                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dvPairs, sc.vcp, dvPairs, sc.dotp, qr, sc.dpt, qr,
+                                                          false);
             } else {
                 const float* vRows = simd::storedFloatRows(p.v, u.b, u.n2, kvRow0, dv);
                 if (vRows == nullptr) {
                     simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
                     vRows = sc.v;
                 }
-                simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);     // S^T = K . Q^T
+                simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);      // S^T = K . Q^T
                 simd::gemm<V, false>(nk, rows, dv, vRows, dv, sc.dot, qr, sc.dpt, qr, false);  // dP^T = V . dO^T
             }
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
             if (vectorRows && !anyEmpty && (full || (bandVector && simd::allFinite<V>(kRows, nk, d, d)))) {
-                blockProbabilitiesTransposed<V>(sc, rows, nk, qr, p.scale, exactDelta, full ? nullptr : &band, u.q0, k0);
+                blockProbabilitiesTransposed<V>(sc, rows, nk, qr, p.scale, exactDelta, full ? nullptr : &band, u.q0,
+                                                k0);
                 if constexpr (kPairs) {
                     Pairs::packFloatRowPairs(sc.dpt, nk, rows, qr, sc.dsp);
                     Pairs::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, d, sc.krp);
-                    simd::gemm<V, true, typename Pairs::Dot>(rows, d, (nk + 1) / 2, sc.dsp, qr, sc.krp, d, sc.dqAcc, d, true);
+                    simd::gemm<V, true, typename Pairs::Dot>(rows, d, (nk + 1) / 2, sc.dsp, qr, sc.krp, d, sc.dqAcc, d,
+                                                             true);
                 } else {
                     simd::gemm<V, true>(rows, d, nk, sc.dpt, qr, kRows, d, sc.dqAcc, d, true);  // dQ += dS . K
                 }

@@ -28,29 +28,26 @@
 namespace attnops::fa::simd_forward {
 
 namespace simd = cpu::simd;
+using simd::alignUp;
+using simd::blockFullyKept;
 using tile::kNegInf;
 
-inline int64_t alignUp(int64_t n) {
-    constexpr int64_t kAlignFloats = 16;
-    return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-}
-
 struct Scratch {
-    float* qt;    // [d][queryRows]   the query block transposed
-    float* k;     // [keyRows][d]
-    float* v;     // [keyRows][dv]
-    float* st;    // [keyRows][queryRows] scores, then probabilities
-    float* acc;   // [queryRows][dv]
-    float* m;     // [queryRows] running max
-    float* l;     // [queryRows] running sum
-    float* s;     // [max(keyRows, d)] one row of scores (row steps), one loaded row (transposes)
+    float* qt;      // [d][queryRows]   the query block transposed
+    float* k;       // [keyRows][d]
+    float* v;       // [keyRows][dv]
+    float* st;      // [keyRows][queryRows] scores, then probabilities
+    float* acc;     // [queryRows][dv]
+    float* m;       // [queryRows] running max
+    float* l;       // [queryRows] running sum
+    float* s;       // [max(keyRows, d)] one row of scores (row steps), one loaded row (transposes)
     uint8_t* kept;  // [keyRows]
     uint8_t* keep;  // [keyRows]
     // bf16 pairs (entries with Pairs), dPairs = ceil(d / 2), keyPairs = keyRows / 2:
-    uint32_t* qp;   // [dPairs][queryRows]  the query block, column pairs, transposed
-    uint32_t* kp;   // [keyRows][dPairs]    the key block, column pairs
-    uint32_t* vp;   // [keyPairs][dv]       the value block, row pairs
-    uint32_t* pp;   // [keyPairs][queryRows] probabilities, row pairs of st
+    uint32_t* qp;  // [dPairs][queryRows]  the query block, column pairs, transposed
+    uint32_t* kp;  // [keyRows][dPairs]    the key block, column pairs
+    uint32_t* vp;  // [keyPairs][dv]       the value block, row pairs
+    uint32_t* pp;  // [keyPairs][queryRows] probabilities, row pairs of st
 
     static int64_t floats(const ForwardParams& p, TileShape t) {
         const int64_t qr = t.queryRows, kr = t.keyRows, dPairs = (p.d + 1) / 2;
@@ -98,21 +95,13 @@ inline uint64_t scratchBytes(const ForwardParams& p, TileShape t) {
     return uint64_t(Scratch::floats(p, t)) * sizeof(float);
 }
 
-// Whether every row of [q0, q1) keeps every key of [k0, k1) by the analytic rule alone.
-inline bool blockFullyKept(const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t skv) {
-    const int64_t prefixEnd = std::min(rule.prefix, skv);
-    if (k1 <= prefixEnd) return true;
-    const KeyRange first = rowBand(rule, q0, skv), last = rowBand(rule, q1 - 1, skv);
-    return std::max(k0, prefixEnd) >= last.lo && k1 <= first.hi;
-}
-
 // Online softmax of a block for rows [0, rows), V::kLanes rows per vector: scales the scores in
 // st, turns them into probabilities, updates m and l, and rescales the accumulator rows. With a
 // band, pairs it masks get score -inf and probability 0 (query rows from row0, keys from key0).
 template <class V>
-ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int64_t nk, int64_t ld, float* st,
-                                      float* m, float* l, float* acc, const simd::BandLanes<V>* band,
-                                      int64_t row0, int64_t key0) {
+ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int64_t nk, int64_t ld, float* st, float* m,
+                                      float* l, float* acc, const simd::BandLanes<V>* band, int64_t row0,
+                                      int64_t key0) {
     const auto scale = V::set1(p.scale), negInf = V::set1(kNegInf);
     for (int64_t r0 = 0; r0 < rows; r0 += V::kLanes) {
         auto blockMax = negInf;

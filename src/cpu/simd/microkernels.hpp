@@ -36,6 +36,20 @@ inline int64_t keyBlockRows(int64_t d, int64_t dv, uint64_t l2Bytes) {
     return rows;
 }
 
+// n floats rounded up to a whole number of 64-byte lines: scratch arrays start on a line.
+inline int64_t alignUp(int64_t n) {
+    constexpr int64_t kAlignFloats = 16;
+    return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+}
+
+// Whether every query row of [q0, q1) keeps every key of [k0, k1) by the analytic rule alone.
+inline bool blockFullyKept(const fa::SeqRule& rule, int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t skv) {
+    const int64_t prefixEnd = std::min(rule.prefix, skv);
+    if (k1 <= prefixEnd) return true;
+    const fa::KeyRange first = fa::rowBand(rule, q0, skv), last = fa::rowBand(rule, q1 - 1, skv);
+    return std::max(k0, prefixEnd) >= last.lo && k1 <= first.hi;
+}
+
 // The multiply-accumulate of a GEMM microkernel on fp32 elements (a per-ISA header may add
 // others with the same members, e.g. bf16 pairs).
 template <class V>
@@ -108,8 +122,7 @@ ATTNOPS_SIMD_FN static void gemmRows(int mr, int nv, int64_t k, const typename D
                                      const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc,
                                      typename V::Mask last, bool accumulate) {
     if constexpr (MR < V::kTileRows) {
-        if (mr > MR)
-            return gemmRows<V, Dot, TransA, Tail, MR + 1>(mr, nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
+        if (mr > MR) return gemmRows<V, Dot, TransA, Tail, MR + 1>(mr, nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
     }
     gemmRowStrip<V, Dot, MR, TransA, Tail>(nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
 }
@@ -204,8 +217,8 @@ inline const float* storedFloatRows(const fa::View4& view, int64_t b, int64_t n,
 
 // Rows [row0, row0 + rows) of head n, row-major with leading dimension ld.
 template <class V>
-ATTNOPS_SIMD_INLINE void loadRows(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
-                                  int64_t cols, int64_t ld, float* __restrict dst) {
+ATTNOPS_SIMD_INLINE void loadRows(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
+                                  int64_t ld, float* __restrict dst) {
     for (int64_t r = 0; r < rows; ++r) loadRow<V>(view, b, n, row0 + r, cols, dst + r * ld);
 }
 
