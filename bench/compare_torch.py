@@ -17,7 +17,8 @@ speed-up (PyTorch time / attnops time); --json saves everything, --plot draws TF
 sequence length for the --sweep workloads.
 
   pip install torch matplotlib
-  python3 bench/compare_torch.py --plot bench/results/sdpa-vs-attnops.png --json bench/results/compare.json
+  python3 bench/compare_torch.py --plot bench/results/<machine>/sdpa-vs-attnops.png \
+      --json bench/results/<machine>/compare_torch.json   (<machine>: a slug naming the CPU)
 """
 import argparse
 import json

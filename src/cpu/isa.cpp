@@ -75,6 +75,11 @@ IsaFeatures probe() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
     const unsigned maxLeaf = a;
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    f.vendor = vendor;
     __get_cpuid(1, &a, &b, &c, &d);
     const bool osxsave = (c >> 27) & 1;
     const bool fma = (c >> 12) & 1, f16c = (c >> 29) & 1;

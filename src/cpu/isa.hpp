@@ -21,6 +21,7 @@ struct IsaFeatures {
     bool amxFp16 = false;
     bool amxGranted = false;   // usable: sane palette, tile state enabled by the OS, permission granted
     std::string amxStatus;     // "granted", or why AMX is not used (CPUID bit, XCR0, palette, permission)
+    std::string vendor;        // CPUID leaf 0: "GenuineIntel", "AuthenticAMD", ...
     std::string brand;
 };
 

@@ -1332,21 +1332,34 @@ std::vector<FaProblem> determinismProblems() {
     return problems;
 }
 
+using attnops::testsupport::ForcedImpl;
+
+// The default choice ("") and every register-blocked entry this CPU runs.
 TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     ThreadsGuard guard;
     for (const FaProblem& p : determinismProblems()) {
         ASSERT_EQ(attnopsSetDeviceThreads(0, 2), ATTNOPS_SUCCESS);
         FaInstance inst(p);
         runForward(inst);
-        std::vector<FaGrads> runs;
-        for (int32_t threads : {1, 2, 3, 1, 2, 3}) {
-            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
-            runs.push_back(attnops::tools::makeGrads(inst));
-            runGrad(inst, runs.back());
-            if (HasFatalFailure()) return;
+        for (const char* impl : {"", "amx", "avx512-bf16", "avx512", "avx2"}) {
+            ForcedImpl forced(impl);
+            ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
+            FaGrads probe = attnops::tools::makeGrads(inst);
+            const attnopsStatus st = attnops::tools::runBackward(inst, probe);
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
+            const bool bf16Only = std::string(impl) == "avx512-bf16" || std::string(impl) == "amx";
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && bf16Only && p.dtype != BF16) continue;
+            std::vector<FaGrads> runs;
+            for (int32_t threads : {1, 2, 3, 1, 2, 3}) {
+                ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+                runs.push_back(attnops::tools::makeGrads(inst));
+                runGrad(inst, runs.back());
+                if (HasFatalFailure()) return;
+            }
+            expectGradChecked(inst, runs[0]);
+            for (size_t r = 1; r < runs.size(); ++r)
+                expectSameGrads(runs[0], runs[r], std::string(impl) + " " + p.describe() + " run " + std::to_string(r));
         }
-        expectGradChecked(inst, runs[0]);
-        for (size_t r = 1; r < runs.size(); ++r) expectSameGrads(runs[0], runs[r], p.describe() + " run " + std::to_string(r));
     }
 }
 
@@ -1371,8 +1384,6 @@ TEST(FaBackwardDeterminism, ConcurrentStreamsGiveTheSerialResult) {
     expectSameGrads(serial, b, "stream 2");
 }
 
-using attnops::testsupport::ForcedImpl;
-
 TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
     std::vector<FaProblem> problems;
     problems.push_back(withSink(withMode(fixed("BNSD", F32, 2, 65, 129, 4, 2, 64), 3)));
@@ -1389,7 +1400,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"amx", "avx512-bf16", "avx512", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
+        for (const char* impl : {"amx", "avx512-bf16", "avx512", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1459,7 +1470,7 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"amx", "avx512-bf16", "avx512", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
+    for (const char* impl : {"amx", "avx512-bf16", "avx512", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
         // The AMX kernels multiply 16-bit operands only: they take the fp32 cases as bf16. The
         // hardware entry is listed only where AMX is granted (skips cost a process start each).
         const bool amx = std::string(impl).rfind("amx", 0) == 0;
@@ -1478,7 +1489,8 @@ std::vector<ImplCase> forcedCases() {
 }
 
 std::string forcedName(const ::testing::TestParamInfo<ImplCase>& info) {
-    std::string impl = info.param.impl.substr(info.param.impl.find('-') + 1);
+    std::string impl = info.param.impl;
+    std::replace(impl.begin(), impl.end(), '-', '_');
     return impl + "_" + info.param.c.name;
 }
 

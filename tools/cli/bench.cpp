@@ -2,7 +2,8 @@
 // through the public two-phase API (median of repeated runs after warm-up), with the implementation
 // that ran and the ratio to a peak of this machine measured in the same run:
 //   fp32 and fp16 attention -> the fp32 FMA peak (the fp16 paths compute in fp32),
-//   bf16 attention          -> the bf16 dot-product peak (AMX where granted, else AVX512-BF16),
+//   bf16 attention          -> the peak of this CPU's bf16 path (AMX where granted, else
+//                              AVX512-BF16 vdpbf16ps or the fp32 FMA peak, as cpu/bf16_path.hpp chose),
 //   Block Attention Residuals -> the DRAM read bandwidth.
 #include "bench.hpp"
 
@@ -241,7 +242,10 @@ int runBench(const BenchOptions& o) {
         peaks.bf16 = tools::measureBf16Peak(threads);
         peaks.readGBs = tools::measureReadBandwidth(uint64_t(512) << 20, threads);
     }
+    const std::string bf16Path = tools::bf16PathText();
     json doc = {{"cpu", isa.brand},
+                {"vendor", isa.vendor},
+                {"bf16Path", bf16Path},
                 {"threads", threads},
                 {"quick", o.quick},
                 {"repeat", o.repeat},
@@ -255,6 +259,7 @@ int runBench(const BenchOptions& o) {
     const bool table = !o.json;
     if (table) {
         fmt::print("attnops bench on {} ({} threads){}\n", isa.brand, threads, o.quick ? ", --quick shapes" : "");
+        fmt::print("bf16 path: {}\n", bf16Path);
         if (!o.noPeaks)
             fmt::print("peaks measured now: fp32 {:.1f} GFLOP/s [{}]; bf16 {:.1f} GFLOP/s [{}]; DRAM read {:.1f} GB/s\n",
                        peaks.fp32.gflops, peaks.fp32.unit, peaks.bf16.gflops, peaks.bf16.unit, peaks.readGBs);

@@ -1,5 +1,5 @@
-// `attnops info`: library version, CPU features (and whether the OS grants AMX), devices, usable
-// cores and caches.
+// `attnops info`: library version, CPU features (and whether the OS grants AMX), the bf16 path
+// and why, devices, usable cores and caches.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -7,13 +7,14 @@
 
 #include "commands.hpp"
 #include "cpu/isa.hpp"
+#include "peaks.hpp"
 #include "runner.hpp"
 
 namespace attnops::cli {
 namespace {
 
 const char* const kEnvironment[] = {"ATTNOPS_NUM_DEVICES", "ATTNOPS_NUM_THREADS", "ATTNOPS_LAUNCH_BLOCKING",
-                                    "ATTNOPS_FORCE_IMPL"};
+                                    "ATTNOPS_FORCE_IMPL", "ATTNOPS_BF16_PATH"};
 
 std::string bytesText(uint64_t bytes) {
     if (bytes >= (uint64_t(1) << 30) && bytes % (uint64_t(1) << 30) == 0) return fmt::format("{} GiB", bytes >> 30);
@@ -51,7 +52,11 @@ int runInfo(bool asJson) {
         if (const char* v = std::getenv(name)) environment.emplace_back(name, v);
 
     if (asJson) {
-        nlohmann::json cpuJson = {{"brand", f.brand}, {"amxGranted", f.amxGranted}, {"amxStatus", f.amxStatus}};
+        nlohmann::json cpuJson = {{"brand", f.brand},
+                                  {"vendor", f.vendor},
+                                  {"amxGranted", f.amxGranted},
+                                  {"amxStatus", f.amxStatus},
+                                  {"bf16Path", tools::bf16PathText()}};
         for (const auto& [name, has] : features) cpuJson["features"][name] = has;
         nlohmann::json devs = nlohmann::json::array();
         for (const attnopsDeviceInfo& d : devices)
@@ -71,13 +76,14 @@ int runInfo(bool asJson) {
     }
 
     fmt::print("attnops {}\n", attnopsVersion());
-    fmt::print("cpu: {}\n", f.brand.empty() ? "(brand string unavailable)" : f.brand);
+    fmt::print("cpu: {} ({})\n", f.brand.empty() ? "(brand string unavailable)" : f.brand, f.vendor);
     std::string have, lack;
     for (const auto& [name, has] : features) (has ? have : lack) += fmt::format(" {}", name);
     fmt::print("  features:{}\n", have.empty() ? " (none of the below)" : have);
     if (!lack.empty()) fmt::print("  missing: {}\n", lack.substr(1));
     fmt::print("  AMX tile data granted by the OS: {} ({}); kernels \"amx\" {}, \"amx-emulated\" only when forced\n",
                f.amxGranted ? "yes" : "no", f.amxStatus, f.amxGranted ? "available" : "unavailable");
+    fmt::print("  bf16 path: {}\n", tools::bf16PathText());
     if (!devices.empty()) {
         const attnopsDeviceInfo& d = devices.front();
         fmt::print("usable cores: {}\n", d.usableCores);

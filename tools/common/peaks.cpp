@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "attnops/runtime.h"
+#include "core/error.hpp"
+#include "cpu/bf16_path.hpp"
 #include "cpu/isa.hpp"
 #include "peaks_isa.hpp"
 
@@ -79,14 +81,25 @@ ArithmeticPeak measureFp32Peak(int threads, double seconds, int repeats) {
 
 ArithmeticPeak measureBf16Peak(int threads, double seconds, int repeats) {
     const cpu::IsaFeatures& f = cpu::isa();
-    threads = deviceThreads(threads);
     if (f.amxBf16 && f.amxGranted)
-        return {timeLoop(isa_loops::dotBf16Amx, threads, seconds, repeats), "AMX bf16 tiles (tdpbf16ps)"};
-    if (f.avx512bf16)
-        return {timeLoop(isa_loops::dotBf16Avx512, threads, seconds, repeats),
+        return {timeLoop(isa_loops::dotBf16Amx, deviceThreads(threads), seconds, repeats), "AMX bf16 tiles (tdpbf16ps)"};
+    if (cpu::bf16Path().path == cpu::Bf16Path::Dot)
+        return {timeLoop(isa_loops::dotBf16Avx512, deviceThreads(threads), seconds, repeats),
                 f.amxBf16 ? "AVX512-BF16 (vdpbf16ps; AMX present but not granted by the OS)"
                           : "AVX512-BF16 (vdpbf16ps; no AMX on this CPU)"};
-    return {0.0, "no bf16 dot-product instructions (AMX or AVX512-BF16) on this CPU"};
+    // The widened path multiplies with fp32 FMAs: its peak is theirs.
+    ArithmeticPeak fma = measureFp32Peak(threads, seconds, repeats);
+    fma.unit = "bf16 widened to fp32, " + fma.unit;
+    return fma;
+}
+
+std::string bf16PathText() {
+    try {
+        const cpu::Bf16Choice& c = cpu::bf16Path();
+        return std::string(cpu::bf16PathName(c.path)) + " (" + c.reason + ")";
+    } catch (const StatusError& e) {
+        return std::string("not decided: ") + e.what();
+    }
 }
 
 double measureReadBandwidth(uint64_t bytes, int threads, int repeats) {

@@ -20,7 +20,12 @@ struct ArithmeticPeak {
 };
 // fp32 multiply-add: AVX-512 FMA, else AVX2 FMA.
 ArithmeticPeak measureFp32Peak(int threads = 0, double seconds = 0.2, int repeats = 3);
-// bf16 dot products: AMX tiles where the OS grants them, else AVX512-BF16 vdpbf16ps.
+// bf16 products on the path the kernels take: AMX tiles where the OS grants them, else
+// AVX512-BF16 vdpbf16ps where this CPU's bf16 path is "dot", else the fp32 FMA peak (bf16
+// widened to fp32).
 ArithmeticPeak measureBf16Peak(int threads = 0, double seconds = 0.2, int repeats = 3);
+
+// This process's bf16 path and why (cpu/bf16_path.hpp), or why it could not be decided.
+std::string bf16PathText();
 
 }  // namespace attnops::tools

@@ -1,12 +1,9 @@
-// AVX-512 building blocks of the flash-attention kernels: a register-blocked GEMM microkernel
-// (fp32 FMA, or vdpbf16ps on bf16 pairs), a vector exp, the sparse-mode band per lane, row
-// loaders that convert bf16/fp16 to fp32 on the fly and bf16 pair packing. Every function
-// carries the AVX-512 target attribute, so only the files in src/cpu/avx512 include this header
-// and only CPUs that pass the isa() probe ever reach them.
-//
-// Reduction order: each output element of gemm() is a chain of multiply-adds over k ascending,
-// so the result of an element depends on neither the register tile it falls in nor the thread
-// count.
+// AVX-512 building blocks of the flash-attention kernels: the instruction-set trait that
+// instantiates the generic ones of cpu/simd/microkernels.hpp with 16-lane zmm vectors and mask
+// registers (a 6x64 register-blocked GEMM), their historical avx512:: names (used by the AVX-512
+// and AMX kernels), and what only AVX-512 has: vdpbf16ps on bf16 pairs and bf16 pair packing.
+// Every function carries the AVX-512 target attribute, so only the files in src/cpu/avx512 (and
+// src/cpu/amx) include this header and only CPUs that pass the isa() probe ever reach them.
 #pragma once
 
 // GCC 12's AVX-512 headers self-initialise their "undefined" vectors, which -O3 reports as
@@ -24,43 +21,129 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu/generic/convert.hpp"
-#include "ops/flash_attention_score/params.hpp"
-#include "ops/flash_attention_score/semantics.hpp"
-
 // avx512bf16 is in the target of every function so that the GEMM template serves both element
 // kinds; its instructions come only from the Bf16PairDot intrinsics (compilers do not synthesise
 // them from fp32 code), which run only behind the avx512bf16 check of their kernel entry.
 #define ATTNOPS_AVX512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
 #define ATTNOPS_AVX512_INLINE static inline __attribute__((always_inline)) ATTNOPS_AVX512_FN
+#define ATTNOPS_SIMD_FN ATTNOPS_AVX512_FN
+
+namespace attnops::cpu {
+
+// The trait of cpu/simd: zmm vectors, __mmask16 masks (lanes as bits).
+struct Avx512 {
+    using Vec = __m512;
+    using IVec = __m512i;
+    using Mask = __mmask16;
+    static constexpr int64_t kLanes = 16;  // floats per zmm register
+    static constexpr int kTileRows = 6;    // rows of C held in registers (6 x 4 accumulators + 4 B + 1 A)
+    static constexpr int kTileVectors = 4;  // columns of C held in registers, in vectors (64 floats)
+    // Query rows per work unit: one GEMM strip, 16 rows per softmax vector.
+    static constexpr int64_t kQueryRows = 64;
+
+    ATTNOPS_AVX512_INLINE Mask tail(int64_t n) { return n >= kLanes ? Mask(0xFFFF) : Mask((1u << n) - 1u); }
+    ATTNOPS_AVX512_INLINE Mask all() { return Mask(0xFFFF); }
+    ATTNOPS_AVX512_INLINE Mask none() { return Mask(0); }
+    ATTNOPS_AVX512_INLINE Mask maskAnd(Mask a, Mask b) { return Mask(a & b); }
+    ATTNOPS_AVX512_INLINE Mask maskOr(Mask a, Mask b) { return Mask(a | b); }
+    ATTNOPS_AVX512_INLINE bool any(Mask m) { return m != 0; }
+
+    ATTNOPS_AVX512_INLINE Vec zero() { return _mm512_setzero_ps(); }
+    ATTNOPS_AVX512_INLINE Vec set1(float x) { return _mm512_set1_ps(x); }
+    ATTNOPS_AVX512_INLINE Vec load(const float* p) { return _mm512_loadu_ps(p); }
+    ATTNOPS_AVX512_INLINE Vec loadMasked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+    ATTNOPS_AVX512_INLINE void store(float* p, Vec x) { _mm512_storeu_ps(p, x); }
+    ATTNOPS_AVX512_INLINE void storeMasked(float* p, Mask m, Vec x) { _mm512_mask_storeu_ps(p, m, x); }
+
+    ATTNOPS_AVX512_INLINE Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+    ATTNOPS_AVX512_INLINE Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+    ATTNOPS_AVX512_INLINE Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+    ATTNOPS_AVX512_INLINE Vec div(Vec a, Vec b) { return _mm512_div_ps(a, b); }
+    ATTNOPS_AVX512_INLINE Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+    ATTNOPS_AVX512_INLINE Vec min(Vec a, Vec b) { return _mm512_min_ps(a, b); }
+    ATTNOPS_AVX512_INLINE Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }    // a * b + c
+    ATTNOPS_AVX512_INLINE Vec fnmadd(Vec a, Vec b, Vec c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a * b
+
+    ATTNOPS_AVX512_INLINE Mask isNan(Vec a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+    ATTNOPS_AVX512_INLINE Mask greater(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+    ATTNOPS_AVX512_INLINE Mask notEqual(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
+    ATTNOPS_AVX512_INLINE Vec select(Mask m, Vec ifClear, Vec ifSet) { return _mm512_mask_mov_ps(ifClear, m, ifSet); }
+    ATTNOPS_AVX512_INLINE Vec zeroUnless(Mask m, Vec x) { return _mm512_maskz_mov_ps(m, x); }
+
+    ATTNOPS_AVX512_INLINE Vec roundNearest(Vec x) {
+        return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    ATTNOPS_AVX512_INLINE Vec ldexp(Vec x, Vec n) { return _mm512_scalef_ps(x, n); }
+
+    ATTNOPS_AVX512_INLINE IVec set1i(int32_t x) { return _mm512_set1_epi32(x); }
+    ATTNOPS_AVX512_INLINE IVec addi(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
+    ATTNOPS_AVX512_INLINE IVec subi(IVec a, IVec b) { return _mm512_sub_epi32(a, b); }
+    ATTNOPS_AVX512_INLINE IVec laneIndex() {
+        return _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    }
+    // Lanes with lo <= x <= hi.
+    ATTNOPS_AVX512_INLINE Mask inRange(IVec x, IVec lo, IVec hi) {
+        return Mask(_mm512_cmp_epi32_mask(x, lo, _MM_CMPINT_NLT) & _mm512_cmp_epi32_mask(x, hi, _MM_CMPINT_LE));
+    }
+
+    // dst[c] = fp16 src[c] as fp32, c < n (vcvtph2ps).
+    ATTNOPS_AVX512_INLINE void widenHalves(const uint16_t* src, int64_t n, float* __restrict dst) {
+        for (int64_t c = 0; c < n; c += kLanes) {
+            const Mask mk = tail(n - c);
+            _mm512_mask_storeu_ps(dst + c, mk, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, src + c)));
+        }
+    }
+};
+
+}  // namespace attnops::cpu
+
+#include "cpu/simd/microkernels.hpp"
 
 namespace attnops::cpu::avx512 {
 
-constexpr int64_t kLanes = 16;       // floats per zmm register
-constexpr int kTileRows = 6;         // rows of C held in registers (6 x 4 accumulators + 4 B + 1 A)
-constexpr int kTileVectors = 4;      // columns of C held in registers, in zmm vectors (64 floats)
+// The generic building blocks under their AVX-512 names.
+constexpr int64_t kLanes = Avx512::kLanes;
+constexpr int kTileRows = Avx512::kTileRows;
+constexpr int kTileVectors = Avx512::kTileVectors;
+using simd::keyBlockRows;
+using F32Dot = simd::F32Dot<Avx512>;
+using BandLanes = simd::BandLanes<Avx512>;
 
-// Keys per block: 128 (measured best at d = 128 on Zen 5: fewer reloads of the query-side
-// operands per FLOP than 64), halved down to 16 until an fp32 key and value block take at most a
-// quarter of the per-core L2, so that they stay there while the query blocks stream past.
-inline int64_t keyBlockRows(int64_t d, int64_t dv, uint64_t l2Bytes) {
-    const uint64_t budget = (l2Bytes != 0 ? l2Bytes : uint64_t(1) << 20) / 4;
-    int64_t rows = 128;
-    while (rows > 16 && uint64_t(rows * (d + dv)) * sizeof(float) > budget) rows /= 2;
-    return rows;
+ATTNOPS_AVX512_INLINE __mmask16 tailMask(int64_t n) { return Avx512::tail(n); }
+ATTNOPS_AVX512_INLINE __m512 exp(__m512 x) { return simd::exp<Avx512>(x); }
+ATTNOPS_AVX512_INLINE void axpy(int64_t n, float a, const float* __restrict x, float* __restrict y) {
+    simd::axpy<Avx512>(n, a, x, y);
 }
-
-ATTNOPS_AVX512_INLINE __mmask16 tailMask(int64_t n) {
-    return n >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
+ATTNOPS_AVX512_INLINE void scaleRow(int64_t n, float a, float* y) { simd::scaleRow<Avx512>(n, a, y); }
+ATTNOPS_AVX512_INLINE void loadRow(const fa::View4& view, int64_t b, int64_t n, int64_t row, int64_t cols,
+                                   float* __restrict dst) {
+    simd::loadRow<Avx512>(view, b, n, row, cols, dst);
 }
-
-// The multiply-accumulate of a GEMM microkernel, on fp32 elements or on bf16 pairs.
-struct F32Dot {
-    using Elem = float;  // A and B elements
-    ATTNOPS_AVX512_INLINE __m512 broadcast(const float* a) { return _mm512_set1_ps(*a); }
-    ATTNOPS_AVX512_INLINE __m512 load(__mmask16 mk, const float* b) { return _mm512_maskz_loadu_ps(mk, b); }
-    ATTNOPS_AVX512_INLINE __m512 madd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-};
+ATTNOPS_AVX512_INLINE void loadRows(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                    int64_t cols, int64_t ld, float* __restrict dst) {
+    simd::loadRows<Avx512>(view, b, n, row0, rows, cols, ld, dst);
+}
+ATTNOPS_AVX512_INLINE void loadRowsTransposed(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                              int64_t cols, int64_t ld, float* __restrict row, float* __restrict dst) {
+    simd::loadRowsTransposed<Avx512>(view, b, n, row0, rows, cols, ld, row, dst);
+}
+ATTNOPS_AVX512_INLINE BandLanes bandLanes(const fa::SeqRule& rule, int64_t skv) {
+    return simd::bandLanes<Avx512>(rule, skv);
+}
+ATTNOPS_AVX512_INLINE __mmask16 keptRows(const BandLanes& b, int64_t key, int64_t row0) {
+    return simd::keptRows<Avx512>(b, key, row0);
+}
+ATTNOPS_AVX512_INLINE __mmask16 keptKeys(const BandLanes& b, int64_t key0, int64_t row) {
+    return simd::keptKeys<Avx512>(b, key0, row);
+}
+ATTNOPS_AVX512_INLINE bool allFinite(const float* a, int64_t rows, int64_t cols, int64_t ld) {
+    return simd::allFinite<Avx512>(a, rows, cols, ld);
+}
+template <bool TransA, typename Dot = F32Dot>
+ATTNOPS_AVX512_FN static void gemm(int64_t m, int64_t n, int64_t k, const typename Dot::Elem* a, int64_t lda,
+                                  const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    simd::gemm<Avx512, TransA, Dot>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
 
 // Elements are pairs of bf16 (the low half first) packed in 32 bits; vdpbf16ps adds both
 // products of a pair to an fp32 lane, so k counts pairs.
@@ -69,207 +152,14 @@ struct Bf16PairDot {
     ATTNOPS_AVX512_INLINE __m512 broadcast(const uint32_t* a) {
         return _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(*a)));
     }
-    ATTNOPS_AVX512_INLINE __m512 load(__mmask16 mk, const uint32_t* b) {
+    ATTNOPS_AVX512_INLINE __m512 load(const uint32_t* b) { return _mm512_castsi512_ps(_mm512_loadu_si512(b)); }
+    ATTNOPS_AVX512_INLINE __m512 loadMasked(__mmask16 mk, const uint32_t* b) {
         return _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(mk, b));
     }
     ATTNOPS_AVX512_INLINE __m512 madd(__m512 a, __m512 b, __m512 c) {
         return _mm512_dpbf16_ps(c, (__m512bh)a, (__m512bh)b);
     }
 };
-
-// C[MR x 16*NV] (+)= A(MR x K) * B(K x 16*NV); A(m, k) = A[m * lda + k], or A[k * lda + m] when
-// TransA. The last vector of each row is masked by `last`.
-template <typename Dot, int MR, int NV, bool TransA>
-ATTNOPS_AVX512_FN static void gemmTile(int64_t k, const typename Dot::Elem* __restrict a, int64_t lda,
-                                      const typename Dot::Elem* __restrict b, int64_t ldb, float* __restrict c,
-                                      int64_t ldc, __mmask16 last, bool accumulate) {
-    const auto mask = [last](int v) { return v == NV - 1 ? last : __mmask16(0xFFFF); };
-    __m512 acc[MR][NV];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v)
-            acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(mask(v), c + i * ldc + v * kLanes) : _mm512_setzero_ps();
-    for (int64_t kk = 0; kk < k; ++kk) {
-        __m512 bv[NV];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) bv[v] = Dot::load(mask(v), b + kk * ldb + v * kLanes);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; ++i) {
-            const __m512 av = Dot::broadcast(TransA ? a + kk * lda + i : a + i * lda + kk);
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; ++v) acc[i][v] = Dot::madd(av, bv[v], acc[i][v]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v)
-            _mm512_mask_storeu_ps(c + i * ldc + v * kLanes, mask(v), acc[i][v]);
-}
-
-template <typename Dot, int MR, bool TransA>
-ATTNOPS_AVX512_FN static void gemmRowStrip(int nv, int64_t k, const typename Dot::Elem* a, int64_t lda,
-                                          const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc,
-                                          __mmask16 last, bool accumulate) {
-    switch (nv) {
-        case 1: gemmTile<Dot, MR, 1, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
-        case 2: gemmTile<Dot, MR, 2, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
-        case 3: gemmTile<Dot, MR, 3, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
-        default: gemmTile<Dot, MR, 4, TransA>(k, a, lda, b, ldb, c, ldc, last, accumulate); break;
-    }
-}
-
-// C[m x n] (+)= A(m x k) * B[k x n] with row-major B and C (fp32 out); A as in gemmTile.
-template <bool TransA, typename Dot = F32Dot>
-ATTNOPS_AVX512_FN static void gemm(int64_t m, int64_t n, int64_t k, const typename Dot::Elem* a, int64_t lda,
-                                  const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-    constexpr int64_t kStripCols = kTileVectors * kLanes;
-    for (int64_t n0 = 0; n0 < n; n0 += kStripCols) {
-        const int64_t cols = std::min(kStripCols, n - n0);
-        const int nv = int((cols + kLanes - 1) / kLanes);
-        const __mmask16 last = tailMask(cols - (nv - 1) * kLanes);
-        for (int64_t m0 = 0; m0 < m; m0 += kTileRows) {
-            const typename Dot::Elem* aTile = TransA ? a + m0 : a + m0 * lda;
-            const typename Dot::Elem* bs = b + n0;
-            float* ct = c + m0 * ldc + n0;
-            switch (std::min<int64_t>(kTileRows, m - m0)) {
-                case 1: gemmRowStrip<Dot, 1, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
-                case 2: gemmRowStrip<Dot, 2, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
-                case 3: gemmRowStrip<Dot, 3, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
-                case 4: gemmRowStrip<Dot, 4, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
-                case 5: gemmRowStrip<Dot, 5, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
-                default: gemmRowStrip<Dot, 6, TransA>(nv, k, aTile, lda, bs, ldb, ct, ldc, last, accumulate); break;
-            }
-        }
-    }
-}
-
-// exp(x) lane-wise, the algorithm of cpu::fastExp (Cody-Waite reduction, degree-7 polynomial):
-// below -87.3 gives 0 (so -inf gives 0), NaN gives NaN.
-ATTNOPS_AVX512_INLINE __m512 exp(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.7f);
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    const __mmask16 live = _mm512_cmp_ps_mask(x, lo, _CMP_GT_OQ);
-    const __m512 input = x;
-    x = _mm512_min_ps(x, hi);  // live lanes are > -87.3 already
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 poly = _mm512_set1_ps(1.0f / 5040.0f);
-    poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 720.0f));
-    poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 120.0f));
-    poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 24.0f));
-    poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f / 6.0f));
-    poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(0.5f));
-    poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
-    poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.0f));
-    const __m512 result = _mm512_maskz_mov_ps(live, _mm512_scalef_ps(poly, n));
-    return _mm512_mask_mov_ps(result, nan, input);
-}
-
-// y[c] += a * x[c], c < n.
-ATTNOPS_AVX512_INLINE void axpy(int64_t n, float a, const float* __restrict x, float* __restrict y) {
-    const __m512 av = _mm512_set1_ps(a);
-    for (int64_t c = 0; c < n; c += kLanes) {
-        const __mmask16 mk = tailMask(n - c);
-        const __m512 sum = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(mk, x + c), _mm512_maskz_loadu_ps(mk, y + c));
-        _mm512_mask_storeu_ps(y + c, mk, sum);
-    }
-}
-
-// y[c] *= a, c < n.
-ATTNOPS_AVX512_INLINE void scaleRow(int64_t n, float a, float* y) {
-    const __m512 av = _mm512_set1_ps(a);
-    for (int64_t c = 0; c < n; c += kLanes) {
-        const __mmask16 mk = tailMask(n - c);
-        _mm512_mask_storeu_ps(y + c, mk, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, y + c)));
-    }
-}
-
-// One row of a strided view as fp32: fp16 through vcvtph2ps, the rest through cpu::loadRow.
-ATTNOPS_AVX512_INLINE void loadRow(const fa::View4& view, int64_t b, int64_t n, int64_t row, int64_t cols,
-                                   float* __restrict dst) {
-    if (view.dtype == DType::F16 && view.stride[3] == 1 && cols > 0) {
-        const uint16_t* src = static_cast<const uint16_t*>(view.data) + view.offset(b, n, row, 0);
-        for (int64_t c = 0; c < cols; c += kLanes) {
-            const __mmask16 mk = tailMask(cols - c);
-            _mm512_mask_storeu_ps(dst + c, mk, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, src + c)));
-        }
-        return;
-    }
-    cpu::loadRow(view.data, view.offset(b, n, row, 0), view.stride[3], view.dtype, cols, dst);
-}
-
-// Rows [row0, row0 + rows) of head n, row-major with leading dimension ld.
-ATTNOPS_AVX512_INLINE void loadRows(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
-                                    int64_t cols, int64_t ld, float* __restrict dst) {
-    for (int64_t r = 0; r < rows; ++r) loadRow(view, b, n, row0 + r, cols, dst + r * ld);
-}
-
-// The same rows transposed: dst[c * ld + r]; `row` is a scratch row of at least cols floats.
-ATTNOPS_AVX512_INLINE void loadRowsTransposed(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
-                                              int64_t cols, int64_t ld, float* __restrict row, float* __restrict dst) {
-    for (int64_t r = 0; r < rows; ++r) {
-        loadRow(view, b, n, row0 + r, cols, row);
-        for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = row[c];
-    }
-}
-
-// The analytic mask of a sequence (fa::SeqRule) evaluated for 16 (query row, key) pairs at a
-// time in 32-bit lanes. Usable when both lengths are below 2^28: then every key - row difference
-// fits, and clamping the rule's differences to +-2^29 changes no comparison.
-struct BandLanes {
-    __m512i minDiff, maxDiff;
-    int64_t prefixEnd = 0;
-
-    static bool usable(int64_t sq, int64_t skv) {
-        constexpr int64_t kMaxLength = int64_t(1) << 28;
-        return sq < kMaxLength && skv < kMaxLength;
-    }
-};
-
-ATTNOPS_AVX512_INLINE BandLanes bandLanes(const fa::SeqRule& rule, int64_t skv) {
-    constexpr int64_t kClamp = int64_t(1) << 29;
-    BandLanes b;
-    b.minDiff = _mm512_set1_epi32(int32_t(std::clamp(rule.minDiff, -kClamp, kClamp)));
-    b.maxDiff = _mm512_set1_epi32(int32_t(std::clamp(rule.maxDiff, -kClamp, kClamp)));
-    b.prefixEnd = std::min(rule.prefix, skv);
-    return b;
-}
-
-// Lanes l of query rows row0 + l that keep `key`.
-ATTNOPS_AVX512_INLINE __mmask16 keptRows(const BandLanes& b, int64_t key, int64_t row0) {
-    if (key < b.prefixEnd) return __mmask16(0xFFFF);
-    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i diff = _mm512_sub_epi32(_mm512_set1_epi32(int32_t(key - row0)), lane);
-    return _mm512_cmp_epi32_mask(diff, b.minDiff, _MM_CMPINT_NLT) &
-           _mm512_cmp_epi32_mask(diff, b.maxDiff, _MM_CMPINT_LE);
-}
-
-// Lanes l of keys key0 + l that query row `row` keeps.
-ATTNOPS_AVX512_INLINE __mmask16 keptKeys(const BandLanes& b, int64_t key0, int64_t row) {
-    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i diff = _mm512_add_epi32(_mm512_set1_epi32(int32_t(key0 - row)), lane);
-    const __mmask16 prefix = tailMask(std::max<int64_t>(0, b.prefixEnd - key0));
-    return prefix | (_mm512_cmp_epi32_mask(diff, b.minDiff, _MM_CMPINT_NLT) &
-                     _mm512_cmp_epi32_mask(diff, b.maxDiff, _MM_CMPINT_LE));
-}
-
-// Whether rows [0, rows) x cols [0, cols) of a row-major array hold finite values only: then a
-// zero probability times them is exactly zero, and masked pairs may go through a GEMM.
-ATTNOPS_AVX512_INLINE bool allFinite(const float* a, int64_t rows, int64_t cols, int64_t ld) {
-    __mmask16 bad = 0;
-    const __m512 zero = _mm512_setzero_ps();
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; c += kLanes) {
-            const __mmask16 mk = tailMask(cols - c);
-            const __m512 x = _mm512_maskz_loadu_ps(mk, a + r * ld + c);
-            bad |= _mm512_cmp_ps_mask(_mm512_mul_ps(x, zero), zero, _CMP_NEQ_UQ);  // inf * 0, NaN * 0: NaN
-        }
-    return bad == 0;
-}
 
 // --- bf16 pair packing for Bf16PairDot (bf16 views of any column stride: the unit-stride rows
 // take the vector or memcpy path, others are gathered element by element, so the arithmetic and
@@ -358,5 +248,42 @@ ATTNOPS_AVX512_INLINE void packFloatRowPairs(const float* st, int64_t rows, int6
         }
     }
 }
+
+// Whether the bf16 row pairs [0, (nk + 1) / 2) x [0, dv) are finite: a bf16 is finite iff its
+// exponent bits are not all ones.
+ATTNOPS_AVX512_INLINE bool pairsFinite(const uint32_t* pairs, int64_t nk, int64_t dv) {
+    const __m512i expMask = _mm512_set1_epi16(0x7F80);
+    for (int64_t pair = 0; pair < (nk + 1) / 2; ++pair)
+        for (int64_t c = 0; c < dv; c += kLanes) {
+            const __m512i x = _mm512_maskz_loadu_epi32(tailMask(dv - c), pairs + pair * dv + c);
+            if (_mm512_cmpeq_epi16_mask(_mm512_and_si512(x, expMask), expMask) != 0) return false;
+        }
+    return true;
+}
+
+// The bf16-pair operations the generic kernel bodies (cpu/simd/fa_*.hpp) call when they run on
+// vdpbf16ps.
+struct Bf16Pairs {
+    using Dot = Bf16PairDot;
+    ATTNOPS_AVX512_INLINE void packColumnPairsTransposed(const fa::View4& view, int64_t b, int64_t n, int64_t row0,
+                                                         int64_t rows, int64_t cols, int64_t ld, uint32_t* dst) {
+        avx512::packColumnPairsTransposed(view, b, n, row0, rows, cols, ld, dst);
+    }
+    ATTNOPS_AVX512_INLINE void packColumnPairs(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                               int64_t cols, int64_t ldPairs, uint32_t* dst) {
+        avx512::packColumnPairs(view, b, n, row0, rows, cols, ldPairs, dst);
+    }
+    ATTNOPS_AVX512_INLINE void packRowPairs(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                            int64_t cols, uint32_t* dst) {
+        avx512::packRowPairs(view, b, n, row0, rows, cols, dst);
+    }
+    ATTNOPS_AVX512_INLINE void packFloatRowPairs(const float* st, int64_t rows, int64_t cols, int64_t ld,
+                                                 uint32_t* dst) {
+        avx512::packFloatRowPairs(st, rows, cols, ld, dst);
+    }
+    ATTNOPS_AVX512_INLINE bool finite(const uint32_t* pairs, int64_t nk, int64_t dv) {
+        return pairsFinite(pairs, nk, dv);
+    }
+};
 
 }  // namespace attnops::cpu::avx512

@@ -11,6 +11,7 @@ const std::vector<const BackwardKernel*>& backwardKernels() {
         &backwardKernelAmx(),
         &backwardKernelAvx512Bf16(),
         &backwardKernelAvx512(),
+        &backwardKernelAvx2(),
         &backwardKernelTiledAvx512(),
         &backwardKernelTiledAvx2(),
         &backwardKernelTiledGeneric(),

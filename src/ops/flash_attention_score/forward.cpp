@@ -14,6 +14,7 @@ const std::vector<const ForwardKernel*>& forwardKernels() {
         &forwardKernelAmx(),
         &forwardKernelAvx512Bf16(),
         &forwardKernelAvx512(),
+        &forwardKernelAvx2(),
         &forwardKernelTiledAvx512(),
         &forwardKernelTiledAvx2(),
         &forwardKernelTiledGeneric(),

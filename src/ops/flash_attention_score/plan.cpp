@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "cpu/bf16_path.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
 namespace attnops::fa {
@@ -22,8 +23,18 @@ void append(std::string& key, const T& value) {
 
 int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1) / blockRows; }
 
-// The first entry of `list` that runs here, accepts the problem and is not forceOnly (the
-// emulated AMX kernels), or the one ATTNOPS_FORCE_IMPL names.
+// Whether the automatic choice passes over a legal entry: the emulated AMX kernels (forceOnly),
+// and avx512-bf16 when this CPU computes bf16 faster another way (the process-wide bf16 path,
+// decided on first need: here).
+bool passedOver(const ForwardKernel& k) {
+    return k.forceOnly || (&k == &forwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
+}
+bool passedOver(const BackwardKernel& k) {
+    return k.forceOnly || (&k == &backwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
+}
+
+// The first entry of `list` that runs here, accepts the problem and is not passed over, or the
+// one ATTNOPS_FORCE_IMPL names.
 template <typename Kernel, typename Params>
 const Kernel& chooseKernel(const std::vector<const Kernel*>& list, const Params& p, const std::string& forced,
                            const char* op) {
@@ -40,7 +51,7 @@ const Kernel& chooseKernel(const std::vector<const Kernel*>& list, const Params&
         invalidArgument("ATTNOPS_FORCE_IMPL", forced, "is not a {} implementation ({})", op, names);
     }
     for (const Kernel* k : list)
-        if (!k->forceOnly && k->available() && k->accepts(p)) return *k;
+        if (k->available() && k->accepts(p) && !passedOver(*k)) return *k;
     internalError("no {} kernel accepted the problem", op);
 }
 

@@ -1,0 +1,100 @@
+// The AVX2 + FMA + F16C trait that instantiates the generic building blocks of
+// cpu/simd/microkernels.hpp with 8-lane ymm vectors. AVX2 has no mask registers: a mask is a
+// vector of all-ones / all-zeros 32-bit lanes, tails go through vmaskmovps (masked-off lanes
+// neither fault nor store), and the 16-bit fp16 tail through a zero-padded copy. Only the files
+// in src/cpu/avx2 include this header; their entries run only behind the avx2/fma/f16c probe.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#define ATTNOPS_AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define ATTNOPS_AVX2_INLINE static inline __attribute__((always_inline)) ATTNOPS_AVX2_FN
+#define ATTNOPS_SIMD_FN ATTNOPS_AVX2_FN
+
+namespace attnops::cpu {
+
+struct Avx2 {
+    using Vec = __m256;
+    using IVec = __m256i;
+    using Mask = __m256i;  // lane l set: all 32 bits of lane l are ones
+    static constexpr int64_t kLanes = 8;
+    // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast A element.
+    static constexpr int kTileRows = 6;
+    static constexpr int kTileVectors = 2;
+    // Query rows per work unit: whole register tiles (6 rows) and softmax vectors (8 rows), and
+    // enough rows that converting a key/value block (done once per block and unit) is a small
+    // share of the unit's work.
+    static constexpr int64_t kQueryRows = 120;
+
+    ATTNOPS_AVX2_INLINE IVec laneIndex() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+    // Lanes [0, n); n may be <= 0 (none) or >= kLanes (all).
+    ATTNOPS_AVX2_INLINE Mask tail(int64_t n) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(std::clamp<int64_t>(n, 0, kLanes))), laneIndex());
+    }
+    ATTNOPS_AVX2_INLINE Mask all() { return _mm256_set1_epi32(-1); }
+    ATTNOPS_AVX2_INLINE Mask none() { return _mm256_setzero_si256(); }
+    ATTNOPS_AVX2_INLINE Mask maskAnd(Mask a, Mask b) { return _mm256_and_si256(a, b); }
+    ATTNOPS_AVX2_INLINE Mask maskOr(Mask a, Mask b) { return _mm256_or_si256(a, b); }
+    ATTNOPS_AVX2_INLINE bool any(Mask m) { return !_mm256_testz_si256(m, m); }
+
+    ATTNOPS_AVX2_INLINE Vec zero() { return _mm256_setzero_ps(); }
+    ATTNOPS_AVX2_INLINE Vec set1(float x) { return _mm256_set1_ps(x); }
+    ATTNOPS_AVX2_INLINE Vec load(const float* p) { return _mm256_loadu_ps(p); }
+    ATTNOPS_AVX2_INLINE Vec loadMasked(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
+    ATTNOPS_AVX2_INLINE void store(float* p, Vec x) { _mm256_storeu_ps(p, x); }
+    ATTNOPS_AVX2_INLINE void storeMasked(float* p, Mask m, Vec x) { _mm256_maskstore_ps(p, m, x); }
+
+    ATTNOPS_AVX2_INLINE Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+    ATTNOPS_AVX2_INLINE Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+    ATTNOPS_AVX2_INLINE Vec mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+    ATTNOPS_AVX2_INLINE Vec div(Vec a, Vec b) { return _mm256_div_ps(a, b); }
+    ATTNOPS_AVX2_INLINE Vec max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+    ATTNOPS_AVX2_INLINE Vec min(Vec a, Vec b) { return _mm256_min_ps(a, b); }
+    ATTNOPS_AVX2_INLINE Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }    // a * b + c
+    ATTNOPS_AVX2_INLINE Vec fnmadd(Vec a, Vec b, Vec c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a * b
+
+    ATTNOPS_AVX2_INLINE Mask isNan(Vec a) { return _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+    ATTNOPS_AVX2_INLINE Mask greater(Vec a, Vec b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
+    ATTNOPS_AVX2_INLINE Mask notEqual(Vec a, Vec b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_NEQ_UQ)); }
+    ATTNOPS_AVX2_INLINE Vec select(Mask m, Vec ifClear, Vec ifSet) {
+        return _mm256_blendv_ps(ifClear, ifSet, _mm256_castsi256_ps(m));
+    }
+    ATTNOPS_AVX2_INLINE Vec zeroUnless(Mask m, Vec x) { return _mm256_and_ps(_mm256_castsi256_ps(m), x); }
+
+    ATTNOPS_AVX2_INLINE Vec roundNearest(Vec x) {
+        return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    // x * 2^n for integral n in [-126, 127] (the range exp() produces), like cpu::fastExp: the
+    // power of two is built in the exponent field.
+    ATTNOPS_AVX2_INLINE Vec ldexp(Vec x, Vec n) {
+        const IVec bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_mul_ps(x, _mm256_castsi256_ps(bits));
+    }
+
+    ATTNOPS_AVX2_INLINE IVec set1i(int32_t x) { return _mm256_set1_epi32(x); }
+    ATTNOPS_AVX2_INLINE IVec addi(IVec a, IVec b) { return _mm256_add_epi32(a, b); }
+    ATTNOPS_AVX2_INLINE IVec subi(IVec a, IVec b) { return _mm256_sub_epi32(a, b); }
+    // Lanes with lo <= x <= hi: neither lo > x nor x > hi.
+    ATTNOPS_AVX2_INLINE Mask inRange(IVec x, IVec lo, IVec hi) {
+        return _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(lo, x), _mm256_cmpgt_epi32(x, hi)), all());
+    }
+
+    // dst[c] = fp16 src[c] as fp32, c < n (vcvtph2ps; the tail from a zero-padded copy).
+    ATTNOPS_AVX2_INLINE void widenHalves(const uint16_t* src, int64_t n, float* __restrict dst) {
+        int64_t c = 0;
+        for (; c + kLanes <= n; c += kLanes)
+            _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))));
+        if (c == n) return;
+        alignas(16) uint16_t padded[kLanes] = {};
+        std::memcpy(padded, src + c, size_t(n - c) * sizeof(uint16_t));
+        storeMasked(dst + c, tail(n - c), _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(padded))));
+    }
+};
+
+}  // namespace attnops::cpu
+
+#include "cpu/simd/microkernels.hpp"

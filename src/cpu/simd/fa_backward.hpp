@@ -1,0 +1,414 @@
+// The register-blocked flash-attention backward, written once over an instruction-set trait V
+// (cpu/simd/microkernels.hpp) and instantiated by the avx512 and avx2 entries: the tiled
+// kernel's deterministic scheme (key units own dk/dv rows, query units own dq rows; see
+// fa_backward_tiled.cpp) with every product a register-blocked GEMM: S = Q.K^T, dP = dO.V^T,
+// dV += P^T.dO, dK += dS^T.Q, dQ += dS.K; fp32 FMAs, or with Pairs (AVX-512 only,
+// cpu::avx512::Bf16Pairs) vdpbf16ps on bf16 pairs.
+//
+// A key unit transposes its key and value block once and walks the query blocks with scores in
+// [query][key] order; a query unit transposes its query and dO block once and walks the key
+// blocks with scores in [key][query] order, so no block is transposed inside a loop. Without
+// pse, explicit mask, dropout or fully masked rows, blocks are computed with vectors (the sparse
+// mode's band evaluated per lane; a partly masked block only when the operands its zero
+// probabilities multiply are finite); the others take the row steps shared with the tiled kernel.
+//
+// Order of every reduction, fixed per element: dot products over the head dim ascending; dK
+// and dV over query heads of the group, then query rows ascending; dQ over keys ascending.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "cpu/generic/score_row.hpp"
+#include "cpu/simd/microkernels.hpp"
+#include "ops/flash_attention_score/kernel.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
+
+namespace attnops::fa::simd_backward {
+
+namespace simd = cpu::simd;
+using simd::alignUp;
+using simd::blockFullyKept;
+
+// One thread's arrays; "rows" are query rows, "keys" key rows. Key units use the [row][key]
+// arrays, query units the [key][row] ones.
+struct Scratch {
+    float* qRows;       // [queryRows][d]        key unit: Q block;  query unit: unused
+    float* doRows;      // [queryRows][dv]       key unit: dO block
+    float* kt;          // [d][keyRows]          key unit: K block transposed
+    float* vt;          // [dv][keyRows]         key unit: V block transposed
+    float* s;           // [queryRows][keyRows]  key unit: scores, then P
+    float* dp;          // [queryRows][keyRows]  key unit: dP, then dS * scale
+    float* dkAcc;       // [keyRows][d]
+    float* dvAcc;       // [keyRows][dv]
+    float* qt;          // [d][queryRows]        query unit: Q block transposed
+    float* dot;         // [dv][queryRows]       query unit: dO block transposed
+    float* k;           // [keyRows][d]          query unit: K block
+    float* v;           // [keyRows][dv]         query unit: V block
+    float* st;          // [keyRows][queryRows]  query unit: scores, then P
+    float* dpt;         // [keyRows][queryRows]  query unit: dP, then dS * scale
+    float* dqAcc;       // [queryRows][d]
+    float* delta;       // [queryRows] rowsum(dO * O)
+    float* rowMax;      // [queryRows] saved softmax max
+    float* rowSum;      // [queryRows] saved softmax sum
+    float* exactDelta;  // [queryRows] sum_j P_d dP_d (dsink terms)
+    float* row;         // [max(d, dv, keyRows)] one loaded row
+    float* dyRow;       // [dv] one loaded dO row (query units)
+    float* s1;          // [keyRows] one row of scores (row steps of query units)
+    float* dp1;         // [keyRows]
+    uint8_t* kept;      // [keyRows]
+    uint8_t* keep;      // [keyRows]
+    // bf16 pairs (the avx512-bf16 entry); "column pairs" pair adjacent columns of a row, "row
+    // pairs" adjacent rows of a column; dPairs = ceil(d / 2), likewise dvPairs, rowPairs, keyPairs.
+    uint32_t* ktp;   // [dPairs][keyRows]     key unit: K column pairs, transposed
+    uint32_t* vtp;   // [dvPairs][keyRows]    key unit: V column pairs, transposed
+    uint32_t* qcp;   // [queryRows][dPairs]   key unit: Q column pairs
+    uint32_t* docp;  // [queryRows][dvPairs]  key unit: dO column pairs
+    uint32_t* qrp;   // [rowPairs][d]         key unit: Q row pairs
+    uint32_t* dorp;  // [rowPairs][dv]        key unit: dO row pairs
+    uint32_t* pp;    // [rowPairs][keyRows]   key unit: P row pairs
+    uint32_t* dsp;   // [max(rowPairs, keyPairs)][max(keyRows, queryRows)] dS row pairs (both units)
+    uint32_t* qtp;   // [dPairs][queryRows]   query unit: Q column pairs, transposed
+    uint32_t* dotp;  // [dvPairs][queryRows]  query unit: dO column pairs, transposed
+    uint32_t* kcp;   // [keyRows][dPairs]     query unit: K column pairs
+    uint32_t* vcp;   // [keyRows][dvPairs]    query unit: V column pairs
+    uint32_t* krp;   // [keyPairs][d]         query unit: K row pairs
+
+    template <typename Take>
+    void carve(const BackwardParams& p, TileShape t, Take&& take) {
+        const int64_t d = p.fwd.d, dv = p.fwd.dv, kr = t.keyRows, qr = t.queryRows;
+        qRows = take(qr * d);
+        doRows = take(qr * dv);
+        kt = take(d * kr);
+        vt = take(dv * kr);
+        s = take(qr * kr);
+        dp = take(qr * kr);
+        dkAcc = take(kr * d);
+        dvAcc = take(kr * dv);
+        qt = take(d * qr);
+        dot = take(dv * qr);
+        k = take(kr * d);
+        v = take(kr * dv);
+        st = take(kr * qr);
+        dpt = take(kr * qr);
+        dqAcc = take(qr * d);
+        delta = take(qr);
+        rowMax = take(qr);
+        rowSum = take(qr);
+        exactDelta = take(qr);
+        row = take(std::max({d, dv, kr}));
+        dyRow = take(dv);
+        s1 = take(kr);
+        dp1 = take(kr);
+        kept = reinterpret_cast<uint8_t*>(take(kr));
+        keep = reinterpret_cast<uint8_t*>(take(kr));
+        const int64_t dPairs = (d + 1) / 2, dvPairs = (dv + 1) / 2, rowPairs = (qr + 1) / 2, keyPairs = (kr + 1) / 2;
+        auto pairs = [&](int64_t n) { return reinterpret_cast<uint32_t*>(take(n)); };
+        ktp = pairs(dPairs * kr);
+        vtp = pairs(dvPairs * kr);
+        qcp = pairs(qr * dPairs);
+        docp = pairs(qr * dvPairs);
+        qrp = pairs(rowPairs * d);
+        dorp = pairs(rowPairs * dv);
+        pp = pairs(rowPairs * kr);
+        dsp = pairs(std::max(rowPairs, keyPairs) * std::max(kr, qr));
+        qtp = pairs(dPairs * qr);
+        dotp = pairs(dvPairs * qr);
+        kcp = pairs(kr * dPairs);
+        vcp = pairs(kr * dvPairs);
+        krp = pairs(keyPairs * d);
+    }
+
+    static int64_t floats(const BackwardParams& p, TileShape t) {
+        int64_t total = 0;
+        Scratch layout;
+        layout.carve(p, t, [&](int64_t n) {
+            total += alignUp(n);
+            return static_cast<float*>(nullptr);
+        });
+        return total;
+    }
+
+    Scratch(const BackwardParams& p, TileShape t, void* base) {
+        float* f = static_cast<float*>(base);
+        carve(p, t, [&](int64_t n) {
+            float* r = f;
+            f += alignUp(n);
+            return r;
+        });
+    }
+
+private:
+    Scratch() = default;
+};
+
+template <class V>
+TileShape chooseTile(const BackwardParams& p, const PlatformInfo& info) {
+    TileShape t;
+    t.queryRows = V::kQueryRows;
+    t.keyRows = simd::keyBlockRows(p.fwd.d, p.fwd.dv, info.l2Bytes);
+    return t;
+}
+
+inline uint64_t scratchBytes(const BackwardParams& p, TileShape t) {
+    return uint64_t(Scratch::floats(p, t)) * sizeof(float);
+}
+
+// a . b as one FMA chain over c ascending: the order of the dP = dO . V^T GEMM, so that where
+// P = 1 exactly (a single kept key) dP - delta is exactly 0, as in the reference.
+ATTNOPS_SIMD_INLINE float dotProduct(int64_t n, const float* a, const float* b) {
+    float sum = 0.0f;
+    for (int64_t c = 0; c < n; ++c) sum = __builtin_fmaf(a[c], b[c], sum);
+    return sum;
+}
+
+// dO rows [q0, q0 + rows) of head n1 (row-major into doRows when given, transposed into doT
+// with leading dimension ldt when given), delta = rowsum(dO * O) and the saved statistics
+// (lane 0). Returns whether some row is fully masked (saved sum 0).
+template <class V>
+ATTNOPS_SIMD_INLINE bool loadQueryStats(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
+                                        int64_t ldt, Scratch& sc, float* doRows, float* doT) {
+    const ForwardParams& p = bp.fwd;
+    const int64_t row0 = p.seq.qStart[size_t(b)] + q0, dv = p.dv;
+    const View4 out{p.out.data, p.out.dtype, {p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]}};
+    float* o = sc.row;
+    bool anyEmpty = false;
+    for (int64_t r = 0; r < rows; ++r) {
+        float* dyRow = doRows != nullptr ? doRows + r * dv : sc.dyRow;
+        simd::loadRow<V>(bp.dy, b, n1, row0 + r, dv, dyRow);
+        if (doT != nullptr)
+            for (int64_t c = 0; c < dv; ++c) doT[c * ldt + r] = dyRow[c];
+        simd::loadRow<V>(out, b, n1, row0 + r, dv, o);
+        sc.delta[r] = dotProduct(dv, dyRow, o);
+        sc.rowMax[r] = loadAsFloat(p.softmaxMax.data, p.softmaxMax.offset(b, n1, row0 + r, 0), DType::F32);
+        sc.rowSum[r] = loadAsFloat(p.softmaxSum.data, p.softmaxSum.offset(b, n1, row0 + r, 0), DType::F32);
+        anyEmpty = anyEmpty || sc.rowSum[r] == 0.0f;
+    }
+    return anyEmpty;
+}
+
+ATTNOPS_SIMD_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
+                                   const float* src) {
+    for (int64_t r = 0; r < rows; ++r)
+        cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * cols);
+}
+
+// P = exp(scale * s - m) / l and dp := scale * P * (dp - delta) for query row `row` against nk
+// keys from key0; with a band, both are 0 for the pairs it masks.
+template <class V>
+ATTNOPS_SIMD_INLINE void rowProbabilities(int64_t nk, float scale, float m, float l, float delta, float* s, float* dp,
+                                          const simd::BandLanes<V>* band, int64_t row, int64_t key0) {
+    const auto vs = V::set1(scale), vm = V::set1(m), invL = V::set1(1.0f / l), vd = V::set1(delta);
+    for (int64_t j = 0; j < nk; j += V::kLanes) {
+        const auto mk = V::tail(nk - j);
+        const auto kept = band != nullptr ? simd::keptKeys<V>(*band, key0 + j, row) : V::all();
+        const auto x = V::mul(V::loadMasked(mk, s + j), vs);  // rounded like the forward's
+        const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(x, vm)), invL));
+        V::storeMasked(s + j, mk, pr);
+        const auto ds = V::mul(pr, V::sub(V::loadMasked(mk, dp + j), vd));
+        V::storeMasked(dp + j, mk, V::zeroUnless(kept, V::mul(ds, vs)));
+    }
+}
+
+// Pairs = void: everything in fp32. Otherwise bf16 inputs multiplied as bf16 pairs with
+// vdpbf16ps, P and dS rounded to bf16 for the GEMMs they feed (as the naive low-precision computation of the tolerance
+// rule rounds them); otherwise everything in fp32.
+template <class V, class Pairs>
+ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
+    const ForwardParams& p = bp.fwd;
+    constexpr bool kPairs = !std::is_void_v<Pairs>;
+    Scratch sc(bp, t, scratch);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const int64_t nk = u.k1 - u.k0, kr = t.keyRows, d = p.d, dv = p.dv;
+    const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + u.k0;
+    const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
+    const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
+    const int64_t dPairs = (d + 1) / 2, dvPairs = (dv + 1) / 2;
+    if constexpr (kPairs) {
+        Pairs::packColumnPairsTransposed(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.ktp);
+        Pairs::packColumnPairsTransposed(p.v, u.b, u.n2, kvRow0, nk, dv, kr, sc.vtp);
+    } else {
+        simd::loadRowsTransposed<V>(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.row, sc.kt);
+        simd::loadRowsTransposed<V>(p.v, u.b, u.n2, kvRow0, nk, dv, kr, sc.row, sc.vt);
+    }
+    std::fill(sc.dkAcc, sc.dkAcc + nk * d, 0.0f);
+    std::fill(sc.dvAcc, sc.dvAcc + nk * dv, 0.0f);
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        for (int64_t q0 = 0; q0 < sq; q0 += t.queryRows) {
+            const int64_t rows = std::min(t.queryRows, sq - q0);
+            const KeyRange keys = keyRange(rule, q0, q0 + rows, skv);
+            if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
+            const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
+            simd::loadRows<V>(p.q, u.b, n1, qRow0, rows, d, d, sc.qRows);
+            const bool anyEmpty = loadQueryStats<V>(bp, u.b, n1, q0, rows, 0, sc, sc.doRows, nullptr);
+            if constexpr (kPairs) {
+                Pairs::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
+                Pairs::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
+                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, kr,
+                                                          false);
+                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, kr,
+                                                          false);
+            } else {
+                simd::gemm<V, false>(rows, nk, d, sc.qRows, d, sc.kt, kr, sc.s, kr, false);      // S = Q . K^T
+                simd::gemm<V, false>(rows, nk, dv, sc.doRows, dv, sc.vt, kr, sc.dp, kr, false);  // dP = dO . V^T
+            }
+            const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
+            const bool finite =
+                bandVector && simd::allFinite<V>(sc.qRows, rows, d, d) && simd::allFinite<V>(sc.doRows, rows, dv, dv);
+            if (vectorRows && !anyEmpty && (full || finite)) {
+                for (int64_t r = 0; r < rows; ++r)
+                    rowProbabilities<V>(nk, p.scale, sc.rowMax[r], sc.rowSum[r], sc.delta[r], sc.s + r * kr,
+                                        sc.dp + r * kr, full ? nullptr : &band, q0 + r, u.k0);
+                if constexpr (kPairs) {
+                    const int64_t rowPairs = (rows + 1) / 2;
+                    Pairs::packFloatRowPairs(sc.s, rows, nk, kr, sc.pp);
+                    Pairs::packFloatRowPairs(sc.dp, rows, nk, kr, sc.dsp);
+                    Pairs::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
+                    Pairs::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
+                    simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, sc.dvAcc, dv,
+                                                             true);
+                    simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, sc.dkAcc, d, true);
+                } else {
+                    simd::gemm<V, true>(nk, dv, rows, sc.s, kr, sc.doRows, dv, sc.dvAcc, dv, true);  // dV += P^T . dO
+                    simd::gemm<V, true>(nk, d, rows, sc.dp, kr, sc.qRows, d, sc.dkAcc, d, true);     // dK += dS^T . Q
+                }
+                continue;
+            }
+            for (int64_t r = 0; r < rows; ++r) {
+                if (sc.rowSum[r] == 0.0f) continue;  // fully masked row: P = 0
+                float* s = sc.s + r * kr;
+                float* dp = sc.dp + r * kr;
+                if (!tile::rowGradients(bp, u.b, n1, rule, q0 + r, u.k0, nk, skv, sc.rowMax[r], sc.rowSum[r],
+                                        sc.delta[r], s, dp, sc.kept, sc.keep, nullptr))
+                    continue;
+                for (int64_t j = 0; j < nk; ++j) {
+                    if (!sc.kept[j]) continue;
+                    float pd = s[j];
+                    if (p.dropout.enabled) pd = sc.keep[j] ? pd * p.dropout.invKeepProb : 0.0f;
+                    simd::axpy<V>(dv, pd, sc.doRows + r * dv, sc.dvAcc + j * dv);
+                    simd::axpy<V>(d, p.scale * dp[j], sc.qRows + r * d, sc.dkAcc + j * d);
+                }
+            }
+        }
+    }
+    storeRows(bp.dk, u.b, u.n2, kvRow0, nk, d, sc.dkAcc);
+    storeRows(bp.dv, u.b, u.n2, kvRow0, nk, dv, sc.dvAcc);
+}
+
+// rowProbabilities for a [key][row] block, 16 rows per vector (rows from row0, keys from key0);
+// adds sum_j P dP to exactDelta when given.
+template <class V>
+ATTNOPS_SIMD_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64_t rows, int64_t nk, int64_t ld,
+                                                      float scale, float* exactDelta, const simd::BandLanes<V>* band,
+                                                      int64_t row0, int64_t key0) {
+    const auto vs = V::set1(scale);
+    for (int64_t r0 = 0; r0 < rows; r0 += V::kLanes) {
+        const auto m = V::load(sc.rowMax + r0);
+        const auto invL = V::div(V::set1(1.0f), V::load(sc.rowSum + r0));
+        const auto delta = V::load(sc.delta + r0);
+        auto sumPdP = V::zero();
+        for (int64_t j = 0; j < nk; ++j) {
+            float* s = sc.st + j * ld + r0;
+            float* dp = sc.dpt + j * ld + r0;
+            const auto kept = band != nullptr ? simd::keptRows<V>(*band, key0 + j, row0 + r0) : V::all();
+            const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(V::mul(V::load(s), vs), m)), invL));
+            const auto g = V::load(dp);
+            sumPdP = V::fmadd(pr, g, sumPdP);
+            const auto ds = V::mul(V::mul(pr, V::sub(g, delta)), vs);
+            V::store(dp, V::zeroUnless(kept, ds));
+        }
+        if (exactDelta != nullptr) V::store(exactDelta + r0, V::add(V::load(exactDelta + r0), sumPdP));
+    }
+}
+
+template <class V, class Pairs>
+ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const WorkUnit& u, void* scratch) {
+    const ForwardParams& p = bp.fwd;
+    constexpr bool kPairs = !std::is_void_v<Pairs>;
+    Scratch sc(bp, t, scratch);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
+    const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv;
+    const int64_t dPairs = (d + 1) / 2, dvPairs = (dv + 1) / 2;
+    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
+    const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        bool anyEmpty = false;
+        if constexpr (kPairs) {
+            Pairs::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.qtp);
+            Pairs::packColumnPairsTransposed(bp.dy, u.b, n1, qRow0, rows, dv, qr, sc.dotp);
+            anyEmpty = loadQueryStats<V>(bp, u.b, n1, u.q0, rows, qr, sc, nullptr, nullptr);
+        } else {
+            simd::loadRowsTransposed<V>(p.q, u.b, n1, qRow0, rows, d, qr, sc.row, sc.qt);
+            anyEmpty = loadQueryStats<V>(bp, u.b, n1, u.q0, rows, qr, sc, nullptr, sc.dot);
+        }
+        std::fill(sc.dqAcc, sc.dqAcc + rows * d, 0.0f);
+        std::fill(sc.exactDelta, sc.exactDelta + qr, 0.0f);
+        float* exactDelta = bp.sinkRowTerms != nullptr ? sc.exactDelta : nullptr;
+        for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
+            const int64_t nk = std::min(t.keyRows, keys.hi - k0);
+            const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+            // fp32 K (the row steps and the dQ GEMM read it) and V, where they are stored when no
+            // conversion is needed.
+            const float* kRows = simd::storedFloatRows(p.k, u.b, u.n2, kvRow0, d);
+            if (kRows == nullptr) {
+                simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
+                kRows = sc.k;
+            }
+            if constexpr (kPairs) {
+                Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kcp);
+                Pairs::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, dv, dvPairs, sc.vcp);
+                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kcp, dPairs, sc.qtp, qr, sc.st, qr,
+                                                          false);
+                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dvPairs, sc.vcp, dvPairs, sc.dotp, qr, sc.dpt, qr,
+                                                          false);
+            } else {
+                const float* vRows = simd::storedFloatRows(p.v, u.b, u.n2, kvRow0, dv);
+                if (vRows == nullptr) {
+                    simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+                    vRows = sc.v;
+                }
+                simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);      // S^T = K . Q^T
+                simd::gemm<V, false>(nk, rows, dv, vRows, dv, sc.dot, qr, sc.dpt, qr, false);  // dP^T = V . dO^T
+            }
+            const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
+            if (vectorRows && !anyEmpty && (full || (bandVector && simd::allFinite<V>(kRows, nk, d, d)))) {
+                blockProbabilitiesTransposed<V>(sc, rows, nk, qr, p.scale, exactDelta, full ? nullptr : &band, u.q0,
+                                                k0);
+                if constexpr (kPairs) {
+                    Pairs::packFloatRowPairs(sc.dpt, nk, rows, qr, sc.dsp);
+                    Pairs::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, d, sc.krp);
+                    simd::gemm<V, true, typename Pairs::Dot>(rows, d, (nk + 1) / 2, sc.dsp, qr, sc.krp, d, sc.dqAcc, d,
+                                                             true);
+                } else {
+                    simd::gemm<V, true>(rows, d, nk, sc.dpt, qr, kRows, d, sc.dqAcc, d, true);  // dQ += dS . K
+                }
+                continue;
+            }
+            for (int64_t r = 0; r < rows; ++r) {
+                if (sc.rowSum[r] == 0.0f) continue;
+                for (int64_t j = 0; j < nk; ++j) {
+                    sc.s1[j] = sc.st[j * qr + r];
+                    sc.dp1[j] = sc.dpt[j * qr + r];
+                }
+                if (!tile::rowGradients(bp, u.b, n1, rule, u.q0 + r, k0, nk, skv, sc.rowMax[r], sc.rowSum[r],
+                                        sc.delta[r], sc.s1, sc.dp1, sc.kept, sc.keep,
+                                        exactDelta ? exactDelta + r : nullptr))
+                    continue;
+                for (int64_t j = 0; j < nk; ++j)
+                    if (sc.kept[j]) simd::axpy<V>(d, p.scale * sc.dp1[j], kRows + j * d, sc.dqAcc + r * d);
+            }
+        }
+        storeRows(bp.dq, u.b, n1, qRow0, rows, d, sc.dqAcc);
+        if (exactDelta != nullptr) tile::writeSinkRowTerms(bp, u.b, n1, u.q0, rows, sc.rowMax, sc.rowSum, exactDelta);
+    }
+}
+
+}  // namespace attnops::fa::simd_backward

@@ -1,0 +1,223 @@
+// The register-blocked flash-attention forward, written once over an instruction-set trait V
+// (cpu/simd/microkernels.hpp) and instantiated by the avx512 and avx2 entries: GEMMs for
+// S = Q.K^T and O += P.V and an online softmax vectorised across V::kLanes query rows. Inputs of
+// any dtype are converted to fp32 as they are loaded (fp16 through the ISA's half conversion, so
+// fp16 keeps fp32 arithmetic and its accuracy; bf16 by a shift) and multiplied with fp32 FMAs;
+// with Pairs (AVX-512 only, cpu::avx512::Bf16Pairs) bf16 inputs are multiplied as bf16 pairs
+// with vdpbf16ps (fp32 accumulation).
+//
+// Scores are kept transposed, St[key][query row]: the query block is transposed once per work
+// unit and key/value blocks are used as stored, so no block is transposed inside the key loop,
+// and the softmax statistics of V::kLanes rows sit in one vector. Without pse, explicit mask or
+// dropout every block takes the vector path (the sparse mode's band evaluated per lane), except
+// a partly masked block whose values are not all finite; those and the rest take the row steps
+// shared with the tiled kernel, which skip masked keys exactly as the reference does.
+//
+// Order of every reduction, fixed per element: Q.K over the head dim ascending (in pairs with
+// vdpbf16ps), the row max and sum over keys ascending (per lane), P.V over keys ascending.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "cpu/generic/score_row.hpp"
+#include "cpu/simd/microkernels.hpp"
+#include "ops/flash_attention_score/kernel.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
+
+namespace attnops::fa::simd_forward {
+
+namespace simd = cpu::simd;
+using simd::alignUp;
+using simd::blockFullyKept;
+using tile::kNegInf;
+
+struct Scratch {
+    float* qt;      // [d][queryRows]   the query block transposed
+    float* k;       // [keyRows][d]
+    float* v;       // [keyRows][dv]
+    float* st;      // [keyRows][queryRows] scores, then probabilities
+    float* acc;     // [queryRows][dv]
+    float* m;       // [queryRows] running max
+    float* l;       // [queryRows] running sum
+    float* s;       // [max(keyRows, d)] one row of scores (row steps), one loaded row (transposes)
+    uint8_t* kept;  // [keyRows]
+    uint8_t* keep;  // [keyRows]
+    // bf16 pairs (entries with Pairs), dPairs = ceil(d / 2), keyPairs = keyRows / 2:
+    uint32_t* qp;  // [dPairs][queryRows]  the query block, column pairs, transposed
+    uint32_t* kp;  // [keyRows][dPairs]    the key block, column pairs
+    uint32_t* vp;  // [keyPairs][dv]       the value block, row pairs
+    uint32_t* pp;  // [keyPairs][queryRows] probabilities, row pairs of st
+
+    static int64_t floats(const ForwardParams& p, TileShape t) {
+        const int64_t qr = t.queryRows, kr = t.keyRows, dPairs = (p.d + 1) / 2;
+        return alignUp(p.d * qr) + alignUp(kr * p.d) + alignUp(kr * p.dv) + alignUp(kr * qr) + alignUp(qr * p.dv) +
+               2 * alignUp(qr) + alignUp(std::max(kr, p.d)) + 2 * alignUp(kr) + alignUp(dPairs * qr) +
+               alignUp(kr * dPairs) + alignUp(kr / 2 * p.dv) + alignUp(kr / 2 * qr);
+    }
+
+    Scratch(const ForwardParams& p, TileShape t, void* base) {
+        const int64_t qr = t.queryRows, kr = t.keyRows;
+        float* f = static_cast<float*>(base);
+        auto take = [&](int64_t n) {
+            float* r = f;
+            f += alignUp(n);
+            return r;
+        };
+        qt = take(p.d * qr);
+        k = take(kr * p.d);
+        v = take(kr * p.dv);
+        st = take(kr * qr);
+        acc = take(qr * p.dv);
+        m = take(qr);
+        l = take(qr);
+        s = take(std::max(kr, p.d));
+        kept = reinterpret_cast<uint8_t*>(take(kr));
+        keep = reinterpret_cast<uint8_t*>(take(kr));
+        const int64_t dPairs = (p.d + 1) / 2;
+        qp = reinterpret_cast<uint32_t*>(take(dPairs * qr));
+        kp = reinterpret_cast<uint32_t*>(take(kr * dPairs));
+        vp = reinterpret_cast<uint32_t*>(take(kr / 2 * p.dv));
+        pp = reinterpret_cast<uint32_t*>(take(kr / 2 * qr));
+    }
+};
+
+// V::kQueryRows query rows (a whole number of softmax vectors); keys by the per-core L2.
+template <class V>
+TileShape chooseTile(const ForwardParams& p, const PlatformInfo& info) {
+    TileShape t;
+    t.queryRows = V::kQueryRows;
+    t.keyRows = simd::keyBlockRows(p.d, p.dv, info.l2Bytes);
+    return t;
+}
+
+inline uint64_t scratchBytes(const ForwardParams& p, TileShape t) {
+    return uint64_t(Scratch::floats(p, t)) * sizeof(float);
+}
+
+// Online softmax of a block for rows [0, rows), V::kLanes rows per vector: scales the scores in
+// st, turns them into probabilities, updates m and l, and rescales the accumulator rows. With a
+// band, pairs it masks get score -inf and probability 0 (query rows from row0, keys from key0).
+template <class V>
+ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int64_t nk, int64_t ld, float* st, float* m,
+                                      float* l, float* acc, const simd::BandLanes<V>* band, int64_t row0,
+                                      int64_t key0) {
+    const auto scale = V::set1(p.scale), negInf = V::set1(kNegInf);
+    for (int64_t r0 = 0; r0 < rows; r0 += V::kLanes) {
+        auto blockMax = negInf;
+        auto nan = V::none();
+        for (int64_t j = 0; j < nk; ++j) {
+            auto x = V::mul(V::load(st + j * ld + r0), scale);
+            if (band != nullptr) x = V::select(simd::keptRows<V>(*band, key0 + j, row0 + r0), negInf, x);
+            V::store(st + j * ld + r0, x);
+            nan = V::maskOr(nan, V::isNan(x));
+            blockMax = V::max(blockMax, x);
+        }
+        blockMax = V::select(nan, blockMax, V::set1(__builtin_nanf("")));
+        const auto mOld = V::load(m + r0);
+        const auto takeNew = V::maskOr(V::greater(blockMax, mOld), V::isNan(blockMax));
+        const auto mNew = V::select(takeNew, mOld, blockMax);
+        // alpha = 0 while nothing was accumulated (mOld = -inf), so -inf - -inf never reaches exp.
+        const auto started = V::notEqual(mOld, negInf);
+        const auto alpha = V::zeroUnless(started, simd::exp<V>(V::sub(mOld, mNew)));
+        const auto live = V::notEqual(mNew, negInf);
+        auto sum = V::zero();
+        for (int64_t j = 0; j < nk; ++j) {
+            const auto x = V::load(st + j * ld + r0);
+            const auto kept = V::maskAnd(live, V::notEqual(x, negInf));
+            const auto e = V::zeroUnless(kept, simd::exp<V>(V::sub(x, mNew)));
+            V::store(st + j * ld + r0, e);
+            sum = V::add(sum, e);
+        }
+        V::store(l + r0, V::fmadd(V::load(l + r0), alpha, sum));
+        V::store(m + r0, mNew);
+        alignas(64) float alphas[V::kLanes];
+        V::store(alphas, alpha);
+        for (int64_t r = r0; r < std::min(rows, r0 + V::kLanes); ++r)
+            simd::scaleRow<V>(p.dv, alphas[r - r0], acc + r * p.dv);
+    }
+}
+
+// Whether the value block (fp32 rows v, or bf16 row pairs vp) is finite.
+template <class V, class Pairs>
+ATTNOPS_SIMD_INLINE bool valuesFinite(const float* v, const uint32_t* vp, int64_t nk, int64_t dv) {
+    if constexpr (std::is_void_v<Pairs>)
+        return simd::allFinite<V>(v, nk, dv, dv);
+    else
+        return Pairs::finite(vp, nk, dv);
+}
+
+// Pairs = void: everything converted to fp32 and multiplied with fp32 FMAs. Otherwise bf16
+// inputs multiplied as bf16 pairs (Q.K^T exact products, P rounded to bf16 for P.V like the
+// naive low-precision computation of the tolerance rule).
+template <class V, class Pairs>
+ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit& u, void* scratch) {
+    constexpr bool kPairs = !std::is_void_v<Pairs>;
+    Scratch sc(p, t, scratch);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
+    const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv, dPairs = (d + 1) / 2;
+    const bool vectorSoftmax = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
+    const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        if constexpr (kPairs)
+            Pairs::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.qp);
+        else
+            simd::loadRowsTransposed<V>(p.q, u.b, n1, qRow0, rows, d, qr, sc.s, sc.qt);
+        std::fill(sc.m, sc.m + qr, kNegInf);
+        std::fill(sc.l, sc.l + qr, 0.0f);
+        std::fill(sc.acc, sc.acc + rows * dv, 0.0f);
+        for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
+            const int64_t nk = std::min(t.keyRows, keys.hi - k0);
+            const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+            // fp32 key and value rows: used where they are stored when no conversion is needed.
+            const float *kRows = sc.k, *vRows = sc.v;
+            if constexpr (kPairs) {
+                Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
+                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, sc.qp, qr, sc.st, qr, false);
+            } else {
+                if (const float* stored = simd::storedFloatRows(p.k, u.b, u.n2, kvRow0, d))
+                    kRows = stored;
+                else
+                    simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
+                if (const float* stored = simd::storedFloatRows(p.v, u.b, u.n2, kvRow0, dv))
+                    vRows = stored;
+                else
+                    simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+                simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
+            }
+            // Partly masked blocks go through the GEMM too when the band is vectorisable and the
+            // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
+            const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
+            if constexpr (kPairs) Pairs::packRowPairs(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vp);
+            if (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(vRows, sc.vp, nk, dv)))) {
+                softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
+                if constexpr (kPairs) {  // acc += P . V
+                    Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
+                    simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, sc.acc, dv,
+                                                             true);
+                } else {
+                    simd::gemm<V, true>(rows, dv, nk, sc.st, qr, vRows, dv, sc.acc, dv, true);
+                }
+                continue;
+            }
+            if (kPairs || vRows != sc.v)  // the row steps read fp32 values from sc.v
+                simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t i = u.q0 + r;
+                for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];
+                const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
+                if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
+                tile::accumulateRow(p, u, n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
+                                    sc.acc + r * dv);
+            }
+        }
+        for (int64_t r = 0; r < rows; ++r) tile::storeRow(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * dv);
+    }
+}
+
+}  // namespace attnops::fa::simd_forward

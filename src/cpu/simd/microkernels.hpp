@@ -1,0 +1,290 @@
+// The flash-attention building blocks written once over an instruction-set trait V (vector
+// width, load/store/mask/broadcast/fma/compare/convert): a register-blocked GEMM microkernel,
+// a vector exp, the sparse-mode band per lane, row loaders that convert fp16/bf16 to fp32 and
+// a finiteness test. No intrinsics here: a per-ISA header (cpu/avx512/microkernels.hpp,
+// cpu/avx2/simd_avx2.hpp) defines the trait and ATTNOPS_SIMD_FN, the target attribute every
+// function below carries, and then includes this file; each translation unit includes one such
+// header, so every instantiation is compiled for exactly one instruction set.
+//
+// Reduction order: each output element of gemm() is a chain of multiply-adds over k ascending,
+// so the result of an element depends on neither the register tile it falls in nor the thread
+// count.
+#pragma once
+
+#ifndef ATTNOPS_SIMD_FN
+#error "include an ISA trait header (cpu/avx512/microkernels.hpp, cpu/avx2/simd_avx2.hpp) instead"
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cpu/generic/convert.hpp"
+#include "ops/flash_attention_score/params.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
+
+#define ATTNOPS_SIMD_INLINE static inline __attribute__((always_inline)) ATTNOPS_SIMD_FN
+
+namespace attnops::cpu::simd {
+
+// Keys per block: 128 (measured best at d = 128 on Zen 5: fewer reloads of the query-side
+// operands per FLOP than 64), halved down to 16 until an fp32 key and value block take at most a
+// quarter of the per-core L2, so that they stay there while the query blocks stream past.
+inline int64_t keyBlockRows(int64_t d, int64_t dv, uint64_t l2Bytes) {
+    const uint64_t budget = (l2Bytes != 0 ? l2Bytes : uint64_t(1) << 20) / 4;
+    int64_t rows = 128;
+    while (rows > 16 && uint64_t(rows * (d + dv)) * sizeof(float) > budget) rows /= 2;
+    return rows;
+}
+
+// n floats rounded up to a whole number of 64-byte lines: scratch arrays start on a line.
+inline int64_t alignUp(int64_t n) {
+    constexpr int64_t kAlignFloats = 16;
+    return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+}
+
+// Whether every query row of [q0, q1) keeps every key of [k0, k1) by the analytic rule alone.
+inline bool blockFullyKept(const fa::SeqRule& rule, int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t skv) {
+    const int64_t prefixEnd = std::min(rule.prefix, skv);
+    if (k1 <= prefixEnd) return true;
+    const fa::KeyRange first = fa::rowBand(rule, q0, skv), last = fa::rowBand(rule, q1 - 1, skv);
+    return std::max(k0, prefixEnd) >= last.lo && k1 <= first.hi;
+}
+
+// The multiply-accumulate of a GEMM microkernel on fp32 elements (a per-ISA header may add
+// others with the same members, e.g. bf16 pairs).
+template <class V>
+struct F32Dot {
+    using Elem = float;  // A and B elements
+    using Vec = typename V::Vec;
+    ATTNOPS_SIMD_INLINE Vec broadcast(const float* a) { return V::set1(*a); }
+    ATTNOPS_SIMD_INLINE Vec load(const float* b) { return V::load(b); }
+    ATTNOPS_SIMD_INLINE Vec loadMasked(typename V::Mask mk, const float* b) { return V::loadMasked(mk, b); }
+    ATTNOPS_SIMD_INLINE Vec madd(Vec a, Vec b, Vec c) { return V::fmadd(a, b, c); }
+};
+
+// C[MR x lanes*NV] (+)= A(MR x K) * B(K x lanes*NV); A(m, k) = A[m * lda + k], or A[k * lda + m]
+// when TransA. With Tail, the last vector of each row is masked by `last`; without, no mask is
+// live in the k loop (on AVX2 it would take a 16th register and spill an accumulator).
+template <class V, typename Dot, int MR, int NV, bool TransA, bool Tail>
+ATTNOPS_SIMD_FN static void gemmTile(int64_t k, const typename Dot::Elem* __restrict a, int64_t lda,
+                                     const typename Dot::Elem* __restrict b, int64_t ldb, float* __restrict c,
+                                     int64_t ldc, typename V::Mask last, bool accumulate) {
+    constexpr int64_t L = V::kLanes;
+    typename V::Vec acc[MR][NV];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+            const float* ci = c + i * ldc + v * L;
+            acc[i][v] = !accumulate ? V::zero() : Tail && v == NV - 1 ? V::loadMasked(last, ci) : V::load(ci);
+        }
+    for (int64_t kk = 0; kk < k; ++kk) {
+        typename V::Vec bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+            const typename Dot::Elem* bk = b + kk * ldb + v * L;
+            bv[v] = Tail && v == NV - 1 ? Dot::loadMasked(last, bk) : Dot::load(bk);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; ++i) {
+            const typename V::Vec av = Dot::broadcast(TransA ? a + kk * lda + i : a + i * lda + kk);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) acc[i][v] = Dot::madd(av, bv[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+            float* ci = c + i * ldc + v * L;
+            if (Tail && v == NV - 1)
+                V::storeMasked(ci, last, acc[i][v]);
+            else
+                V::store(ci, acc[i][v]);
+        }
+}
+
+// A strip of MR rows, nv (1 .. V::kTileVectors) vectors wide.
+template <class V, typename Dot, int MR, bool TransA, bool Tail, int NV = 1>
+ATTNOPS_SIMD_FN static void gemmRowStrip(int nv, int64_t k, const typename Dot::Elem* a, int64_t lda,
+                                         const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc,
+                                         typename V::Mask last, bool accumulate) {
+    if constexpr (NV < V::kTileVectors) {
+        if (nv > NV)
+            return gemmRowStrip<V, Dot, MR, TransA, Tail, NV + 1>(nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
+    }
+    gemmTile<V, Dot, MR, NV, TransA, Tail>(k, a, lda, b, ldb, c, ldc, last, accumulate);
+}
+
+// A tile of mr (1 .. V::kTileRows) rows.
+template <class V, typename Dot, bool TransA, bool Tail, int MR = 1>
+ATTNOPS_SIMD_FN static void gemmRows(int mr, int nv, int64_t k, const typename Dot::Elem* a, int64_t lda,
+                                     const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc,
+                                     typename V::Mask last, bool accumulate) {
+    if constexpr (MR < V::kTileRows) {
+        if (mr > MR) return gemmRows<V, Dot, TransA, Tail, MR + 1>(mr, nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
+    }
+    gemmRowStrip<V, Dot, MR, TransA, Tail>(nv, k, a, lda, b, ldb, c, ldc, last, accumulate);
+}
+
+// C[m x n] (+)= A(m x k) * B[k x n] with row-major B and C (fp32 out); A as in gemmTile.
+template <class V, bool TransA, typename Dot = F32Dot<V>>
+ATTNOPS_SIMD_FN static void gemm(int64_t m, int64_t n, int64_t k, const typename Dot::Elem* a, int64_t lda,
+                                 const typename Dot::Elem* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+    constexpr int64_t L = V::kLanes, kStripCols = V::kTileVectors * L;
+    for (int64_t n0 = 0; n0 < n; n0 += kStripCols) {
+        const int64_t cols = std::min(kStripCols, n - n0);
+        const int nv = int((cols + L - 1) / L);
+        const typename V::Mask last = V::tail(cols - (nv - 1) * L);
+        const bool tail = cols != nv * L;
+        for (int64_t m0 = 0; m0 < m; m0 += V::kTileRows) {
+            const typename Dot::Elem* aTile = TransA ? a + m0 : a + m0 * lda;
+            const int mr = int(std::min<int64_t>(V::kTileRows, m - m0));
+            if (tail)
+                gemmRows<V, Dot, TransA, true>(mr, nv, k, aTile, lda, b + n0, ldb, c + m0 * ldc + n0, ldc, last,
+                                               accumulate);
+            else
+                gemmRows<V, Dot, TransA, false>(mr, nv, k, aTile, lda, b + n0, ldb, c + m0 * ldc + n0, ldc, last,
+                                                accumulate);
+        }
+    }
+}
+
+// exp(x) lane-wise, the algorithm of cpu::fastExp (Cody-Waite reduction, degree-7 polynomial):
+// below -87.3 gives 0 (so -inf gives 0), NaN gives NaN. V::ldexp(poly, n) = poly * 2^n.
+template <class V>
+ATTNOPS_SIMD_INLINE typename V::Vec exp(typename V::Vec x) {
+    const auto lo = V::set1(-87.3f), hi = V::set1(88.7f);
+    const auto nan = V::isNan(x);
+    const auto live = V::greater(x, lo);
+    const auto input = x;
+    x = V::min(x, hi);  // live lanes are > -87.3 already
+    const auto n = V::roundNearest(V::mul(x, V::set1(1.44269504088896341f)));
+    auto r = V::fnmadd(n, V::set1(0.693359375f), x);
+    r = V::fnmadd(n, V::set1(-2.12194440e-4f), r);
+    auto poly = V::set1(1.0f / 5040.0f);
+    poly = V::fmadd(poly, r, V::set1(1.0f / 720.0f));
+    poly = V::fmadd(poly, r, V::set1(1.0f / 120.0f));
+    poly = V::fmadd(poly, r, V::set1(1.0f / 24.0f));
+    poly = V::fmadd(poly, r, V::set1(1.0f / 6.0f));
+    poly = V::fmadd(poly, r, V::set1(0.5f));
+    poly = V::fmadd(poly, r, V::set1(1.0f));
+    poly = V::fmadd(poly, r, V::set1(1.0f));
+    const auto result = V::zeroUnless(live, V::ldexp(poly, n));
+    return V::select(nan, result, input);
+}
+
+// y[c] += a * x[c], c < n.
+template <class V>
+ATTNOPS_SIMD_INLINE void axpy(int64_t n, float a, const float* __restrict x, float* __restrict y) {
+    const auto av = V::set1(a);
+    for (int64_t c = 0; c < n; c += V::kLanes) {
+        const auto mk = V::tail(n - c);
+        V::storeMasked(y + c, mk, V::fmadd(av, V::loadMasked(mk, x + c), V::loadMasked(mk, y + c)));
+    }
+}
+
+// y[c] *= a, c < n.
+template <class V>
+ATTNOPS_SIMD_INLINE void scaleRow(int64_t n, float a, float* y) {
+    const auto av = V::set1(a);
+    for (int64_t c = 0; c < n; c += V::kLanes) {
+        const auto mk = V::tail(n - c);
+        V::storeMasked(y + c, mk, V::mul(av, V::loadMasked(mk, y + c)));
+    }
+}
+
+// One row of a strided view as fp32: unit-stride fp16 through the ISA's half conversion, the
+// rest through cpu::loadRow (bf16 is a shift, vectorised by the compiler under this target).
+template <class V>
+ATTNOPS_SIMD_INLINE void loadRow(const fa::View4& view, int64_t b, int64_t n, int64_t row, int64_t cols,
+                                 float* __restrict dst) {
+    if (view.dtype == DType::F16 && view.stride[3] == 1 && cols > 0) {
+        V::widenHalves(static_cast<const uint16_t*>(view.data) + view.offset(b, n, row, 0), cols, dst);
+        return;
+    }
+    cpu::loadRow(view.data, view.offset(b, n, row, 0), view.stride[3], view.dtype, cols, dst);
+}
+
+// Rows from row0 of head n where they are stored, when loadRows would copy them unchanged (fp32,
+// unit column stride, rows adjacent: BNSD): their address; otherwise nullptr. Rows further apart
+// (BSH, TND) are copied: rows a multiple of 4 KiB apart would share L1 sets.
+inline const float* storedFloatRows(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t cols) {
+    if (view.dtype != DType::F32 || view.stride[3] != 1 || view.stride[2] != cols || view.data == nullptr)
+        return nullptr;
+    return static_cast<const float*>(view.data) + view.offset(b, n, row0, 0);
+}
+
+// Rows [row0, row0 + rows) of head n, row-major with leading dimension ld.
+template <class V>
+ATTNOPS_SIMD_INLINE void loadRows(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
+                                  int64_t ld, float* __restrict dst) {
+    for (int64_t r = 0; r < rows; ++r) loadRow<V>(view, b, n, row0 + r, cols, dst + r * ld);
+}
+
+// The same rows transposed: dst[c * ld + r]; `row` is a scratch row of at least cols floats.
+template <class V>
+ATTNOPS_SIMD_INLINE void loadRowsTransposed(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                            int64_t cols, int64_t ld, float* __restrict row, float* __restrict dst) {
+    for (int64_t r = 0; r < rows; ++r) {
+        loadRow<V>(view, b, n, row0 + r, cols, row);
+        for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = row[c];
+    }
+}
+
+// The analytic mask of a sequence (fa::SeqRule) evaluated for V::kLanes (query row, key) pairs
+// at a time in 32-bit lanes. Usable when both lengths are below 2^28: then every key - row
+// difference fits, and clamping the rule's differences to +-2^29 changes no comparison.
+template <class V>
+struct BandLanes {
+    typename V::IVec minDiff, maxDiff;
+    int64_t prefixEnd = 0;
+
+    static bool usable(int64_t sq, int64_t skv) {
+        constexpr int64_t kMaxLength = int64_t(1) << 28;
+        return sq < kMaxLength && skv < kMaxLength;
+    }
+};
+
+template <class V>
+ATTNOPS_SIMD_INLINE BandLanes<V> bandLanes(const fa::SeqRule& rule, int64_t skv) {
+    constexpr int64_t kClamp = int64_t(1) << 29;
+    BandLanes<V> b;
+    b.minDiff = V::set1i(int32_t(std::clamp(rule.minDiff, -kClamp, kClamp)));
+    b.maxDiff = V::set1i(int32_t(std::clamp(rule.maxDiff, -kClamp, kClamp)));
+    b.prefixEnd = std::min(rule.prefix, skv);
+    return b;
+}
+
+// Lanes l of query rows row0 + l that keep `key`.
+template <class V>
+ATTNOPS_SIMD_INLINE typename V::Mask keptRows(const BandLanes<V>& b, int64_t key, int64_t row0) {
+    if (key < b.prefixEnd) return V::all();
+    const auto diff = V::subi(V::set1i(int32_t(key - row0)), V::laneIndex());
+    return V::inRange(diff, b.minDiff, b.maxDiff);
+}
+
+// Lanes l of keys key0 + l that query row `row` keeps.
+template <class V>
+ATTNOPS_SIMD_INLINE typename V::Mask keptKeys(const BandLanes<V>& b, int64_t key0, int64_t row) {
+    const auto diff = V::addi(V::set1i(int32_t(key0 - row)), V::laneIndex());
+    const auto prefix = V::tail(std::max<int64_t>(0, b.prefixEnd - key0));
+    return V::maskOr(prefix, V::inRange(diff, b.minDiff, b.maxDiff));
+}
+
+// Whether rows [0, rows) x cols [0, cols) of a row-major array hold finite values only: then a
+// zero probability times them is exactly zero, and masked pairs may go through a GEMM.
+template <class V>
+ATTNOPS_SIMD_INLINE bool allFinite(const float* a, int64_t rows, int64_t cols, int64_t ld) {
+    auto bad = V::none();
+    const auto zero = V::zero();
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; c += V::kLanes) {
+            const auto mk = V::tail(cols - c);
+            const auto x = V::loadMasked(mk, a + r * ld + c);
+            bad = V::maskOr(bad, V::notEqual(V::mul(x, zero), zero));  // inf * 0, NaN * 0: NaN
+        }
+    return !V::any(bad);
+}
+
+}  // namespace attnops::cpu::simd
