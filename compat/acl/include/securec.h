@@ -34,7 +34,8 @@ static inline errno_t memset_s(void* dest, size_t destMax, int c, size_t count) 
     return EOK;
 }
 
-static inline errno_t memcpy_s(void* dest, size_t destMax, const void* src, size_t count) {
+/* The checks memcpy_s and memmove_s share: EOK, or the error after clearing what can be cleared. */
+static inline errno_t attnopsSecurecCopyCheck(void* dest, size_t destMax, const void* src, size_t count) {
     if (dest == NULL || destMax == 0 || destMax > SECUREC_MEM_MAX_LEN) return ERANGE;
     if (src == NULL) {
         memset(dest, 0, destMax);
@@ -44,6 +45,12 @@ static inline errno_t memcpy_s(void* dest, size_t destMax, const void* src, size
         memset(dest, 0, destMax);
         return ERANGE_AND_RESET;
     }
+    return EOK;
+}
+
+static inline errno_t memcpy_s(void* dest, size_t destMax, const void* src, size_t count) {
+    const errno_t status = attnopsSecurecCopyCheck(dest, destMax, src, count);
+    if (status != EOK) return status;
     const char* d = (const char*)dest;
     const char* s = (const char*)src;
     if (count > 0 && ((d < s && d + count > s) || (s < d && s + count > d))) {
@@ -55,15 +62,8 @@ static inline errno_t memcpy_s(void* dest, size_t destMax, const void* src, size
 }
 
 static inline errno_t memmove_s(void* dest, size_t destMax, const void* src, size_t count) {
-    if (dest == NULL || destMax == 0 || destMax > SECUREC_MEM_MAX_LEN) return ERANGE;
-    if (src == NULL) {
-        memset(dest, 0, destMax);
-        return EINVAL_AND_RESET;
-    }
-    if (count > destMax) {
-        memset(dest, 0, destMax);
-        return ERANGE_AND_RESET;
-    }
+    const errno_t status = attnopsSecurecCopyCheck(dest, destMax, src, count);
+    if (status != EOK) return status;
     if (count > 0) memmove(dest, src, count);
     return EOK;
 }

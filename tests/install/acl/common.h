@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,57 @@ std::vector<T> CopyToHost(void* deviceAddr, int64_t count) {
     auto ret = aclrtMemcpy(host.data(), count * sizeof(T), deviceAddr, count * sizeof(T), ACL_MEMCPY_DEVICE_TO_HOST);
     if (ret != ACL_SUCCESS) LOG_PRINT("aclrtMemcpy to host failed. ERROR: %d\n", ret);
     return host;
+}
+
+// A tensor over aclrtMalloc'ed memory, with its shape.
+struct DeviceTensor {
+    void* addr = nullptr;
+    aclTensor* tensor = nullptr;
+    std::vector<int64_t> shape;
+};
+
+template <typename T>
+DeviceTensor MakeTensor(const std::vector<T>& host, const std::vector<int64_t>& shape, aclDataType type) {
+    DeviceTensor t;
+    t.shape = shape;
+    CreateAclTensor(host, shape, &t.addr, type, &t.tensor);
+    return t;
+}
+
+// The tensor's elements (stored as T) as doubles.
+template <typename T = float>
+std::vector<double> ReadAsDouble(const DeviceTensor& t) {
+    std::vector<double> values;
+    for (T x : CopyToHost<T>(t.addr, GetShapeSize(t.shape))) values.push_back(static_cast<float>(x));
+    return values;
+}
+
+inline void Release(DeviceTensor& t) {
+    aclDestroyTensor(t.tensor);
+    aclrtFree(t.addr);
+}
+
+// Both phases of one operator call (workspace from aclrtMalloc), then a stream synchronize.
+using GetWorkspaceFn = std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>;
+using ExecuteFn = aclnnStatus (*)(void*, uint64_t, aclOpExecutor*, aclrtStream);
+
+inline int RunTwoPhase(const char* name, aclrtStream stream, const GetWorkspaceFn& getWorkspace, ExecuteFn execute) {
+    uint64_t workspaceSize = 0;
+    aclOpExecutor* executor = nullptr;
+    auto ret = getWorkspace(&workspaceSize, &executor);
+    CHECK_RET(ret == ACL_SUCCESS,
+              LOG_PRINT("%sGetWorkspaceSize failed. ERROR: %d %s\n", name, ret, aclGetRecentErrMsg()); return ret);
+    void* workspaceAddr = nullptr;
+    if (workspaceSize > 0) {
+        ret = aclrtMalloc(&workspaceAddr, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
+        CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return ret);
+    }
+    ret = execute(workspaceAddr, workspaceSize, executor, stream);
+    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("%s failed. ERROR: %d %s\n", name, ret, aclGetRecentErrMsg()); return ret);
+    ret = aclrtSynchronizeStream(stream);
+    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return ret);
+    if (workspaceSize > 0) aclrtFree(workspaceAddr);
+    return 0;
 }
 
 // Deterministic inputs in [-1, 1).

@@ -1,61 +1,24 @@
 // aclnnBlockAttentionResiduals and aclnnBlockAttentionResidualsGrad called as the upstream
-// example calls them. The forward is checked against the formula evaluated in double
+// example calls them (unique_ptr deleters included), plus the rest of the host-side surface
+// such programs use (contexts, tensor lists, memset, fp16_t, securec). The forward is checked against the formula evaluated in double
 // precision here; the grad against attnops' double-precision reference implementation
 // (ATTNOPS_FORCE_IMPL=reference, chosen per call). blockRes is read in place from a
 // source-major [N,T,H] block cache (a strided view).
 #include <cstdlib>
-#include <functional>
+#include <memory>
 
 #include "aclnnop/aclnn_block_attention_residuals.h"
 #include "aclnnop/aclnn_block_attention_residuals_grad.h"
 #include "common.h"
+#include "securec.h"
 
 namespace {
 
 constexpr int64_t T = 6, N = 3, H = 64;
 constexpr double kEps = 1e-6;
 
-struct DeviceTensor {
-    void* addr = nullptr;
-    aclTensor* tensor = nullptr;
-    int64_t count = 0;
-};
-
 DeviceTensor Make(const std::vector<float>& host, const std::vector<int64_t>& shape) {
-    DeviceTensor t;
-    t.count = GetShapeSize(shape);
-    CreateAclTensor(host, shape, &t.addr, ACL_FLOAT, &t.tensor);
-    return t;
-}
-
-std::vector<double> Read(const DeviceTensor& t) {
-    const std::vector<float> host = CopyToHost<float>(t.addr, t.count);
-    return {host.begin(), host.end()};
-}
-
-void Release(DeviceTensor& t) {
-    aclDestroyTensor(t.tensor);
-    aclrtFree(t.addr);
-}
-
-int Run(const char* name, aclrtStream stream, const std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>& getWs,
-        aclnnStatus (*execute)(void*, uint64_t, aclOpExecutor*, aclrtStream)) {
-    uint64_t workspaceSize = 0;
-    aclOpExecutor* executor = nullptr;
-    auto ret = getWs(&workspaceSize, &executor);
-    CHECK_RET(ret == ACL_SUCCESS,
-              LOG_PRINT("%sGetWorkspaceSize failed. ERROR: %d %s\n", name, ret, aclGetRecentErrMsg()); return ret);
-    void* workspaceAddr = nullptr;
-    if (workspaceSize > 0) {
-        ret = aclrtMalloc(&workspaceAddr, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-        CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return ret);
-    }
-    ret = execute(workspaceAddr, workspaceSize, executor, stream);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("%s failed. ERROR: %d %s\n", name, ret, aclGetRecentErrMsg()); return ret);
-    ret = aclrtSynchronizeStream(stream);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return ret);
-    if (workspaceSize > 0) aclrtFree(workspaceAddr);
-    return 0;
+    return MakeTensor(host, shape, ACL_FLOAT);
 }
 
 }  // namespace
@@ -81,7 +44,7 @@ int main() {
     CHECK_RET(blockRes != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg()); return 1);
 
     // 1. Forward with needBackward: hiddenStates, invNorm, probs.
-    ret = Run("aclnnBlockAttentionResiduals", stream,
+    ret = RunTwoPhase("aclnnBlockAttentionResiduals", stream,
               [&](uint64_t* ws, aclOpExecutor** ex) {
                   return aclnnBlockAttentionResidualsGetWorkspaceSize(partialBlock.tensor, blockRes, projWeight.tensor,
                                                                       normWeight.tensor, -1, kEps, true, hidden.tensor,
@@ -112,8 +75,8 @@ int main() {
             for (int64_t h = 0; h < H; ++h) wantHidden[t * H + h] += score[i] / sum * source(i, h);
         }
     }
-    const bool forwardOk = AllClose("hiddenStates", Read(hidden), wantHidden, 1e-5, 1e-4) &&
-                           AllClose("probs", Read(probs), wantProbs, 1e-6, 1e-4);
+    const bool forwardOk = AllClose("hiddenStates", ReadAsDouble(hidden), wantHidden, 1e-5, 1e-4) &&
+                           AllClose("probs", ReadAsDouble(probs), wantProbs, 1e-6, 1e-4);
     LOG_PRINT("aclnnBlockAttentionResiduals (fp32, blockRes a strided view): %s\n",
               forwardOk ? "matches the reference" : "MISMATCH");
     ok &= forwardOk;
@@ -126,7 +89,7 @@ int main() {
         DeviceTensor gradPartial = Make(std::vector<float>(T * H), {T, H}),
                      gradBlockRes = Make(std::vector<float>(T * N * H), {T, N, H}),
                      gradProj = Make(std::vector<float>(H), {1, H}), gradNorm = Make(std::vector<float>(H), {H});
-        ret = Run("aclnnBlockAttentionResidualsGrad", stream,
+        ret = RunTwoPhase("aclnnBlockAttentionResidualsGrad", stream,
                   [&](uint64_t* ws, aclOpExecutor** ex) {
                       return aclnnBlockAttentionResidualsGradGetWorkspaceSize(
                           partialBlock.tensor, blockRes, projWeight.tensor, normWeight.tensor, grad.tensor,
@@ -135,7 +98,7 @@ int main() {
                   },
                   aclnnBlockAttentionResidualsGrad);
         CHECK_RET(ret == 0, return ret);
-        results[pass] = {Read(gradPartial), Read(gradBlockRes), Read(gradProj), Read(gradNorm)};
+        results[pass] = {ReadAsDouble(gradPartial), ReadAsDouble(gradBlockRes), ReadAsDouble(gradProj), ReadAsDouble(gradNorm)};
         for (DeviceTensor* t : {&gradPartial, &gradBlockRes, &gradProj, &gradNorm}) Release(*t);
     }
     unsetenv("ATTNOPS_FORCE_IMPL");
@@ -164,7 +127,32 @@ int main() {
                                                                    invNorm.tensor, nullptr, &ws, &ex),
                       ACLNN_ERR_PARAM_NULLPTR, "probs");
 
-    aclDestroyTensor(blockRes);
+    // 4. The rest of the surface: contexts, tensor lists, memset, fp16_t, aclFloat16ToFloat, securec.
+    aclrtContext context = nullptr;
+    ok &= aclrtCreateContext(&context, deviceId) == ACL_SUCCESS && aclrtSetCurrentContext(context) == ACL_SUCCESS &&
+          aclrtDestroyContext(context) == ACL_SUCCESS;
+    const aclTensor* members[] = {aclCreateTensor(viewShape.data(), 3, ACL_FLOAT, viewStride.data(), 0, ACL_FORMAT_ND,
+                                                  storage.data(), 3, cache.addr)};
+    aclTensorList* list = aclCreateTensorList(members, 1);
+    uint64_t listSize = 0;
+    ok &= list != nullptr && aclGetTensorListSize(list, &listSize) == ACLNN_SUCCESS && listSize == 1 &&
+          aclDestroyTensorList(list) == ACLNN_SUCCESS;  // destroys its tensors too
+    ok &= aclrtMemset(hidden.addr, T * H * sizeof(float), 0, T * H * sizeof(float)) == ACL_SUCCESS &&
+          ReadAsDouble(hidden) == std::vector<double>(T * H, 0.0);
+    const op::fp16_t one(1), tenth(0.1), big(70000.0f), tiny(1e-8);
+    ok &= one.val == 0x3C00 && float(tenth) == 0.0999755859375f && big.val == 0x7C00 && tiny.val == 0 &&
+          op::fp16_t(-2.5f).val == 0xC100 && aclFloat16ToFloat(0x3C00) == 1.0f &&
+          aclFloatToFloat16(65504.0f) == 0x7BFF && float(op::fp16_t(5.96046448e-8f)) == 5.96046448e-8f &&
+          aclDataTypeSize(ACL_BF16) == 2 && aclDataTypeSize(ACL_FLOAT) == 4 && aclDataTypeSize(ACL_BOOL) == 1;
+    float copied[4] = {0, 0, 0, 0};
+    const float source[4] = {1, 2, 3, 4};
+    ok &= memcpy_s(copied, sizeof copied, source, sizeof source) == EOK && copied[3] == 4.0f &&
+          memcpy_s(copied, 2 * sizeof(float), source, sizeof source) != EOK && copied[0] == 0.0f;
+    LOG_PRINT("contexts, tensor lists, aclrtMemset, fp16_t, aclFloat16ToFloat, memcpy_s: %s\n", ok ? "ok" : "FAILED");
+
+    // 5. Release, with the deleters upstream examples use.
+    std::unique_ptr<aclTensor, aclnnStatus (*)(const aclTensor*)> blockResPtr(blockRes, aclDestroyTensor);
+    std::unique_ptr<void, aclError (*)(void*)> spareAddrPtr(nullptr, aclrtFree);
     for (DeviceTensor* t : {&partialBlock, &projWeight, &normWeight, &hidden, &invNorm, &probs, &cache, &grad})
         Release(*t);
     aclrtDestroyStream(stream);

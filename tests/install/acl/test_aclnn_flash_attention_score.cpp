@@ -1,8 +1,6 @@
 // aclnnFlashAttentionScore V1-V4 and aclnnFlashAttentionVarLenScore V1-V5 called as upstream
 // host programs call them, checked against a dense attention in double precision; then
 // invalid arguments and their upstream return codes and messages.
-#include <cstdlib>
-#include <functional>
 
 #include "aclnnop/aclnn_flash_attention_score.h"
 #include "common.h"
@@ -16,51 +14,26 @@ constexpr int64_t kPre = 65536, kNext = 65536;
 
 using GetWorkspace = std::function<aclnnStatus(const aclTensor* out, const aclTensor* smax, const aclTensor* ssum,
                                                uint64_t*, aclOpExecutor**)>;
-using Execute = aclnnStatus (*)(void*, uint64_t, aclOpExecutor*, const aclrtStream);
 
-// Runs one two-phase call into fresh fp16 output and fp32 statistics buffers; returns the output
-// (as float) and the statistics.
+// Runs one two-phase call into fresh fp16 output and fp32 statistics tensors; returns the output
+// and the statistics.
 struct Outputs {
-    std::vector<float> out, softmaxMax, softmaxSum;
+    std::vector<double> out, softmaxMax;
 };
 
 int Run(const char* name, aclrtStream stream, const std::vector<int64_t>& outShape,
-        const std::vector<int64_t>& statShape, const GetWorkspace& getWorkspace, Execute execute, Outputs* result) {
-    void *outAddr = nullptr, *maxAddr = nullptr, *sumAddr = nullptr;
-    aclTensor *out = nullptr, *smax = nullptr, *ssum = nullptr;
-    int ret = CreateAclTensor(std::vector<op::fp16_t>(GetShapeSize(outShape), 0), outShape, &outAddr,
-                              aclDataType::ACL_FLOAT16, &out);
-    CHECK_RET(ret == 0, return ret);
-    ret = CreateAclTensor(std::vector<float>(GetShapeSize(statShape), 0), statShape, &maxAddr, ACL_FLOAT, &smax);
-    CHECK_RET(ret == 0, return ret);
-    ret = CreateAclTensor(std::vector<float>(GetShapeSize(statShape), 0), statShape, &sumAddr, ACL_FLOAT, &ssum);
-    CHECK_RET(ret == 0, return ret);
-    uint64_t workspaceSize = 0;
-    aclOpExecutor* executor = nullptr;
-    ret = getWorkspace(out, smax, ssum, &workspaceSize, &executor);
-    CHECK_RET(ret == ACL_SUCCESS,
-              LOG_PRINT("%sGetWorkspaceSize failed. ERROR: %d %s\n", name, ret, aclGetRecentErrMsg()); return ret);
-    void* workspaceAddr = nullptr;
-    if (workspaceSize > 0) {
-        ret = aclrtMalloc(&workspaceAddr, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-        CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return ret);
-    }
-    ret = execute(workspaceAddr, workspaceSize, executor, stream);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("%s failed. ERROR: %d %s\n", name, ret, aclGetRecentErrMsg()); return ret);
-    ret = aclrtSynchronizeStream(stream);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return ret);
-    result->out.clear();
-    for (op::fp16_t h : CopyToHost<op::fp16_t>(outAddr, GetShapeSize(outShape))) result->out.push_back(float(h));
-    result->softmaxMax = CopyToHost<float>(maxAddr, GetShapeSize(statShape));
-    result->softmaxSum = CopyToHost<float>(sumAddr, GetShapeSize(statShape));
-    aclDestroyTensor(out);
-    aclDestroyTensor(smax);
-    aclDestroyTensor(ssum);
-    aclrtFree(outAddr);
-    aclrtFree(maxAddr);
-    aclrtFree(sumAddr);
-    if (workspaceSize > 0) aclrtFree(workspaceAddr);
-    return 0;
+        const std::vector<int64_t>& statShape, const GetWorkspace& getWorkspace, ExecuteFn execute, Outputs* result) {
+    DeviceTensor out = MakeTensor(std::vector<op::fp16_t>(GetShapeSize(outShape)), outShape, ACL_FLOAT16),
+                 smax = MakeTensor(std::vector<float>(GetShapeSize(statShape)), statShape, ACL_FLOAT),
+                 ssum = MakeTensor(std::vector<float>(GetShapeSize(statShape)), statShape, ACL_FLOAT);
+    const int ret = RunTwoPhase(
+        name, stream,
+        [&](uint64_t* ws, aclOpExecutor** ex) { return getWorkspace(out.tensor, smax.tensor, ssum.tensor, ws, ex); },
+        execute);
+    result->out = ReadAsDouble<op::fp16_t>(out);
+    result->softmaxMax = ReadAsDouble(smax);
+    for (DeviceTensor* t : {&out, &smax, &ssum}) Release(*t);
+    return ret;
 }
 
 // Reference of a packed BSND problem: qkv [B,S,H,D] holds q heads, then k heads, then v heads.
@@ -106,8 +79,6 @@ std::vector<double> ReferenceTnd(const std::vector<op::fp16_t>& q, const std::ve
     }
     return out;
 }
-
-std::vector<double> AsDouble(const std::vector<float>& values) { return {values.begin(), values.end()}; }
 
 std::vector<op::fp16_t> HalfValues(int64_t count, uint32_t seed) {
     std::vector<op::fp16_t> values;
@@ -159,7 +130,7 @@ int main() {
     struct Version {
         const char* name;
         GetWorkspace getWorkspace;
-        Execute execute;
+        ExecuteFn execute;
     };
     const std::vector<Version> fixedVersions = {
         {"aclnnFlashAttentionScore",
@@ -198,7 +169,7 @@ int main() {
         Outputs got;
         ret = Run(version.name, stream, outShape, statShape, version.getWorkspace, version.execute, &got);
         CHECK_RET(ret == 0, return ret);
-        const bool match = AllClose(version.name, AsDouble(got.out), wantBsnd, 2e-3, 5e-3);
+        const bool match = AllClose(version.name, got.out, wantBsnd, 2e-3, 5e-3);
         LOG_PRINT("%s (BSND views of packed QKV, GQA %ld/%ld, fp16, causal): %s\n", version.name, N1, N2,
                   match ? "matches the reference" : "MISMATCH");
         ok &= match;
@@ -270,12 +241,12 @@ int main() {
          },
          aclnnFlashAttentionScoreV4},
     };
-    std::vector<float> declaredMax, headMajorMax;
+    std::vector<double> declaredMax, headMajorMax;
     for (const Version& version : tndVersions) {
         Outputs got;
         ret = Run(version.name, stream, tq, tstat, version.getWorkspace, version.execute, &got);
         CHECK_RET(ret == 0, return ret);
-        const bool match = AllClose(version.name, AsDouble(got.out), wantTnd, 2e-3, 5e-3);
+        const bool match = AllClose(version.name, got.out, wantTnd, 2e-3, 5e-3);
         LOG_PRINT("%s (TND, lengths 5,0,23,9, fp16, causal): %s\n", version.name,
                   match ? "matches the reference" : "MISMATCH");
         ok &= match;

@@ -13,54 +13,8 @@ constexpr int64_t N1 = 4, N2 = 2, D = 32, G = N1 / N2;
 constexpr double kScale = 0.17;
 constexpr int64_t kPre = 65536, kNext = 65536;
 
-struct DeviceTensor {
-    void* addr = nullptr;
-    aclTensor* tensor = nullptr;
-    std::vector<int64_t> shape;
-};
-
-DeviceTensor Make(const std::vector<float>& host, const std::vector<int64_t>& shape, aclDataType type = ACL_FLOAT) {
-    DeviceTensor t;
-    t.shape = shape;
-    if (type == ACL_BOOL) {
-        std::vector<uint8_t> bytes(host.begin(), host.end());
-        CreateAclTensor(bytes, shape, &t.addr, type, &t.tensor);
-    } else {
-        CreateAclTensor(host, shape, &t.addr, type, &t.tensor);
-    }
-    return t;
-}
-
-void Release(DeviceTensor& t) {
-    aclDestroyTensor(t.tensor);
-    aclrtFree(t.addr);
-}
-
-std::vector<double> Read(const DeviceTensor& t) {
-    const std::vector<float> host = CopyToHost<float>(t.addr, GetShapeSize(t.shape));
-    return {host.begin(), host.end()};
-}
-
-using GetWorkspace = std::function<aclnnStatus(uint64_t*, aclOpExecutor**)>;
-using Execute = aclnnStatus (*)(void*, uint64_t, aclOpExecutor*, const aclrtStream);
-
-int Run(const char* name, aclrtStream stream, const GetWorkspace& getWorkspace, Execute execute) {
-    uint64_t workspaceSize = 0;
-    aclOpExecutor* executor = nullptr;
-    auto ret = getWorkspace(&workspaceSize, &executor);
-    CHECK_RET(ret == ACL_SUCCESS,
-              LOG_PRINT("%sGetWorkspaceSize failed. ERROR: %d %s\n", name, ret, aclGetRecentErrMsg()); return ret);
-    void* workspaceAddr = nullptr;
-    if (workspaceSize > 0) {
-        ret = aclrtMalloc(&workspaceAddr, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-        CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return ret);
-    }
-    ret = execute(workspaceAddr, workspaceSize, executor, stream);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("%s failed. ERROR: %d %s\n", name, ret, aclGetRecentErrMsg()); return ret);
-    ret = aclrtSynchronizeStream(stream);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return ret);
-    if (workspaceSize > 0) aclrtFree(workspaceAddr);
-    return 0;
+DeviceTensor Make(const std::vector<float>& host, const std::vector<int64_t>& shape) {
+    return MakeTensor(host, shape, ACL_FLOAT);
 }
 
 // Gradients of packed sequences (cumulative ends) in a [rows, heads, D] token-major layout
@@ -100,8 +54,9 @@ Grads Reference(const std::vector<float>& q, const std::vector<float>& k, const 
 
 bool Check(const char* name, const DeviceTensor& dq, const DeviceTensor& dk, const DeviceTensor& dv,
            const Grads& want) {
-    const bool match = AllClose("dq", Read(dq), want.dq, 1e-4, 1e-3) && AllClose("dk", Read(dk), want.dk, 1e-4, 1e-3) &&
-                       AllClose("dv", Read(dv), want.dv, 1e-4, 1e-3);
+    const bool match = AllClose("dq", ReadAsDouble(dq), want.dq, 1e-4, 1e-3) &&
+                       AllClose("dk", ReadAsDouble(dk), want.dk, 1e-4, 1e-3) &&
+                       AllClose("dv", ReadAsDouble(dv), want.dv, 1e-4, 1e-3);
     LOG_PRINT("%s: dq, dk, dv %s\n", name, match ? "match the reference" : "MISMATCH");
     return match;
 }
@@ -117,7 +72,7 @@ int main() {
     std::vector<float> maskHost(2048 * 2048);
     for (int64_t i = 0; i < 2048; ++i)
         for (int64_t j = 0; j < 2048; ++j) maskHost[i * 2048 + j] = j > i ? 1.0f : 0.0f;
-    DeviceTensor mask = Make(maskHost, {2048, 2048}, ACL_BOOL);
+    DeviceTensor mask = MakeTensor(std::vector<uint8_t>(maskHost.begin(), maskHost.end()), {2048, 2048}, ACL_BOOL);
     const int64_t innerPrecise = 0, pseType = 1;
 
     // 1. BSND, B = 2, S = 19, fp32, sparse mode 2 (causal): forward (V1), then every grad version.
@@ -131,7 +86,7 @@ int main() {
                      dy = Make(dyh, {B, S, N1, D}), out = Make(std::vector<float>(qh.size()), {B, S, N1, D}),
                      smax = Make(std::vector<float>(B * N1 * S * 8), {B, N1, S, 8}),
                      ssum = Make(std::vector<float>(B * N1 * S * 8), {B, N1, S, 8});
-        ret = Run("aclnnFlashAttentionScore", stream,
+        ret = RunTwoPhase("aclnnFlashAttentionScore", stream,
                   [&](uint64_t* ws, aclOpExecutor** ex) {
                       return aclnnFlashAttentionScoreGetWorkspaceSize(
                           q.tensor, k.tensor, v.tensor, nullptr, nullptr, nullptr, mask.tensor, nullptr, kScale, 1.0,
@@ -147,8 +102,8 @@ int main() {
         char empty[] = "";
         const struct {
             const char* name;
-            GetWorkspace getWorkspace;
-            Execute execute;
+            GetWorkspaceFn getWorkspace;
+            ExecuteFn execute;
         } versions[] = {
             {"aclnnFlashAttentionScoreGrad",
              [&](uint64_t* ws, aclOpExecutor** ex) {
@@ -187,7 +142,7 @@ int main() {
              aclnnFlashAttentionScoreGradV4},
         };
         for (const auto& version : versions) {
-            ret = Run(version.name, stream, version.getWorkspace, version.execute);
+            ret = RunTwoPhase(version.name, stream, version.getWorkspace, version.execute);
             CHECK_RET(ret == 0, return ret);
             ok &= Check(version.name, dq, dk, dv, want);
         }
@@ -235,7 +190,7 @@ int main() {
                      smaxNt = Make(std::vector<float>(T * N1 * 8), {T, N1, 8}),
                      ssumNt = Make(std::vector<float>(T * N1 * 8), {T, N1, 8});
         aclIntArray* seq = aclCreateIntArray(ends.data(), ends.size());
-        ret = Run("aclnnFlashAttentionVarLenScore", stream,
+        ret = RunTwoPhase("aclnnFlashAttentionVarLenScore", stream,
                   [&](uint64_t* ws, aclOpExecutor** ex) {
                       return aclnnFlashAttentionVarLenScoreGetWorkspaceSize(
                           q.tensor, k.tensor, v.tensor, nullptr, nullptr, nullptr, mask.tensor, nullptr, seq, seq,
@@ -244,7 +199,7 @@ int main() {
                   },
                   aclnnFlashAttentionVarLenScore);
         CHECK_RET(ret == 0, return ret);
-        ret = Run("aclnnFlashAttentionVarLenScoreV4", stream,
+        ret = RunTwoPhase("aclnnFlashAttentionVarLenScoreV4", stream,
                   [&](uint64_t* ws, aclOpExecutor** ex) {
                       return aclnnFlashAttentionVarLenScoreV4GetWorkspaceSize(
                           q.tensor, k.tensor, v.tensor, nullptr, nullptr, nullptr, mask.tensor, nullptr, seq, seq,
@@ -259,8 +214,8 @@ int main() {
                      dv = Make(std::vector<float>(vh.size()), {T, N2, D}), dsink = Make(std::vector<float>(N1), {N1});
         const struct {
             const char* name;
-            GetWorkspace getWorkspace;
-            Execute execute;
+            GetWorkspaceFn getWorkspace;
+            ExecuteFn execute;
         } versions[] = {
             {"aclnnFlashAttentionUnpaddingScoreGrad",
              [&](uint64_t* ws, aclOpExecutor** ex) {
@@ -316,7 +271,7 @@ int main() {
              aclnnFlashAttentionScoreGradV4},
         };
         for (const auto& version : versions) {
-            ret = Run(version.name, stream, version.getWorkspace, version.execute);
+            ret = RunTwoPhase(version.name, stream, version.getWorkspace, version.execute);
             CHECK_RET(ret == 0, return ret);
             ok &= Check(version.name, dq, dk, dv, want);
         }
