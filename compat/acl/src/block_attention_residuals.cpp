@@ -27,12 +27,7 @@ aclnnStatus aclnnBlockAttentionResidualsGetWorkspaceSize(const aclTensor* partia
     });
 }
 
-aclnnStatus aclnnBlockAttentionResiduals(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                                         aclrtStream stream) {
-    return guardedOp("aclnnBlockAttentionResiduals", [&] {
-        attnops::check(attnopsBlockAttentionResiduals(workspace, workspaceSize, toAttnops(executor), toAttnops(stream)));
-    });
-}
+ATTNOPS_ACL_EXECUTE(aclnnBlockAttentionResiduals, attnopsBlockAttentionResiduals)
 
 aclnnStatus aclnnBlockAttentionResidualsGradGetWorkspaceSize(
     const aclTensor* partialBlock, const aclTensor* blockRes, const aclTensor* projWeight, const aclTensor* normWeight,
@@ -54,12 +49,6 @@ aclnnStatus aclnnBlockAttentionResidualsGradGetWorkspaceSize(
     });
 }
 
-aclnnStatus aclnnBlockAttentionResidualsGrad(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                                             aclrtStream stream) {
-    return guardedOp("aclnnBlockAttentionResidualsGrad", [&] {
-        attnops::check(
-            attnopsBlockAttentionResidualsGrad(workspace, workspaceSize, toAttnops(executor), toAttnops(stream)));
-    });
-}
+ATTNOPS_ACL_EXECUTE(aclnnBlockAttentionResidualsGrad, attnopsBlockAttentionResidualsGrad)
 
 }  // extern "C"

@@ -12,8 +12,6 @@ namespace {
 constexpr const char* kRope = "rope inputs (queryRope/keyRope) are not supported by attnops";
 constexpr const char* kQuant = "fp8 dequantisation scales are not supported by attnops";
 
-enum class Layouts { Fixed, Tnd, Any };
-
 struct ForwardCall {
     Layouts layouts = Layouts::Any;
     const aclTensor* query = nullptr;
@@ -57,7 +55,7 @@ struct ForwardCall {
 
 aclnnStatus forward(const char* api, const ForwardCall& c) {
     return guardedOp(api, [&] {
-        if (c.layouts != Layouts::Any) requireLayout(c.inputLayout, c.layouts == Layouts::Tnd);
+        requireLayout(c.inputLayout, c.layouts);
         requireAbsent(c.queryRope, "queryRope", kRope);
         requireAbsent(c.keyRope, "keyRope", kRope);
         requireAbsent(c.dScaleQ, "dScaleQ", kQuant);
@@ -85,13 +83,6 @@ aclnnStatus forward(const char* api, const ForwardCall& c) {
             c.offset, softmaxMax.get(), softmaxSum.get(), softmaxOut.get(), attentionOut.get(), c.workspaceSize,
             c.executor == nullptr ? nullptr : &executor));
         *c.executor = toAclnn(executor);
-    });
-}
-
-aclnnStatus execute(const char* api, void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                    aclrtStream stream) {
-    return guardedOp(api, [&] {
-        attnops::check(attnopsFlashAttentionScore(workspace, workspaceSize, toAttnops(executor), toAttnops(stream)));
     });
 }
 
@@ -330,19 +321,14 @@ aclnnStatus aclnnFlashAttentionVarLenScoreV5GetMaxWorkspaceSize(ATTNOPS_V5_PARAM
 #undef ATTNOPS_V5_PARAMS
 #undef ATTNOPS_V5_ARGS
 
-#define ATTNOPS_FA_EXECUTE(name)                                                                                   \
-    aclnnStatus name(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, const aclrtStream stream) { \
-        return execute(#name, workspace, workspaceSize, executor, stream);                                         \
-    }
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionScore)
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionVarLenScore)
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionScoreV2)
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionScoreV3)
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionScoreV4)
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionVarLenScoreV2)
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionVarLenScoreV3)
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionVarLenScoreV4)
-ATTNOPS_FA_EXECUTE(aclnnFlashAttentionVarLenScoreV5)
-#undef ATTNOPS_FA_EXECUTE
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionScore, attnopsFlashAttentionScore)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionVarLenScore, attnopsFlashAttentionScore)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionScoreV2, attnopsFlashAttentionScore)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionScoreV3, attnopsFlashAttentionScore)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionScoreV4, attnopsFlashAttentionScore)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionVarLenScoreV2, attnopsFlashAttentionScore)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionVarLenScoreV3, attnopsFlashAttentionScore)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionVarLenScoreV4, attnopsFlashAttentionScore)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionVarLenScoreV5, attnopsFlashAttentionScore)
 
 }  // extern "C"

@@ -13,8 +13,6 @@ constexpr const char* kRope = "rope inputs (queryRope/keyInRope) are not support
 constexpr const char* kRopeOut = "rope gradients are not produced by attnops";
 constexpr const char* kQuant = "fp8 dequantisation scales are not supported by attnops";
 
-enum class Layouts { Fixed, Tnd, Any };
-
 struct BackwardCall {
     Layouts layouts = Layouts::Any;
     const aclTensor* query = nullptr;
@@ -68,7 +66,7 @@ struct BackwardCall {
 
 aclnnStatus backward(const char* api, const BackwardCall& c) {
     return guardedOp(api, [&] {
-        if (c.layouts != Layouts::Any) requireLayout(c.inputLayout, c.layouts == Layouts::Tnd);
+        requireLayout(c.inputLayout, c.layouts);
         requireAbsent(c.queryRope, "queryRope", kRope);
         requireAbsent(c.keyRope, "keyInRope", kRope);
         requireAbsentOrEmpty(c.dqRope, "dqRopeOut", kRopeOut);
@@ -100,13 +98,6 @@ aclnnStatus backward(const char* api, const BackwardCall& c) {
             c.nextTokens, c.headNum, c.inputLayout, c.innerPrecise, c.sparseMode, c.pseType, c.seed, c.offset, dq.get(),
             dk.get(), dv.get(), dpse.get(), dsink.get(), c.workspaceSize, c.executor == nullptr ? nullptr : &executor));
         *c.executor = toAclnn(executor);
-    });
-}
-
-aclnnStatus execute(const char* api, void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
-                    aclrtStream stream) {
-    return guardedOp(api, [&] {
-        attnops::check(attnopsFlashAttentionScoreGrad(workspace, workspaceSize, toAttnops(executor), toAttnops(stream)));
     });
 }
 
@@ -375,19 +366,14 @@ aclnnStatus aclnnFlashAttentionUnpaddingScoreGradV5GetMaxWorkspaceSize(ATTNOPS_V
 #undef ATTNOPS_V5_PARAMS
 #undef ATTNOPS_V5_ARGS
 
-#define ATTNOPS_FAG_EXECUTE(name)                                                                                  \
-    aclnnStatus name(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, const aclrtStream stream) { \
-        return execute(#name, workspace, workspaceSize, executor, stream);                                         \
-    }
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionScoreGrad)
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionUnpaddingScoreGrad)
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionScoreGradV2)
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionScoreGradV3)
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionScoreGradV4)
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionUnpaddingScoreGradV2)
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionUnpaddingScoreGradV3)
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionUnpaddingScoreGradV4)
-ATTNOPS_FAG_EXECUTE(aclnnFlashAttentionUnpaddingScoreGradV5)
-#undef ATTNOPS_FAG_EXECUTE
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionScoreGrad, attnopsFlashAttentionScoreGrad)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionUnpaddingScoreGrad, attnopsFlashAttentionScoreGrad)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionScoreGradV2, attnopsFlashAttentionScoreGrad)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionScoreGradV3, attnopsFlashAttentionScoreGrad)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionScoreGradV4, attnopsFlashAttentionScoreGrad)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionUnpaddingScoreGradV2, attnopsFlashAttentionScoreGrad)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionUnpaddingScoreGradV3, attnopsFlashAttentionScoreGrad)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionUnpaddingScoreGradV4, attnopsFlashAttentionScoreGrad)
+ATTNOPS_ACL_EXECUTE(aclnnFlashAttentionUnpaddingScoreGradV5, attnopsFlashAttentionScoreGrad)
 
 }  // extern "C"

@@ -244,9 +244,10 @@ void requireAbsentOrEmpty(const aclTensor* tensor, const char* name, const char*
          dimsString(t.viewDims.data(), t.viewDims.size()), why);
 }
 
-void requireLayout(const char* inputLayout, bool tnd) {
+void requireLayout(const char* inputLayout, Layouts layouts) {
+    if (layouts == Layouts::Any) return;  // attnops checks the value
     if (inputLayout == nullptr) fail(ACLNN_ERR_PARAM_NULLPTR, "inputLayout = NULL: required");
-    const bool isTnd = std::strcmp(inputLayout, "TND") == 0;
+    const bool isTnd = std::strcmp(inputLayout, "TND") == 0, tnd = layouts == Layouts::Tnd;
     if (tnd && !isTnd) fail(ACLNN_ERR_PARAM_INVALID, "inputLayout = \"{}\": this API takes \"TND\" only", inputLayout);
     if (!tnd && isTnd)
         fail(ACLNN_ERR_PARAM_INVALID,

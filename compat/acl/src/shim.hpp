@@ -103,11 +103,27 @@ attnops::IntArray view(const aclIntArray* array, const char* name);
 // Rules of arguments attnops has no counterpart for.
 void requireAbsent(const aclTensor* tensor, const char* name, const char* why);
 void requireAbsentOrEmpty(const aclTensor* tensor, const char* name, const char* why);
-void requireLayout(const char* inputLayout, bool tnd);
+// Which inputLayout values a version takes: BSH/SBH/BSND/BNSD (V1-V3), TND (VarLen/Unpadding) or
+// any (V4).
+enum class Layouts { Fixed, Tnd, Any };
+void requireLayout(const char* inputLayout, Layouts layouts);
 
 // The executor and stream handles are attnops' own.
 inline attnopsExecutor* toAttnops(aclOpExecutor* executor) { return reinterpret_cast<attnopsExecutor*>(executor); }
 inline aclOpExecutor* toAclnn(attnopsExecutor* executor) { return reinterpret_cast<aclOpExecutor*>(executor); }
 inline attnopsStream* toAttnops(aclrtStream stream) { return static_cast<attnopsStream*>(stream); }
+
+// Phase 2 of every operator: attnops runs the executor on the stream.
+template <attnopsStatus (*Run)(void*, uint64_t, attnopsExecutor*, attnopsStream*)>
+aclnnStatus execute(const char* api, void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                    aclrtStream stream) {
+    return guardedOp(api, [&] { attnops::check(Run(workspace, workspaceSize, toAttnops(executor), toAttnops(stream))); });
+}
+
+// Defines the phase-2 entry point `name` on the attnops function `run`.
+#define ATTNOPS_ACL_EXECUTE(name, run)                                                                        \
+    aclnnStatus name(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor, aclrtStream stream) { \
+        return attnops::acl::execute<run>(#name, workspace, workspaceSize, executor, stream);                 \
+    }
 
 }  // namespace attnops::acl

@@ -66,6 +66,14 @@ std::vector<T> CopyToHost(void* deviceAddr, int64_t count) {
     return host;
 }
 
+// Values (float, op::fp16_t) as doubles.
+template <typename T>
+std::vector<double> AsDouble(const std::vector<T>& values) {
+    std::vector<double> out;
+    for (T x : values) out.push_back(static_cast<float>(x));
+    return out;
+}
+
 // A tensor over aclrtMalloc'ed memory, with its shape.
 struct DeviceTensor {
     void* addr = nullptr;
@@ -84,9 +92,7 @@ DeviceTensor MakeTensor(const std::vector<T>& host, const std::vector<int64_t>& 
 // The tensor's elements (stored as T) as doubles.
 template <typename T = float>
 std::vector<double> ReadAsDouble(const DeviceTensor& t) {
-    std::vector<double> values;
-    for (T x : CopyToHost<T>(t.addr, GetShapeSize(t.shape))) values.push_back(static_cast<float>(x));
-    return values;
+    return AsDouble(CopyToHost<T>(t.addr, GetShapeSize(t.shape)));
 }
 
 inline void Release(DeviceTensor& t) {
@@ -174,6 +180,41 @@ inline HeadResult ReferenceHead(const std::vector<double>& q, const std::vector<
         }
     }
     return r;
+}
+
+// Causal attention over packed sequences (cumulative row ends) in a token-major [rows, heads, d]
+// layout (TND; BSND is the case of equal lengths), GQA: query head n reads kv head n / (n1 / n2).
+// With dy (else empty): the gradients too, dk/dv summed over each kv head's group.
+inline HeadResult ReferencePacked(const std::vector<double>& q, const std::vector<double>& k,
+                                  const std::vector<double>& v, const std::vector<double>& dy,
+                                  const std::vector<int64_t>& ends, int64_t n1, int64_t n2, int64_t d, double scale) {
+    HeadResult all{std::vector<double>(q.size(), 0.0), std::vector<double>(q.size(), 0.0),
+                   std::vector<double>(k.size(), 0.0), std::vector<double>(v.size(), 0.0)};
+    int64_t start = 0;
+    for (int64_t end : ends) {
+        const int64_t len = end - start;
+        for (int64_t n = 0; n < n1; ++n) {
+            const int64_t kvHead = n / (n1 / n2);
+            std::vector<double> hq(len * d), hk(len * d), hv(len * d), hdy(dy.empty() ? 0 : len * d);
+            for (int64_t t = 0; t < len; ++t)
+                for (int64_t c = 0; c < d; ++c) {
+                    hq[t * d + c] = q[((start + t) * n1 + n) * d + c];
+                    hk[t * d + c] = k[((start + t) * n2 + kvHead) * d + c];
+                    hv[t * d + c] = v[((start + t) * n2 + kvHead) * d + c];
+                    if (!dy.empty()) hdy[t * d + c] = dy[((start + t) * n1 + n) * d + c];
+                }
+            const HeadResult r = ReferenceHead(hq, hk, hv, hdy, len, len, d, d, scale, true);
+            for (int64_t t = 0; t < len; ++t)
+                for (int64_t c = 0; c < d; ++c) {
+                    all.out[((start + t) * n1 + n) * d + c] = r.out[t * d + c];
+                    all.dq[((start + t) * n1 + n) * d + c] = r.dq[t * d + c];
+                    all.dk[((start + t) * n2 + kvHead) * d + c] += r.dk[t * d + c];
+                    all.dv[((start + t) * n2 + kvHead) * d + c] += r.dv[t * d + c];
+                }
+        }
+        start = end;
+    }
+    return all;
 }
 
 // |got - want| <= atol + rtol * |want| for every element; prints the first failure.

@@ -7,7 +7,7 @@
 
 namespace {
 
-constexpr int64_t B = 2, N1 = 4, N2 = 2, S = 37, D = 64, G = N1 / N2;
+constexpr int64_t B = 2, N1 = 4, N2 = 2, S = 37, D = 64;
 constexpr int64_t H = N1 + 2 * N2;  // heads of one packed QKV row
 constexpr double kScale = 0.125;
 constexpr int64_t kPre = 65536, kNext = 65536;
@@ -36,48 +36,16 @@ int Run(const char* name, aclrtStream stream, const std::vector<int64_t>& outSha
     return ret;
 }
 
-// Reference of a packed BSND problem: qkv [B,S,H,D] holds q heads, then k heads, then v heads.
+// Reference of the packed BSND problem: qkv [B,S,H,D] holds q heads, then k heads, then v heads.
 std::vector<double> ReferenceBsnd(const std::vector<op::fp16_t>& qkv) {
-    std::vector<double> out(B * S * N1 * D);
-    for (int64_t b = 0; b < B; ++b)
-        for (int64_t n = 0; n < N1; ++n) {
-            std::vector<double> q(S * D), k(S * D), v(S * D);
-            for (int64_t s = 0; s < S; ++s)
-                for (int64_t c = 0; c < D; ++c) {
-                    const int64_t row = (b * S + s) * H;
-                    q[s * D + c] = float(qkv[(row + n) * D + c]);
-                    k[s * D + c] = float(qkv[(row + N1 + n / G) * D + c]);
-                    v[s * D + c] = float(qkv[(row + N1 + N2 + n / G) * D + c]);
-                }
-            const HeadResult r = ReferenceHead(q, k, v, {}, S, S, D, D, kScale, true);
-            for (int64_t s = 0; s < S; ++s)
-                for (int64_t c = 0; c < D; ++c) out[((b * S + s) * N1 + n) * D + c] = r.out[s * D + c];
-        }
-    return out;
-}
-
-// Reference of a TND problem with cumulative lengths `ends` (q and kv alike).
-std::vector<double> ReferenceTnd(const std::vector<op::fp16_t>& q, const std::vector<op::fp16_t>& k,
-                                 const std::vector<op::fp16_t>& v, const std::vector<int64_t>& ends) {
-    std::vector<double> out(q.size(), 0.0);
-    int64_t start = 0;
-    for (int64_t end : ends) {
-        const int64_t len = end - start;
-        for (int64_t n = 0; n < N1; ++n) {
-            std::vector<double> hq(len * D), hk(len * D), hv(len * D);
-            for (int64_t t = 0; t < len; ++t)
-                for (int64_t c = 0; c < D; ++c) {
-                    hq[t * D + c] = float(q[((start + t) * N1 + n) * D + c]);
-                    hk[t * D + c] = float(k[((start + t) * N2 + n / G) * D + c]);
-                    hv[t * D + c] = float(v[((start + t) * N2 + n / G) * D + c]);
-                }
-            const HeadResult r = ReferenceHead(hq, hk, hv, {}, len, len, D, D, kScale, true);
-            for (int64_t t = 0; t < len; ++t)
-                for (int64_t c = 0; c < D; ++c) out[((start + t) * N1 + n) * D + c] = r.out[t * D + c];
-        }
-        start = end;
-    }
-    return out;
+    std::vector<double> q, k, v;
+    for (int64_t row = 0; row < B * S; ++row)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t c = 0; c < D; ++c)
+                (h < N1 ? q : h < N1 + N2 ? k : v).push_back(float(qkv[(row * H + h) * D + c]));
+    std::vector<int64_t> ends;  // every batch is a sequence of S rows
+    for (int64_t b = 1; b <= B; ++b) ends.push_back(b * S);
+    return ReferencePacked(q, k, v, {}, ends, N1, N2, D, kScale).out;
 }
 
 std::vector<op::fp16_t> HalfValues(int64_t count, uint32_t seed) {
@@ -191,7 +159,8 @@ int main() {
     char tnd[] = "TND";
     char sameAsInput[] = "same_as_input";
     const int64_t tndMode = 3;
-    const std::vector<double> wantTnd = ReferenceTnd(qHost, kHost, vHost, ends);
+    const std::vector<double> wantTnd =
+        ReferencePacked(AsDouble(qHost), AsDouble(kHost), AsDouble(vHost), {}, ends, N1, N2, D, kScale).out;
     const std::vector<Version> tndVersions = {
         {"aclnnFlashAttentionVarLenScore",
          [&](const aclTensor* out, const aclTensor* mx, const aclTensor* sm, uint64_t* ws, aclOpExecutor** ex) {

@@ -9,7 +9,7 @@
 
 namespace {
 
-constexpr int64_t N1 = 4, N2 = 2, D = 32, G = N1 / N2;
+constexpr int64_t N1 = 4, N2 = 2, D = 32;
 constexpr double kScale = 0.17;
 constexpr int64_t kPre = 65536, kNext = 65536;
 
@@ -17,43 +17,8 @@ DeviceTensor Make(const std::vector<float>& host, const std::vector<int64_t>& sh
     return MakeTensor(host, shape, ACL_FLOAT);
 }
 
-// Gradients of packed sequences (cumulative ends) in a [rows, heads, D] token-major layout
-// (TND, or one BSND batch per sequence of equal length).
-struct Grads {
-    std::vector<double> dq, dk, dv;
-};
-
-Grads Reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                const std::vector<float>& dy, const std::vector<int64_t>& ends) {
-    Grads g{std::vector<double>(q.size(), 0.0), std::vector<double>(k.size(), 0.0),
-            std::vector<double>(v.size(), 0.0)};
-    int64_t start = 0;
-    for (int64_t end : ends) {
-        const int64_t len = end - start;
-        for (int64_t n = 0; n < N1; ++n) {
-            std::vector<double> hq(len * D), hk(len * D), hv(len * D), hdy(len * D);
-            for (int64_t t = 0; t < len; ++t)
-                for (int64_t c = 0; c < D; ++c) {
-                    hq[t * D + c] = q[((start + t) * N1 + n) * D + c];
-                    hdy[t * D + c] = dy[((start + t) * N1 + n) * D + c];
-                    hk[t * D + c] = k[((start + t) * N2 + n / G) * D + c];
-                    hv[t * D + c] = v[((start + t) * N2 + n / G) * D + c];
-                }
-            const HeadResult r = ReferenceHead(hq, hk, hv, hdy, len, len, D, D, kScale, true);
-            for (int64_t t = 0; t < len; ++t)
-                for (int64_t c = 0; c < D; ++c) {
-                    g.dq[((start + t) * N1 + n) * D + c] = r.dq[t * D + c];
-                    g.dk[((start + t) * N2 + n / G) * D + c] += r.dk[t * D + c];  // GQA: summed over the group
-                    g.dv[((start + t) * N2 + n / G) * D + c] += r.dv[t * D + c];
-                }
-        }
-        start = end;
-    }
-    return g;
-}
-
 bool Check(const char* name, const DeviceTensor& dq, const DeviceTensor& dk, const DeviceTensor& dv,
-           const Grads& want) {
+           const HeadResult& want) {
     const bool match = AllClose("dq", ReadAsDouble(dq), want.dq, 1e-4, 1e-3) &&
                        AllClose("dk", ReadAsDouble(dk), want.dk, 1e-4, 1e-3) &&
                        AllClose("dv", ReadAsDouble(dv), want.dv, 1e-4, 1e-3);
@@ -95,7 +60,8 @@ int main() {
                   },
                   aclnnFlashAttentionScore);
         CHECK_RET(ret == 0, return ret);
-        const Grads want = Reference(qh, kh, vh, dyh, {S, 2 * S});  // BSND with B sequences of S rows
+        const HeadResult want =  // BSND: B sequences of S rows
+            ReferencePacked(AsDouble(qh), AsDouble(kh), AsDouble(vh), AsDouble(dyh), {S, 2 * S}, N1, N2, D, kScale);
         DeviceTensor dq = Make(std::vector<float>(qh.size()), {B, S, N1, D}),
                      dk = Make(std::vector<float>(kh.size()), {B, S, N2, D}),
                      dv = Make(std::vector<float>(vh.size()), {B, S, N2, D}), dsink = Make(std::vector<float>(N1), {N1});
@@ -208,7 +174,8 @@ int main() {
                   },
                   aclnnFlashAttentionVarLenScoreV4);
         CHECK_RET(ret == 0, return ret);
-        const Grads want = Reference(qh, kh, vh, dyh, ends);
+        const HeadResult want =
+            ReferencePacked(AsDouble(qh), AsDouble(kh), AsDouble(vh), AsDouble(dyh), ends, N1, N2, D, kScale);
         DeviceTensor dq = Make(std::vector<float>(qh.size()), {T, N1, D}),
                      dk = Make(std::vector<float>(kh.size()), {T, N2, D}),
                      dv = Make(std::vector<float>(vh.size()), {T, N2, D}), dsink = Make(std::vector<float>(N1), {N1});
