@@ -68,6 +68,16 @@ std::string dimsString(const int64_t* dims, uint64_t n) {
     return fmt::format("[{}]", fmt::join(dims, dims + n, ","));
 }
 
+// An attnops view of `data`; a rule attnops' tensor description breaks is reported for `name`.
+attnops::Tensor describe(const char* name, void* data, aclDataType dtype, const std::vector<int64_t>& dims,
+                         const std::vector<int64_t>& strides) {
+    try {
+        return attnops::Tensor(data, attnopsDataType(int(dtype)), dims, strides);
+    } catch (const attnops::Error& e) {
+        fail(toAclnnStatus(e.status()), "{}: {}", name, attnopsGetLastErrorMessage());
+    }
+}
+
 std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& dims) {
     std::vector<int64_t> strides(dims.size(), 1);
     for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(dims[i], 1);
@@ -205,7 +215,7 @@ attnops::Tensor view(const aclTensor* tensor, const char* name) {
              int(t.format));
     const uint64_t elementBytes = aclDataTypeSize(t.dataType);
     void* first = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.offset * int64_t(elementBytes);
-    return attnops::Tensor(first, attnopsDataType(int(t.dataType)), t.viewDims, t.strides);
+    return describe(name, first, t.dataType, t.viewDims, t.strides);
 }
 
 attnops::Tensor statsView(const aclTensor* tensor, const char* name, StatsOrder order) {
@@ -220,7 +230,7 @@ attnops::Tensor statsView(const aclTensor* tensor, const char* name, StatsOrder 
     const int64_t tokens = t.viewDims[0], lanes = t.viewDims[2];
     const uint64_t elementBytes = aclDataTypeSize(t.dataType);
     void* first = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.offset * int64_t(elementBytes);
-    return attnops::Tensor(first, attnopsDataType(int(t.dataType)), t.viewDims, {lanes, tokens * lanes, 1});
+    return describe(name, first, t.dataType, t.viewDims, {lanes, tokens * lanes, 1});
 }
 
 attnops::IntArray view(const aclIntArray* array, const char* name) {

@@ -260,6 +260,15 @@ int main() {
                               seqKv, nullptr, nullptr, kScale, 1.0, kPre, kNext, N1, tnd, 0, tndMode, pseType, empty,
                               nullptr, nullptr, nullptr, out, &ws, &ex),
                           ACLNN_ERR_PARAM_INVALID, "queryRope");
+        aclTensor* complexQuery = aclCreateTensor(qShape.data(), 4, ACL_COMPLEX64, nullptr, 0, ACL_FORMAT_ND,
+                                                  qShape.data(), 4, qkvAddr);
+        ok &= ExpectError("ACL_COMPLEX64 query",
+                          aclnnFlashAttentionScoreGetWorkspaceSize(complexQuery, k, v, nullptr, nullptr, nullptr,
+                                                                   attenMask, nullptr, kScale, 1.0, kPre, kNext, N1,
+                                                                   layout, 0, sparseMode, nullptr, nullptr, nullptr,
+                                                                   out, &ws, &ex),
+                          ACLNN_ERR_PARAM_INVALID, "query");
+        aclDestroyTensor(complexQuery);
         char bogus[] = "NT";
         ok &= ExpectError("softmaxOutLayout \"NT\"",
                           aclnnFlashAttentionVarLenScoreV4GetWorkspaceSize(
