@@ -12,7 +12,17 @@
 #include <vector>
 
 #include "acl/acl.h"
+#include "aclnn/aclnn_base.h"
 #include "aclnn/opdev/fp16_t.h"
+
+// The upstream values programs (and files of saved tensors) rely on.
+static_assert(ACL_FLOAT == 0 && ACL_FLOAT16 == 1 && ACL_INT8 == 2 && ACL_INT32 == 3 && ACL_UINT8 == 4 &&
+                  ACL_INT64 == 9 && ACL_BOOL == 12 && ACL_BF16 == 27 && ACL_FORMAT_ND == 2 &&
+                  ACL_MEMCPY_HOST_TO_DEVICE == 1 && ACL_MEMCPY_DEVICE_TO_HOST == 2 && ACL_MEM_MALLOC_HUGE_FIRST == 0,
+              "aclnn enum values");
+static_assert(ACLNN_ERR_PARAM_NULLPTR == 161001 && ACLNN_ERR_PARAM_INVALID == 161002 &&
+                  ACLNN_ERR_RUNTIME_ERROR == 361001 && ACLNN_ERR_INNER == 561000,
+              "aclnn return codes");
 
 #define CHECK_RET(cond, return_expr) \
     do {                             \

@@ -39,7 +39,7 @@ static const int ACL_ERROR_INTERNAL_ERROR = 500000;
 static const int ACL_ERROR_FAILURE = 500001;
 static const int ACL_ERROR_RT_FAILURE = 500003;
 
-typedef enum {
+typedef enum aclDataType {
     ACL_DT_UNDEFINED = -1,
     ACL_FLOAT = 0,
     ACL_FLOAT16 = 1,
@@ -62,7 +62,7 @@ typedef enum {
     ACL_COMPLEX32 = 33
 } aclDataType;
 
-typedef enum {
+typedef enum aclFormat {
     ACL_FORMAT_UNDEFINED = -1,
     ACL_FORMAT_NCHW = 0,
     ACL_FORMAT_NHWC = 1,
