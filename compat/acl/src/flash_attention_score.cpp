@@ -9,9 +9,6 @@
 namespace attnops::acl {
 namespace {
 
-constexpr const char* kRope = "rope inputs (queryRope/keyRope) are not supported by attnops";
-constexpr const char* kQuant = "fp8 dequantisation scales are not supported by attnops";
-
 struct ForwardCall {
     Layouts layouts = Layouts::Any;
     const aclTensor* query = nullptr;
@@ -56,13 +53,8 @@ struct ForwardCall {
 aclnnStatus forward(const char* api, const ForwardCall& c) {
     return guardedOp(api, [&] {
         requireLayout(c.inputLayout, c.layouts);
-        requireAbsent(c.queryRope, "queryRope", kRope);
-        requireAbsent(c.keyRope, "keyRope", kRope);
-        requireAbsent(c.dScaleQ, "dScaleQ", kQuant);
-        requireAbsent(c.dScaleK, "dScaleK", kQuant);
-        requireAbsent(c.dScaleV, "dScaleV", kQuant);
-        if (c.outDtype != 0 && c.outDtype != 1)
-            fail(ACLNN_ERR_PARAM_INVALID, "outDtype = {}: must be 0 or 1 (outputs keep the query's dtype)", c.outDtype);
+        requireNoRopeOrQuant({{c.queryRope, "queryRope"}, {c.keyRope, "keyRope"}},
+                             {{c.dScaleQ, "dScaleQ"}, {c.dScaleK, "dScaleK"}, {c.dScaleV, "dScaleV"}}, c.outDtype);
         const StatsOrder order = statsOrder(c.softmaxOutLayout, "softmaxOutLayout");
         const attnops::Tensor query = view(c.query, "query"), key = view(c.key, "key"), value = view(c.value, "value"),
                               realShift = view(c.realShift, "realShift"), dropMask = view(c.dropMask, "dropMask"),

@@ -9,9 +9,7 @@
 namespace attnops::acl {
 namespace {
 
-constexpr const char* kRope = "rope inputs (queryRope/keyInRope) are not supported by attnops";
 constexpr const char* kRopeOut = "rope gradients are not produced by attnops";
-constexpr const char* kQuant = "fp8 dequantisation scales are not supported by attnops";
 
 struct BackwardCall {
     Layouts layouts = Layouts::Any;
@@ -67,16 +65,12 @@ struct BackwardCall {
 aclnnStatus backward(const char* api, const BackwardCall& c) {
     return guardedOp(api, [&] {
         requireLayout(c.inputLayout, c.layouts);
-        requireAbsent(c.queryRope, "queryRope", kRope);
-        requireAbsent(c.keyRope, "keyInRope", kRope);
+        requireNoRopeOrQuant({{c.queryRope, "queryRope"}, {c.keyRope, "keyInRope"}},
+                             {{c.dScaleQ, "dScaleQ"}, {c.dScaleK, "dScaleK"}, {c.dScaleV, "dScaleV"},
+                              {c.dScaleDy, "dScaleDy"}, {c.dScaleO, "dScaleO"}},
+                             c.outDtype);
         requireAbsentOrEmpty(c.dqRope, "dqRopeOut", kRopeOut);
         requireAbsentOrEmpty(c.dkRope, "dkRopeOut", kRopeOut);
-        for (auto [scale, name] : {std::pair{c.dScaleQ, "dScaleQ"}, std::pair{c.dScaleK, "dScaleK"},
-                                   std::pair{c.dScaleV, "dScaleV"}, std::pair{c.dScaleDy, "dScaleDy"},
-                                   std::pair{c.dScaleO, "dScaleO"}})
-            requireAbsent(scale, name, kQuant);
-        if (c.outDtype != 0 && c.outDtype != 1)
-            fail(ACLNN_ERR_PARAM_INVALID, "outDtype = {}: must be 0 or 1 (gradients keep the inputs' dtype)", c.outDtype);
         const StatsOrder order = statsOrder(c.softmaxInLayout, "softmaxInLayout");
         const attnops::Tensor query = view(c.query, "query"), key = view(c.key, "keyIn"), value = view(c.value, "value"),
                               dy = view(c.dy, "dy"), pse = view(c.pseShift, "pseShift"),

@@ -254,6 +254,14 @@ void requireAbsentOrEmpty(const aclTensor* tensor, const char* name, const char*
          dimsString(t.viewDims.data(), t.viewDims.size()), why);
 }
 
+void requireNoRopeOrQuant(NamedTensors rope, NamedTensors scales, int64_t outDtype) {
+    for (auto [tensor, name] : rope) requireAbsent(tensor, name, "rope inputs are not supported by attnops");
+    for (auto [tensor, name] : scales)
+        requireAbsent(tensor, name, "fp8 dequantisation scales are not supported by attnops");
+    if (outDtype != 0 && outDtype != 1)
+        fail(ACLNN_ERR_PARAM_INVALID, "outDtype = {}: must be 0 or 1 (the outputs keep the inputs' dtype)", outDtype);
+}
+
 void requireLayout(const char* inputLayout, Layouts layouts) {
     if (layouts == Layouts::Any) return;  // attnops checks the value
     if (inputLayout == nullptr) fail(ACLNN_ERR_PARAM_NULLPTR, "inputLayout = NULL: required");

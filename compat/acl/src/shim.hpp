@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "acl/acl.h"
@@ -103,6 +105,11 @@ attnops::IntArray view(const aclIntArray* array, const char* name);
 // Rules of arguments attnops has no counterpart for.
 void requireAbsent(const aclTensor* tensor, const char* name, const char* why);
 void requireAbsentOrEmpty(const aclTensor* tensor, const char* name, const char* why);
+
+// The inputs of the newest versions attnops has no counterpart for: rope parts and fp8
+// dequantisation scales (each must be NULL), and outDtype (0 or 1; outputs keep the inputs' dtype).
+using NamedTensors = std::initializer_list<std::pair<const aclTensor*, const char*>>;
+void requireNoRopeOrQuant(NamedTensors rope, NamedTensors scales, int64_t outDtype);
 // Which inputLayout values a version takes: BSH/SBH/BSND/BNSD (V1-V3), TND (VarLen/Unpadding) or
 // any (V4).
 enum class Layouts { Fixed, Tnd, Any };
