@@ -26,6 +26,10 @@ if [ "$what" = core ]; then
   "$work/build/consumer_shared"
   "$work/build/consumer_static"
 else
+  # The README's complete example is this file, word for word.
+  awk '/^A complete program/ {found = 1} found && /^```cpp$/ {copy = 1; next} copy && /^```$/ {exit} copy' \
+    "$source_dir/../../README.md" | diff -u - "$source_dir/acl/example_flash_attention_score.cpp" \
+    || { echo "README's example differs from tests/install/acl/example_flash_attention_score.cpp"; exit 1; }
   for program in example_flash_attention_score test_aclnn_flash_attention_score \
                  test_aclnn_flash_attention_score_grad test_aclnn_block_attention_residuals; do
     echo "== $program"
