@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNOPS_BUILD_TESTS=OFF >/dev/null
+# The same compile options as scripts/test.sh's first configuration (so the two share objects in
+# build/), every option stated: a cached value from an earlier configuration never carries over.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_COMPILE_WARNING_AS_ERROR=ON \
+  -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_CLI=ON -DATTNOPS_BUILD_ACL=ON -DATTNOPS_BUILD_FUZZERS=OFF -DATTNOPS_BUILD_PYTHON=OFF \
+  -DATTNOPS_SANITIZE= >/dev/null
 cmake --build build --target attnops_cli
 build/tools/cli/attnops demo "$@"
