@@ -3,6 +3,9 @@
 # checked against the reference). Extra arguments go to `attnops demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout, so a clone in another folder (CI's) reuses the
+# objects of an earlier build instead of compiling everything again.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 scripts/install-deps.sh
 # The same compile options as scripts/test.sh's first configuration (so the two share objects in
 # build/), every option stated: a cached value from an earlier configuration never carries over.

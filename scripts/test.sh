@@ -11,6 +11,9 @@
 # Set ATTNOPS_TEST_QUICK=1 to run step 1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on paths relative to the checkout, so a clone in another folder (CI's) reuses the
+# objects of an earlier build instead of compiling everything again.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 scripts/install-deps.sh
 jobs=$(nproc)
 start=$SECONDS
@@ -81,7 +84,7 @@ if ! "$py" -c "import torch, numpy, pytest, nanobind, scikit_build_core" 2>/dev/
   "$py" -m pip install -q numpy pytest "nanobind>=2.0" "scikit-build-core>=0.10"
   "$py" -c "import torch" 2>/dev/null || "$py" -m pip install -q torch
 fi
-CCACHE_BASEDIR="$PWD" "$py" -m pip install -q --no-build-isolation .
+"$py" -m pip install -q --no-build-isolation .
 stamp "Python package: pytest"
 "$py" -m pytest tests/python -q -p no:cacheprovider
 stamp "all test configurations passed"
