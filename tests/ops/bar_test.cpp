@@ -27,6 +27,7 @@
 #include "ops/block_attention_residuals/plan.hpp"
 #include "ops/block_attention_residuals/reference.hpp"
 #include "child_process.hpp"
+#include "forced_impl.hpp"
 #include "problem_bar.hpp"
 #include "threads_guard.hpp"
 
@@ -579,13 +580,7 @@ void expectPropagatesLikeReference(attnopsDataType d, const Poison& poison) {
 const char* const kImplementations[] = {"stream-avx512", "stream-avx2", "vector-avx512", "vector-avx2", "vector-generic", "reference"};
 
 // Sets ATTNOPS_FORCE_IMPL for the scope (read when a call is planned).
-class ForcedImpl {
-public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
-};
+using attnops::testsupport::ForcedImpl;
 
 // Whether this CPU runs the implementation (planning answers UNSUPPORTED_HARDWARE otherwise).
 bool implementationRuns(const char* name) {
