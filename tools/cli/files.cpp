@@ -25,8 +25,10 @@ attnopsDataType loadedDtype(NpyType t, const std::string& declared, const std::s
         case NpyType::U16: fromFile = ATTNOPS_BFLOAT16; break;
         case NpyType::U8: fromFile = ATTNOPS_UINT8; break;
         case NpyType::Bool: fromFile = ATTNOPS_BOOL; break;
+        // int8 KV caches and int32 block tables are tensors; int64 files are the int arrays.
+        case NpyType::I8: fromFile = ATTNOPS_INT8; break;
+        case NpyType::I32: fromFile = ATTNOPS_INT32; break;
         case NpyType::I64:
-        case NpyType::I32:
             throw CliError(fmt::format("{}: integer data ({}) where a tensor is expected", where, npyDescr(t)));
     }
     if (declared.empty() || declared == attnopsDataTypeName(fromFile)) return fromFile;
@@ -49,6 +51,8 @@ NpyType npyTypeOf(attnopsDataType d) {
         case ATTNOPS_UINT8: return NpyType::U8;
         case ATTNOPS_BOOL: return NpyType::Bool;
         case ATTNOPS_INT64: return NpyType::I64;
+        case ATTNOPS_INT32: return NpyType::I32;
+        case ATTNOPS_INT8: return NpyType::I8;
         default: throw CliError(fmt::format("cannot save a tensor of dtype {}", attnopsDataTypeName(d)));
     }
 }

@@ -10,6 +10,7 @@
 
 #include "bar_cmd.hpp"
 #include "fa_files.hpp"
+#include "fia_cmd.hpp"
 #include "runner.hpp"
 
 namespace attnops::cli {
@@ -377,9 +378,10 @@ int runLoaded(const RunOptions& o) {
     const std::string op = params.contains("op") && params["op"].is_string() ? params["op"].get<std::string>() : "";
     if (op == kFlashAttentionOp) return runLoadedFlashAttention(o, params);
     if (op == kBlockAttentionResidualsOp) return runLoadedBlockAttentionResiduals(o, params);
-    throw CliError(fmt::format("{}/params.json: \"op\" is {}; known operators: {}, {}", o.load,
+    if (op == kFusedInferAttentionOp) return runLoadedFusedInferAttention(o, params);
+    throw CliError(fmt::format("{}/params.json: \"op\" is {}; known operators: {}, {}, {}", o.load,
                                params.contains("op") ? params["op"].dump() : "missing", kFlashAttentionOp,
-                               kBlockAttentionResidualsOp));
+                               kBlockAttentionResidualsOp, kFusedInferAttentionOp));
 }
 
 }  // namespace attnops::cli

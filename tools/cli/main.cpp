@@ -1,4 +1,4 @@
-// The attnops command-line tool: `info`, `run [flash-attention|block-attention-residuals]`, `demo` and `bench`.
+// The attnops command-line tool: `info`, `run [flash-attention|block-attention-residuals|fused-infer-attention]`, `demo` and `bench`.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -8,6 +8,7 @@
 #include "bar_cmd.hpp"
 #include "bench.hpp"
 #include "commands.hpp"
+#include "fia_cmd.hpp"
 #include "flash_attention_cmd.hpp"
 #include "runner.hpp"
 
@@ -44,7 +45,12 @@ int main(int argc, char** argv) {
         "logical [T,N,H] shape), projWeight, normWeight, hiddenStates, invNorm, probs, gradHiddenStates, "
         "gradPartialBlock, gradBlockRes, gradProjWeight, gradNormWeight; params.json: {\"op\": "
         "\"block-attention-residuals\", \"eps\", \"validBlockNum\", \"needBackward\", \"backward\", "
-        "\"blockResLayout\": \"token-major\"|\"source-major\", \"tensors\"}.");
+        "\"blockResLayout\": \"token-major\"|\"source-major\", \"tensors\"}. fused-infer-attention: query, key, value (a paged "
+        "cache as it is), blockTable (int32 <i4), attenMask, keyAntiquantScale/Offset, valueAntiquantScale/Offset (int8 "
+        "caches: |i1), learnableSink, attentionOut, softmaxLse; int64 arrays actualSeqLengths, actualSeqLengthsKv (as "
+        "passed: TND cumulative, paged KV per batch); params.json: {\"op\": \"fused-infer-attention\", \"inputLayout\", "
+        "\"numHeads\" (required), \"numKeyValueHeads\", \"scaleValue\" (1.0 when absent), \"preTokens\", \"nextTokens\", "
+        "\"sparseMode\", \"blockSize\", \"softmaxLseFlag\", \"keyAntiquantMode\", \"valueAntiquantMode\", \"tensors\"}.");
 
     FaFlags faFlags;
     CLI::App* runFa = run->add_subcommand(
@@ -62,6 +68,15 @@ int main(int argc, char** argv) {
         "DIR): time, GB/s of compulsory traffic (spec section 5), --check against the double reference, --save");
     addRunOptions(*runBar, runOptions, false);
     addBlockAttentionResidualsFlags(*runBar, barFlags);
+
+    FiaFlags fiaFlags;
+    CLI::App* runFia = run->add_subcommand(
+        "fused-infer-attention",
+        "FusedInferAttentionScore (V4) on deterministic random inputs (or --load DIR): layouts, GQA, actual lengths, "
+        "sparse modes, paged caches (BnBsH, BnNBsD, NZ), int8 KV, lse, sink; time, GB/s of KV read, TFLOP/s, "
+        "--check against the double reference (every row), --save");
+    addRunOptions(*runFia, runOptions, false);
+    addFusedInferAttentionFlags(*runFia, fiaFlags);
 
     DemoOptions demoOptions;
     CLI::App* demo = app.add_subcommand(
@@ -88,6 +103,7 @@ int main(int argc, char** argv) {
         if (*info) return runInfo(infoJson);
         if (*runFa) return runFlashAttention(faFlags, runOptions);
         if (*runBar) return runBlockAttentionResiduals(barFlags, runOptions);
+        if (*runFia) return runFusedInferAttention(fiaFlags, runOptions);
         if (*run) return runLoaded(runOptions);
         if (*demo) return runDemo(demoOptions);
         if (*bench) return runBench(benchOptions);

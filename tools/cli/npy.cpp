@@ -26,7 +26,7 @@ struct TypeEntry {
     uint64_t size;
 };
 
-constexpr std::array<TypeEntry, 7> kTypes{{
+constexpr std::array<TypeEntry, 8> kTypes{{
     {NpyType::F32, "<f4", 4},
     {NpyType::F16, "<f2", 2},
     {NpyType::U16, "<u2", 2},
@@ -34,6 +34,7 @@ constexpr std::array<TypeEntry, 7> kTypes{{
     {NpyType::Bool, "|b1", 1},
     {NpyType::I64, "<i8", 8},
     {NpyType::I32, "<i4", 4},
+    {NpyType::I8, "|i1", 1},
 }};
 
 const TypeEntry& entry(NpyType type) {
@@ -48,13 +49,14 @@ NpyType parseDescr(std::string descr, const std::string& where) {
     if (!descr.empty() && descr[0] == '=') descr[0] = '<';
     if (descr == "u1" || descr == "<u1") descr = "|u1";
     if (descr == "b1" || descr == "<b1") descr = "|b1";
+    if (descr == "i1" || descr == "<i1") descr = "|i1";
     for (const TypeEntry& e : kTypes)
         if (descr == e.descr) return e.type;
     if (!descr.empty() && descr[0] == '>')
         throw NpyError(fmt::format("{}: big-endian data ('{}') is not supported; save it little-endian", where, descr));
     throw NpyError(
         fmt::format("{}: dtype '{}' is not supported (accepted: <f4 fp32, <f2 fp16, <u2 bf16 bits, |u1, |b1, "
-                    "<i8, <i4)",
+                    "<i8, <i4, |i1)",
                     where, descr));
 }
 

@@ -45,7 +45,7 @@ corrupt_npy() {
 
 expect 0 "--version" '^[0-9]+\.[0-9]+\.[0-9]+' -- "$cli" --version
 expect 0 "--help" 'Subcommands' -- "$cli" --help
-for cmd in info run demo bench "run flash-attention" "run block-attention-residuals"; do
+for cmd in info run demo bench "run flash-attention" "run block-attention-residuals" "run fused-infer-attention"; do
     # shellcheck disable=SC2086
     expect 0 "$cmd --help" 'Usage' -- "$cli" $cmd --help
 done
@@ -94,6 +94,41 @@ corrupt_npy "$work/corrupt/attentionOut.npy"
 expect 1 "compare fails on a corrupted attentionOut" '^compare: FAIL' -- "$cli" run --load "$work/corrupt" --compare
 echo garbage > "$work/corrupt/query.npy"
 expect 2 "a file that is not NPY is refused" 'not an NPY file' -- "$cli" run --load "$work/corrupt"
+
+# FusedInferAttentionScore: a paged int8 decode (save / load / compare of the cache and block
+# table as given), a causal TND prefill, a corrupted output, bad input.
+idir="$work/saved-fia"
+expect 0 "fia paged int8 decode --check --save" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout BSH --batch 3 --q-seqlen 1 --kv-seqlens 100,37,250 --heads 8 \
+    --kv-heads 2 --dim 64 --dtype bf16 --cache BnBsH --block-size 32 --int8-kv --value-quant-mode 1 --lse --check \
+    --save "$idir"
+for f in query key value blockTable keyAntiquantScale keyAntiquantOffset valueAntiquantScale valueAntiquantOffset \
+    actualSeqLengthsKv attentionOut softmaxLse; do
+    [ -f "$idir/$f.npy" ] || { echo "FAIL: fia --save did not write $f.npy"; failures=$((failures + 1)); }
+done
+expect 0 "fia params.json names the op" '"op": "fused-infer-attention"' -- cat "$idir/params.json"
+expect 0 "fia run --load --compare round trip" '^compare: PASS' -- "$cli" run --load "$idir" --compare
+expect 0 "fia run fused-infer-attention --load --compare --json" '"passed": true' -- \
+    "$cli" run fused-infer-attention --load "$idir" --compare --json
+expect 0 "fia --json reports KV GB/s and the kernel" '"kvGbPerSecond"' -- \
+    "$cli" run fused-infer-attention --load "$idir" --json
+expect 0 "fia TND causal prefill, GQA, sink --check" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout TND --q-seqlens 17,0,64,33 --heads 4 --kv-heads 1 --dim 64 \
+    --dtype bf16 --sparse-mode 3 --sink --lse --check
+expect 0 "fia BNSD NZ int8 per-token decode --check" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --batch 2 --kv-seqlens 70,129 --heads 8 --kv-heads 2 --cache NZ \
+    --block-size 32 --int8-kv --key-quant-mode 1 --value-quant-mode 1 --check
+cp -r "$idir" "$work/corrupt-fia"
+corrupt_npy "$work/corrupt-fia/attentionOut.npy"
+expect 1 "fia compare fails on a corrupted attentionOut" '^compare: FAIL' -- \
+    "$cli" run --load "$work/corrupt-fia" --compare
+expect 2 "fia problem flags are refused with --load" 'cannot be combined' -- \
+    "$cli" run fused-infer-attention --load "$idir" --heads 4
+expect 2 "fia: a length list that does not match the batch" '--kv-seqlens: 3 lengths for --batch 2' -- \
+    "$cli" run fused-infer-attention --batch 2 --kv-seqlens 1,2,3
+expect 2 "fia: the library names the broken rule" 'blockSize = 16: must be a multiple of 32' -- \
+    "$cli" run fused-infer-attention --cache BnBsH --block-size 16 --int8-kv
+expect 2 "flash-attention refuses a fia directory" 'holds op' -- "$cli" run flash-attention --load "$idir"
 
 # FlashAttentionScoreGrad: --backward timing and check, save / load / compare of the gradients.
 expect 0 "run --backward fp32 BNSD --check" '^backward check .*dq .*dk .*dv .*PASS' -- \

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/dtype.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
 #include "ops/fused_infer_attention_score/reference.hpp"
 
 namespace attnops::tools {
@@ -326,6 +327,12 @@ attnopsStatus FiaInstance::run(attnopsStream* stream) {
 }
 
 FiaCheck checkFia(const FiaInstance& inst) {
+    std::vector<int64_t> all(size_t(inst.problem.batches()));
+    for (size_t b = 0; b < all.size(); ++b) all[b] = int64_t(b);
+    return checkFiaBatches(inst, all);
+}
+
+FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& batches) {
     const FiaProblem& pr = inst.problem;
     const FiaArrays arrays(inst);
     const attnopsTensor* kv[2];
@@ -351,8 +358,9 @@ FiaCheck checkFia(const FiaInstance& inst) {
     };
     const double scoreMag = std::fabs(double(c.scale)) * double(c.d) * (pr.int8Kv ? 1.3 : 1.0);
     r.lseTolerance = std::ldexp(1.0, -24) * (4.0 * double(c.d) * scoreMag + 4.0 * double(c.seq.maxKvLen) + 64.0) + 1e-6;
-    for (int64_t b = 0; b < c.seq.count; ++b)
+    for (const int64_t b : batches)
         for (int64_t n = 0; n < c.n1; ++n) {
+            if (b < 0 || b >= c.seq.count) throw std::invalid_argument(fmt::format("checkFiaBatches: no batch {}", b));
             const int64_t sq = c.seq.qLen[size_t(b)];
             for (int64_t i = 0; i < sq; ++i) {
                 const int64_t row = c.seq.qStart[size_t(b)] + i;
@@ -383,6 +391,35 @@ FiaCheck checkFia(const FiaInstance& inst) {
     r.tolerance = 2.0 * r.maxAbsNaiveError + 1e-5 * r.maxAbsReference + 1e-6;
     if (!(r.maxAbsError <= r.tolerance)) fail(fmt::format("output error {} > tolerance {} (naive error {})", r.maxAbsError, r.tolerance, r.maxAbsNaiveError));
     return r;
+}
+
+double fiaForwardFlops(const FiaProblem& p) {
+    fa::MaskSpec mask;  // modes 0-4: the FlashAttentionScore geometry
+    const bool masked = p.maskKind != "none" && !(p.maskKind == "auto" && p.sparseMode == 0);
+    mask.sparseMode = masked ? p.sparseMode : 1;
+    mask.preTokens = masked ? p.preTokens : kNoBand;
+    mask.nextTokens = masked ? p.nextTokens : kNoBand;
+    double kept = 0;
+    for (int64_t b = 0; b < p.batches(); ++b) {
+        const int64_t sq = p.qLen(b), skv = p.kvLen(b);
+        mask.prefix.assign(size_t(b + 1), 0);
+        const fa::SeqRule rule = fa::seqRule(mask, b, sq, skv);
+        for (int64_t i = 0; i < sq; ++i) {
+            const fa::KeyRange band = fa::rowBand(rule, i, skv);
+            kept += double(std::max<int64_t>(0, band.hi - band.lo));
+        }
+    }
+    return kept * double(p.heads) * 2.0 * double(p.dim + p.vdim());
+}
+
+double fiaKvBytes(const FiaProblem& p) {
+    const double element = p.int8Kv ? 1.0 : double(attnopsDataTypeSize(p.dtype));
+    // Per-token scales (fp32) and offsets: one of each per token for K and V in mode 1.
+    const double perToken = p.int8Kv ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
+    double bytes = 0;
+    for (int64_t b = 0; b < p.batches(); ++b)
+        bytes += double(p.kvLen(b)) * (double(p.kvHeads) * double(p.dim + p.vdim()) * element + perToken);
+    return bytes;
 }
 
 }  // namespace attnops::tools

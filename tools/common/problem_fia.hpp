@@ -57,6 +57,10 @@ struct FiaInstance {
     bool passQLens = false, passKvLens = false;
 
     explicit FiaInstance(const FiaProblem& p);
+    // The problem alone, every tensor empty: for callers that bring their own tensors (the CLI's
+    // --load, the demo's growing paged cache) and set the members and the length arrays.
+    struct NoInputs {};
+    FiaInstance(const FiaProblem& p, NoInputs) : problem(p) {}
     // GetWorkspaceSize + execute + synchronize. Returns the first failing status.
     attnopsStatus run(attnopsStream* stream = nullptr);
 };
@@ -88,5 +92,14 @@ struct FiaCheck {
 // Compares every output row (and softmaxLse) against the reference: computed rows under the
 // tolerance rule, rows outside the actual lengths exactly 0 (lse +inf).
 FiaCheck checkFia(const FiaInstance& inst);
+// The same on the rows of the listed batches (sequences) only: a sampled check of a large call.
+FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& batches);
+
+// Mask-aware FLOPs of the call (2 (D + Dv) per kept score and query head; an attenMask of kind
+// "none" keeps every score, as the call does), and the bytes of K and V it must read at least:
+// every key and value of the actual KV lengths once per kv head (int8: 1 byte an element, plus
+// the per-token scales and offsets).
+double fiaForwardFlops(const FiaProblem& p);
+double fiaKvBytes(const FiaProblem& p);
 
 }  // namespace attnops::tools
