@@ -2,7 +2,8 @@
 // long-tailed lengths (TND), GQA, D = 128, bf16, causal (sparse mode 3), run in a few slices (which
 // bounds the memory) with a line per slice: forward and backward, the outputs checked on sampled
 // rows and the gradients on sampled sequences against the double reference; then a
-// BlockAttentionResiduals forward + backward of model size, checked against the reference.
+// BlockAttentionResiduals forward + backward of model size, checked against the reference; then
+// serving (serving.cpp): prefill and token-by-token decode from paged bf16 and int8 caches.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "problem_bar.hpp"
 #include "problem_grad.hpp"
 #include "runner.hpp"
+#include "serving.hpp"
 
 namespace attnops::cli {
 namespace {
@@ -97,7 +99,8 @@ double seconds(std::chrono::steady_clock::time_point since) {
 void addDemoOptions(CLI::App& cmd, DemoOptions& o) {
     cmd.add_flag(
         "--quick", o.quick,
-        "A few-second version (300 sequences up to 512 tokens, BlockAttentionResiduals T=512 N=8 H=1024), for CI");
+        "A few-second version (300 sequences up to 512 tokens, BlockAttentionResiduals T=512 N=8 H=1024, serving 8 "
+        "requests), for CI");
     cmd.add_flag("--json", o.json, "Print one JSON object (steps and summary) instead of text");
     cmd.add_option("--threads", o.threads, "Worker threads of device 0 [default: all usable cores]")
         ->check(CLI::PositiveNumber);
@@ -123,7 +126,7 @@ int runDemo(const DemoOptions& o) {
     }
 
     const std::vector<size_t> starts = sliceStarts(lengths, shape.slices);
-    const size_t totalSteps = starts.size() - 1 + 1;  // attention slices (forward + backward), BAR
+    const size_t totalSteps = starts.size() - 1 + 2;  // attention slices (forward + backward), BAR, serving
     nlohmann::json steps = nlohmann::json::array();
     double flops = 0, forwardSeconds = 0;
     int64_t checkedRows = 0;
@@ -215,13 +218,18 @@ int runDemo(const DemoOptions& o) {
         fmt::print(
             "step {}/{}: block attention residuals T={} N={} H={} bf16: forward {}, {}; backward {}, {} (compulsory "
             "traffic); check {} of {} tokens (weight gradients: every token): {} (inputs {:.1f} s, check {:.1f} s)\n",
-            totalSteps, totalSteps, bp.tokens, bp.blocks, bp.hidden, formatMs(barFwdMs),
+            totalSteps - 1, totalSteps, bp.tokens, bp.blocks, bp.hidden, formatMs(barFwdMs),
             formatBandwidth(barFwdBytes, barFwdMs), formatMs(barBwdMs), formatBandwidth(barBwdBytes, barBwdMs),
             barBwdCheck.tokens, bp.tokens, barPassed ? "PASS" : "FAIL", barInputSeconds, barCheckSeconds);
         if (!barFwdCheck.passed) fmt::print("  forward: {}\n", barFwdCheck.failure);
         if (!barBwdCheck.passed) fmt::print("  backward: {}\n", barBwdCheck.failure);
         std::fflush(stdout);
     }
+
+    t0 = std::chrono::steady_clock::now();
+    const ServingResult serving = runServing(o.quick, o.json, threads, totalSteps, totalSteps);
+    const double servingSeconds = seconds(t0);
+    passed = passed && serving.passed;
 
     const double wall = seconds(wallStart);
     if (o.json) {
@@ -260,6 +268,7 @@ int runDemo(const DemoOptions& o) {
                                     {"checkedTokens", barBwdCheck.tokens},
                                     {"worstErrorToTolerance", barWorst},
                                     {"passed", barPassed}}},
+                                  {"serving", serving.summary},
                                   {"passed", passed},
                                   {"wallSeconds", wall},
                                   {"steps", steps}};
@@ -277,9 +286,11 @@ int runDemo(const DemoOptions& o) {
             formatMs(barBwdMs), formatBandwidth(barBwdBytes, barBwdMs));
         fmt::print(
             "check: {} sampled attention rows, worst error/tolerance {:.2f}; attention gradients of {} sampled "
-            "sequences, {:.2f}; block attention residuals, {:.2f}; against the double reference: {}\n",
-            checkedRows, worstRatio, bwdCheckedSequences, bwdWorst, barWorst, passed ? "PASS" : "FAIL");
-        fmt::print("wall time {:.1f} s\n", wall);
+            "sequences, {:.2f}; block attention residuals, {:.2f}; serving prefill and sampled decode steps: {}; "
+            "against the double reference: {}\n",
+            checkedRows, worstRatio, bwdCheckedSequences, bwdWorst, barWorst, serving.passed ? "PASS" : "FAIL",
+            passed ? "PASS" : "FAIL");
+        fmt::print("wall time {:.1f} s (serving step {:.1f} s)\n", wall, servingSeconds);
     }
     return passed ? kExitOk : kExitCheckFailed;
 }

@@ -82,8 +82,9 @@ int main(int argc, char** argv) {
     CLI::App* demo = app.add_subcommand(
         "demo",
         "A realistic packed varlen batch (thousands of sequences, GQA, D=128, bf16, causal) forward, its backward "
-        "on a sampled subset of the sequences, and a BlockAttentionResiduals forward + backward (T=8192 N=8 H=4096 "
-        "bf16); timed and checked against the reference");
+        "on a sampled subset of the sequences, a BlockAttentionResiduals forward + backward (T=8192 N=8 H=4096 "
+        "bf16), and serving (32 requests: FusedInferAttentionScore causal prefill, then token-by-token decode from "
+        "paged bf16 and int8 caches); timed and checked against the reference");
     addDemoOptions(*demo, demoOptions);
 
     BenchOptions benchOptions;
