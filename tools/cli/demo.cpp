@@ -121,7 +121,7 @@ int runDemo(const DemoOptions& o) {
                    sorted[sorted.size() / 2], double(tokens) / double(lengths.size()));
         fmt::print(
             "  {} query heads / {} kv heads (GQA), D = {}, bf16, causal (sparse mode {}), {} threads, {} steps\n",
-            kHeads, kKvHeads, kDim, kCausalMode, threads, shape.slices + 1);
+            kHeads, kKvHeads, kDim, kCausalMode, threads, shape.slices + 2);
         std::fflush(stdout);
     }
 
