@@ -333,7 +333,8 @@ ServingResult runServing(bool quick, bool json, int32_t threads, size_t step, si
                       {"passed", passed}};
     if (!json) {
         fmt::print("step {}/{}: serving {} requests (prompts {}..{} tokens, median {}; {}..{} generated each), GQA "
-                   "{}/{} D = {} bf16, paged BnBsH caches of block {}, {} threads\n",
+                   "{}/{} D = {} bf16, paged BnBsH caches of block {}, {} threads; each call timed whole (check, plan, "
+                   "workspace, execute)\n",
                    step, steps, s.requests, sorted.front(), sorted.back(), sorted[sorted.size() / 2],
                    *std::min_element(gens.begin(), gens.end()), maxGen,
                    kHeads, kKvHeads, kDim, s.blockSize, threads);

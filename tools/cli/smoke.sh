@@ -207,7 +207,7 @@ for f in gradBlockRes hiddenStates invNorm; do
         "$cli" run --load "$work/corrupt-bar-$f" --compare
 done
 
-expect 0 "demo --quick" '^check: .*PASS' -- "$cli" demo --quick
+expect 0 "demo --quick (attention, residuals, serving)" '^check: .*serving .*: PASS; against the double reference: PASS' -- "$cli" demo --quick
 
 expect 0 "bench --list" '^tnd-100000-short-causal' -- "$cli" bench --list
 expect 0 "bench --quick, one workload, both directions" '^bnsd-s512-d128 +fp32 +bwd +[a-z0-9-]+ .*TFLOP/s' -- \
