@@ -358,9 +358,9 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
     };
     const double scoreMag = std::fabs(double(c.scale)) * double(c.d) * (pr.int8Kv ? 1.3 : 1.0);
     r.lseTolerance = std::ldexp(1.0, -24) * (4.0 * double(c.d) * scoreMag + 4.0 * double(c.seq.maxKvLen) + 64.0) + 1e-6;
-    for (const int64_t b : batches)
+    for (const int64_t b : batches) {
+        if (b < 0 || b >= c.seq.count) throw std::invalid_argument(fmt::format("checkFiaBatches: no batch {}", b));
         for (int64_t n = 0; n < c.n1; ++n) {
-            if (b < 0 || b >= c.seq.count) throw std::invalid_argument(fmt::format("checkFiaBatches: no batch {}", b));
             const int64_t sq = c.seq.qLen[size_t(b)];
             for (int64_t i = 0; i < sq; ++i) {
                 const int64_t row = c.seq.qStart[size_t(b)] + i;
@@ -385,6 +385,7 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
             if (!c.varlen)
                 for (int64_t i = sq; i < p.qSeqCapacity; ++i) expectEmpty(b, n, i);
         }
+    }
     if (c.varlen)
         for (int64_t row = c.seq.qRowsUsed; row < c.qRowsTotal; ++row)
             for (int64_t n = 0; n < c.n1; ++n) expectEmpty(0, n, row);
@@ -394,11 +395,11 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
 }
 
 double fiaForwardFlops(const FiaProblem& p) {
-    fa::MaskSpec mask;  // modes 0-4: the FlashAttentionScore geometry
-    const bool masked = p.maskKind != "none" && !(p.maskKind == "auto" && p.sparseMode == 0);
-    mask.sparseMode = masked ? p.sparseMode : 1;
-    mask.preTokens = masked ? p.preTokens : kNoBand;
-    mask.nextTokens = masked ? p.nextTokens : kNoBand;
+    fa::MaskSpec mask;  // modes 0-4: the FlashAttentionScore geometry; decode ignores the mode
+    const bool decode = !p.tnd() && p.qSeqLen == 1;
+    mask.sparseMode = decode ? 1 : p.sparseMode;
+    mask.preTokens = decode ? kNoBand : p.preTokens;
+    mask.nextTokens = decode ? kNoBand : p.nextTokens;
     double kept = 0;
     for (int64_t b = 0; b < p.batches(); ++b) {
         const int64_t sq = p.qLen(b), skv = p.kvLen(b);

@@ -95,8 +95,8 @@ FiaCheck checkFia(const FiaInstance& inst);
 // The same on the rows of the listed batches (sequences) only: a sampled check of a large call.
 FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& batches);
 
-// Mask-aware FLOPs of the call (2 (D + Dv) per kept score and query head; an attenMask of kind
-// "none" keeps every score, as the call does), and the bytes of K and V it must read at least:
+// Mask-aware FLOPs of the call (2 (D + Dv) per score the sparse mode's band keeps, per query
+// head; the holes of an explicit mask are counted, decode counts every key), and the bytes of K and V it must read at least:
 // every key and value of the actual KV lengths once per kv head (int8: 1 byte an element, plus
 // the per-token scales and offsets).
 double fiaForwardFlops(const FiaProblem& p);
