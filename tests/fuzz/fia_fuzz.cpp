@@ -16,26 +16,13 @@
 namespace {
 
 using attnops::fuzz::Bytes;
+using attnops::fuzz::execute;
 using attnops::fuzz::FuzzArray;
 using attnops::fuzz::FuzzTensor;
 
 const attnopsDataType kHalf[] = {ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_FLOAT32, ATTNOPS_INT8};
 const char* const kFiaLayouts[] = {"BSH", "BSND", "BNSD", "TND", "SBH", "bsnd", ""};
 const attnopsDataType kMaskTypes[] = {ATTNOPS_BOOL, ATTNOPS_UINT8, ATTNOPS_INT8, ATTNOPS_FLOAT16};
-
-attnopsStatus execute(attnopsStatus planned, uint64_t ws, attnopsExecutor* exec,
-                      attnopsStatus (*run)(void*, uint64_t, attnopsExecutor*, attnopsStream*)) {
-    if (planned != ATTNOPS_SUCCESS) return planned;
-    void* workspace = nullptr;
-    if (ws > 0 && attnopsMalloc(ws, &workspace) != ATTNOPS_SUCCESS) {
-        attnopsDestroyExecutor(exec);
-        return ATTNOPS_ERROR_OUT_OF_MEMORY;
-    }
-    run(workspace, ws, exec, nullptr);
-    const attnopsStatus st = attnopsStreamSynchronize(nullptr);
-    attnopsFree(workspace);
-    return st;
-}
 
 }  // namespace
 
