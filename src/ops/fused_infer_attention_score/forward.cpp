@@ -5,7 +5,6 @@
 
 #include <limits>
 
-#include "core/error.hpp"
 
 namespace attnops::fia {
 
@@ -29,10 +28,7 @@ void writeEmptyRows(const Params& p, int64_t b, int64_t r0, int64_t r1) {
 }  // namespace
 
 void runForward(const Params& p, const Plan& plan, void* workspace, ThreadPool& pool) {
-    if (pool.size() > plan.threads)
-        runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
-                     "after attnopsSetDeviceThreads",
-                     pool.size(), plan.threads);
+    pool.requirePlannedFor(plan.threads);
     pool.parallelFor(plan.units.chunks(), [&](int64_t c, int worker) {
         void* scratch = static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker);
         plan.units.forEachInChunk(
