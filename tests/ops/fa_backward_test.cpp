@@ -1334,6 +1334,9 @@ std::vector<FaProblem> determinismProblems() {
 
 using attnops::testsupport::ForcedImpl;
 
+// The entries of the fused backward scheme (one unit per sequence and kv head; no sink).
+bool isFused(const char* impl) { return std::string(impl) == "avx2-fused" || std::string(impl) == "avx512-fused"; }
+
 // The default choice ("") and every register-blocked entry this CPU runs.
 TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     ThreadsGuard guard;
@@ -1341,7 +1344,7 @@ TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
         ASSERT_EQ(attnopsSetDeviceThreads(0, 2), ATTNOPS_SUCCESS);
         FaInstance inst(p);
         runForward(inst);
-        for (const char* impl : {"", "amx", "avx512-bf16", "avx512", "avx2"}) {
+        for (const char* impl : {"", "amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2"}) {
             ForcedImpl forced(impl);
             ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
             FaGrads probe = attnops::tools::makeGrads(inst);
@@ -1349,6 +1352,7 @@ TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
             if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
             const bool bf16Only = std::string(impl) == "avx512-bf16" || std::string(impl) == "amx";
             if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && bf16Only && p.dtype != BF16) continue;
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && isFused(impl) && p.sink) continue;
             std::vector<FaGrads> runs;
             for (int32_t threads : {1, 2, 3, 1, 2, 3}) {
                 ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
@@ -1400,7 +1404,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"amx", "avx512-bf16", "avx512", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
+        for (const char* impl : {"amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1413,7 +1417,9 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
                 continue;
             }
             // Only the 16-bit-operand entries decline problems: avx512-bf16 and amx those whose
-            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones.
+            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones;
+            // and the fused entries those with a sink.
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && isFused(impl) && p.sink) continue;
             if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
                 (std::string(impl) == "amx-emulated" ? p.dtype == F32
                                                      : (std::string(impl) == "avx512-bf16" || std::string(impl) == "amx") && p.dtype != BF16))
@@ -1463,6 +1469,8 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
         GTEST_SKIP() << ic.impl << " takes bf16 problems only (amx: fp16 too with AMX-FP16)";
     if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "amx-emulated" && ic.c.problem.dtype == F32)
         GTEST_SKIP() << "amx-emulated takes bf16 and fp16 problems";
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && isFused(ic.impl.c_str()) && ic.c.problem.sink)
+        GTEST_SKIP() << ic.impl << " takes problems without a sink (the two-kind scheme computes dsink)";
     ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     expectGradChecked(inst, g);
     expectTndTails(inst, g);
@@ -1470,7 +1478,7 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"amx", "avx512-bf16", "avx512", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
+    for (const char* impl : {"amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
         // The AMX kernels multiply 16-bit operands only: they take the fp32 cases as bf16. The
         // hardware entry is listed only where AMX is granted (skips cost a process start each).
         const bool amx = std::string(impl).rfind("amx", 0) == 0;

@@ -10,7 +10,9 @@ const std::vector<const BackwardKernel*>& backwardKernels() {
     static const std::vector<const BackwardKernel*> list = {
         &backwardKernelAmx(),
         &backwardKernelAvx512Bf16(),
+        &backwardKernelAvx512Fused(),
         &backwardKernelAvx512(),
+        &backwardKernelAvx2Fused(),
         &backwardKernelAvx2(),
         &backwardKernelTiledAvx512(),
         &backwardKernelTiledAvx2(),
@@ -56,6 +58,15 @@ void runBackward(const BackwardParams& bp, const BackwardPlan& plan, void* works
                      pool.size(), plan.threads);
     const ForwardParams& p = bp.fwd;
     auto scratchOf = [&](int worker) { return static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker); };
+    if (plan.kernel->runHeadUnit != nullptr) {
+        pool.parallelFor(plan.headUnits.chunks(), [&](int64_t c, int worker) {
+            plan.headUnits.forEachInChunk(c, [&](int64_t b, int64_t n2) {
+                plan.kernel->runHeadUnit(bp, plan.tile, KeyUnit{b, n2, 0, p.seq.kvLen[size_t(b)]}, scratchOf(worker));
+            });
+        });
+        if (p.varlen) zeroTails(bp);
+        return;
+    }
     pool.parallelFor(plan.keyUnits.chunks(), [&](int64_t c, int worker) {
         plan.keyUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
             plan.kernel->runKeyUnit(bp, plan.tile, keyUnitAt(p, plan.tile, b, local), scratchOf(worker));
