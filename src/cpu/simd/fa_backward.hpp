@@ -15,9 +15,11 @@
 // The fused scheme (entries "avx2-fused", "avx512-fused"; fp32 products only) does the five
 // GEMMs once: one unit per (sequence, kv head) walks its key blocks in ascending order as key
 // units do and also adds dS . K to an fp32 dQ of the whole sequence in its scratch, so S and dP
-// are computed once instead of once per unit kind (7 GEMMs for 5). Its parallelism is the number
-// of (sequence, kv head) pairs; problems with a sink, or whose dQ accumulator would pass
-// kMaxFusedDqBytes, go to the two-kind scheme.
+// are computed once instead of once per unit kind (7 GEMMs for 5), and Q, dO and the row
+// statistics are converted once per head instead of once per key block. Its parallelism is the
+// number of (sequence, kv head) pairs (the planner passes it over for problems with fewer pairs
+// than the machine has cores); problems with a sink, or whose per-head arrays would pass
+// kMaxHeadRowsBytes, go to the two-kind scheme.
 //
 // Order of every reduction, fixed per element: dot products over the head dim ascending; dK
 // and dV over query heads of the group, then query rows ascending; dQ over keys ascending (in
@@ -190,13 +192,14 @@ struct RowStats {
     float* rowSum;
 };
 
-// dO rows [q0, q0 + rows) of head n1 (row-major into doRows when given, transposed into doT
-// with leading dimension ldt when given) and their RowStats (st; sc's arrays when not given).
+// dO rows [q0, q0 + rows) of head n1 (row-major into doRows with leading dimension ldRows, or
+// dv when 0, when given; transposed into doT with leading dimension ldt when given) and their
+// RowStats (st; sc's arrays when not given).
 // Returns whether some row is fully masked (saved sum 0).
 template <class V>
 ATTNOPS_SIMD_INLINE bool loadQueryStats(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
                                         int64_t ldt, Scratch& sc, float* doRows, float* doT,
-                                        const RowStats* st = nullptr) {
+                                        const RowStats* st = nullptr, int64_t ldRows = 0) {
     const RowStats own{sc.delta, sc.rowMax, sc.rowSum};
     if (st == nullptr) st = &own;
     const ForwardParams& p = bp.fwd;
@@ -205,7 +208,7 @@ ATTNOPS_SIMD_INLINE bool loadQueryStats(const BackwardParams& bp, int64_t b, int
     float* o = sc.row;
     bool anyEmpty = false;
     for (int64_t r = 0; r < rows; ++r) {
-        float* dyRow = doRows != nullptr ? doRows + r * dv : sc.dyRow;
+        float* dyRow = doRows != nullptr ? doRows + r * (ldRows != 0 ? ldRows : dv) : sc.dyRow;
         simd::loadRow<V>(bp.dy, b, n1, row0 + r, dv, dyRow);
         if (doT != nullptr)
             for (int64_t c = 0; c < dv; ++c) doT[c * ldt + r] = dyRow[c];
@@ -245,9 +248,12 @@ ATTNOPS_SIMD_INLINE void rowProbabilities(int64_t nk, float scale, float m, floa
 // vdpbf16ps, P and dS rounded to bf16 for the GEMMs they feed (as the naive low-precision computation of the tolerance
 // rule rounds them); otherwise everything in fp32.
 //
-// The fused scheme's per-(sequence, kv head) arrays, [group][sq] (dq: [group][sq][d] fp32),
-// filled before its first key block.
+// The fused scheme's per-(sequence, kv head) arrays, [group][sq] rows, filled before its first
+// key block: Q and dO as fp32 with the key unit's padded leading dimensions, converted once per
+// head instead of once per key block, and the fp32 dQ accumulator ([group][sq][d]).
 struct HeadRows {
+    float* q;
+    float* dO;
     float* dq;
     RowStats stats;
 };
@@ -297,19 +303,21 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
             const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
             const float* qRows = sc.qRows;
             const float* doRows = sc.doRows;
-            simd::loadRows<V>(p.q, u.b, n1, qRow0, rows, d, ld, sc.qRows);
-            simd::loadRows<V>(bp.dy, u.b, n1, qRow0, rows, dv, ldv, sc.doRows);
             const float *delta = sc.delta, *rowMax = sc.rowMax, *rowSum = sc.rowSum;
             float* dq = nullptr;
             bool anyEmpty = false;
             if (head != nullptr) {
                 const int64_t at = g * sq + q0;
+                qRows = head->q + at * ld;
+                doRows = head->dO + at * ldv;
                 delta = head->stats.delta + at;
                 rowMax = head->stats.rowMax + at;
                 rowSum = head->stats.rowSum + at;
                 anyEmpty = std::find(rowSum, rowSum + rows, 0.0f) != rowSum + rows;
                 dq = head->dq + at * d;
             } else {
+                simd::loadRows<V>(p.q, u.b, n1, qRow0, rows, d, ld, sc.qRows);
+                simd::loadRows<V>(bp.dy, u.b, n1, qRow0, rows, dv, ldv, sc.doRows);
                 anyEmpty = loadQueryStats<V>(bp, u.b, n1, q0, rows, 0, sc, nullptr, nullptr);
             }
             if constexpr (kPairs) {
@@ -374,23 +382,32 @@ ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const Key
     keyBlock<V, Pairs>(bp, t, u, sc, nullptr);
 }
 
-// Bound on the fused scheme's fp32 dQ accumulator per thread (group * longest query sequence *
-// d floats): 64 MiB, 128K query rows at d = 128.
-constexpr uint64_t kMaxFusedDqBytes = uint64_t(64) << 20;
+// Floats of the fused scheme's HeadRows for `rows` query rows ([group][maxQLen]).
+inline uint64_t headRowsFloats(const ForwardParams& p, int64_t rows) {
+    return uint64_t(alignUp(rows * paddedLd(p.d)) + alignUp(rows * paddedLd(p.dv)) + alignUp(rows * p.d) +
+                    3 * alignUp(rows));
+}
+
+// Bound on the fused scheme's HeadRows per thread: 128 MiB, about 80K query rows (group * the
+// longest query sequence) at d = dv = 128. Longer sequences go to the two-kind scheme, whose
+// workspace does not grow with the sequence.
+constexpr uint64_t kMaxHeadRowsBytes = uint64_t(128) << 20;
 
 // Problems the fused scheme takes: without a sink (its dsink terms need sum_j P dP per query
-// row, which the two-kind scheme's query units compute) and with a bounded dQ accumulator.
+// row, which the two-kind scheme's query units compute) and with bounded HeadRows.
 inline bool fusedAccepts(const BackwardParams& bp) {
     const ForwardParams& p = bp.fwd;
-    return p.sink == nullptr && bp.dsink == nullptr &&
-           uint64_t(p.group) * uint64_t(p.seq.maxQLen) * uint64_t(p.d) * sizeof(float) <= kMaxFusedDqBytes;
+    constexpr int64_t kMaxRows = int64_t(1) << 40;  // no overflow in headRowsFloats below
+    const int64_t rows = p.group * p.seq.maxQLen;
+    return p.sink == nullptr && bp.dsink == nullptr && rows < kMaxRows &&
+           headRowsFloats(p, rows) * sizeof(float) <= kMaxHeadRowsBytes;
 }
 
 // The fused scheme's per-thread workspace: the Scratch, then the HeadRows of one (sequence, kv
-// head): dq, delta, rowMax, rowSum for all its query heads ([group][maxQLen]).
+// head) with all its query heads.
 inline uint64_t fusedScratchBytes(const BackwardParams& p, TileShape t) {
-    const int64_t rows = p.fwd.group * p.fwd.seq.maxQLen;
-    return uint64_t(Scratch::floats(p, t) + alignUp(rows * p.fwd.d) + 3 * alignUp(rows)) * sizeof(float);
+    return (uint64_t(Scratch::floats(p, t)) + headRowsFloats(p.fwd, p.fwd.group * p.fwd.seq.maxQLen)) *
+           sizeof(float);
 }
 
 // The fused scheme: one unit per (sequence, kv head) = u.b, u.n2 runs its key blocks in
@@ -401,24 +418,29 @@ template <class V>
 ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
     const ForwardParams& p = bp.fwd;
     Scratch sc(bp, t, scratch);
-    const int64_t maxRows = p.group * p.seq.maxQLen;
+    const int64_t maxRows = p.group * p.seq.maxQLen, ld = paddedLd(p.d), ldv = paddedLd(p.dv);
     float* f = static_cast<float*>(scratch) + Scratch::floats(bp, t);
     HeadRows head;
+    head.q = f;
+    f += alignUp(maxRows * ld);
+    head.dO = f;
+    f += alignUp(maxRows * ldv);
     head.dq = f;
     f += alignUp(maxRows * p.d);
     head.stats.delta = f;
     head.stats.rowMax = f + alignUp(maxRows);
     head.stats.rowSum = f + 2 * alignUp(maxRows);
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)], d = p.d;
+    const int64_t qRow0 = p.seq.qStart[size_t(u.b)];
     std::fill(head.dq, head.dq + p.group * sq * d, 0.0f);
-    // Statistics once per head, not once per key block.
     for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
         const RowStats st{head.stats.delta + g * sq, head.stats.rowMax + g * sq, head.stats.rowSum + g * sq};
-        loadQueryStats<V>(bp, u.b, u.n2 * p.group + g, 0, sq, 0, sc, nullptr, nullptr, &st);
+        simd::loadRows<V>(p.q, u.b, n1, qRow0, sq, d, ld, head.q + g * sq * ld);
+        loadQueryStats<V>(bp, u.b, n1, 0, sq, 0, sc, head.dO + g * sq * ldv, nullptr, &st, ldv);
     }
     for (int64_t k0 = 0; k0 < skv; k0 += t.keyRows)
         keyBlock<V, void>(bp, t, KeyUnit{u.b, u.n2, k0, std::min(skv, k0 + t.keyRows)}, sc, &head);
-    const int64_t qRow0 = p.seq.qStart[size_t(u.b)];
     for (int64_t g = 0; g < p.group; ++g)
         storeRows(bp.dq, u.b, u.n2 * p.group + g, qRow0, sq, d, head.dq + g * sq * d);
 }
