@@ -1335,9 +1335,6 @@ std::vector<FaProblem> determinismProblems() {
 
 using attnops::testsupport::ForcedImpl;
 
-// The entries of the fused backward scheme (one unit per sequence and kv head; no sink).
-bool isFused(const char* impl) { return std::string(impl) == "avx2-fused" || std::string(impl) == "avx512-fused"; }
-
 // The default choice ("") and every register-blocked entry this CPU runs.
 TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     ThreadsGuard guard;
@@ -1353,7 +1350,6 @@ TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
             if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
             const bool bf16Only = std::string(impl) == "avx512-bf16" || std::string(impl) == "amx";
             if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && bf16Only && p.dtype != BF16) continue;
-            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && isFused(impl) && p.sink) continue;
             std::vector<FaGrads> runs;
             for (int32_t threads : {1, 2, 3, 1, 2, 3}) {
                 ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
@@ -1418,9 +1414,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
                 continue;
             }
             // Only the 16-bit-operand entries decline problems: avx512-bf16 and amx those whose
-            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones;
-            // and the fused entries those with a sink.
-            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && isFused(impl) && p.sink) continue;
+            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones.
             if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
                 (std::string(impl) == "amx-emulated" ? p.dtype == F32
                                                      : (std::string(impl) == "avx512-bf16" || std::string(impl) == "amx") && p.dtype != BF16))
@@ -1470,8 +1464,6 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
         GTEST_SKIP() << ic.impl << " takes bf16 problems only (amx: fp16 too with AMX-FP16)";
     if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "amx-emulated" && ic.c.problem.dtype == F32)
         GTEST_SKIP() << "amx-emulated takes bf16 and fp16 problems";
-    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && isFused(ic.impl.c_str()) && ic.c.problem.sink)
-        GTEST_SKIP() << ic.impl << " takes problems without a sink (the two-kind scheme computes dsink)";
     ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     expectGradChecked(inst, g);
     expectTndTails(inst, g);
@@ -1538,7 +1530,7 @@ std::pair<std::string, uint64_t> defaultGradPlan(const FaInstance& inst, FaGrads
 }
 
 // The fused scheme runs by default where the (sequence, kv head) pairs can keep every core busy
-// and there is no sink; its workspace holds each thread's fp32 dQ of a whole sequence.
+// (with a sink too); its workspace holds each thread's fp32 dQ of a whole sequence.
 TEST(FaBackwardImplementations, DefaultFusedSchemeByHeadPairsAndCores) {
     const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
     if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no fused entry runs on this CPU (needs AVX2, FMA, F16C)";
@@ -1561,7 +1553,7 @@ TEST(FaBackwardImplementations, DefaultFusedSchemeByHeadPairsAndCores) {
         FaInstance inst(withSink(fixed("BNSD", F32, cores, sq, 90, 2 * group, 2, d)));
         runForward(inst);
         FaGrads g = attnops::tools::makeGrads(inst);
-        EXPECT_EQ(defaultGradPlan(inst, g).first, avx512 ? "avx512" : "avx2");
+        EXPECT_EQ(defaultGradPlan(inst, g).first, avx512 ? "avx512-fused" : "avx2-fused");
     }
     if (cores > 1) {
         FaInstance inst(fixed("BNSD", F32, 1, sq, 90, group, 1, d));

@@ -18,8 +18,8 @@
 // are computed once instead of once per unit kind (7 GEMMs for 5), and Q, dO and the row
 // statistics are converted once per head instead of once per key block. Its parallelism is the
 // number of (sequence, kv head) pairs (the planner passes it over for problems with fewer pairs
-// than the machine has cores); problems with a sink, or whose per-head arrays would pass
-// kMaxHeadRowsBytes, go to the two-kind scheme.
+// than the machine has cores); problems whose per-head arrays would pass kMaxHeadRowsBytes go
+// to the two-kind scheme.
 //
 // Order of every reduction, fixed per element: dot products over the head dim ascending; dK
 // and dV over query heads of the group, then query rows ascending; dQ over keys ascending (in
@@ -228,19 +228,31 @@ ATTNOPS_SIMD_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n, i
 }
 
 // P = exp(scale * s - m) / l and dp := scale * P * (dp - delta) for query row `row` against nk
-// keys from key0; with a band, both are 0 for the pairs it masks.
+// keys from key0; with a band, both are 0 for the pairs it masks. With exactDelta, adds
+// sum_j P dP to it (per lane over the key vectors ascending, then the lanes ascending).
 template <class V>
 ATTNOPS_SIMD_INLINE void rowProbabilities(int64_t nk, float scale, float m, float l, float delta, float* s, float* dp,
-                                          const simd::BandLanes<V>* band, int64_t row, int64_t key0) {
+                                          const simd::BandLanes<V>* band, int64_t row, int64_t key0,
+                                          float* exactDelta = nullptr) {
     const auto vs = V::set1(scale), vm = V::set1(m), invL = V::set1(1.0f / l), vd = V::set1(delta);
+    auto sumPdP = V::zero();
     for (int64_t j = 0; j < nk; j += V::kLanes) {
         const auto mk = V::tail(nk - j);
         const auto kept = band != nullptr ? simd::keptKeys<V>(*band, key0 + j, row) : V::all();
         const auto x = V::mul(V::loadMasked(mk, s + j), vs);  // rounded like the forward's
         const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(x, vm)), invL));
         V::storeMasked(s + j, mk, pr);
-        const auto ds = V::mul(pr, V::sub(V::loadMasked(mk, dp + j), vd));
+        const auto g = V::loadMasked(mk, dp + j);
+        if (exactDelta != nullptr) sumPdP = V::fmadd(pr, V::zeroUnless(kept, g), sumPdP);  // masked dP may be inf
+        const auto ds = V::mul(pr, V::sub(g, vd));
         V::storeMasked(dp + j, mk, V::zeroUnless(kept, V::mul(ds, vs)));
+    }
+    if (exactDelta != nullptr) {
+        float lanes[V::kLanes];
+        V::store(lanes, sumPdP);
+        float sum = 0.0f;
+        for (float lane : lanes) sum += lane;
+        *exactDelta += sum;
     }
 }
 
@@ -256,6 +268,7 @@ struct HeadRows {
     float* dO;
     float* dq;
     RowStats stats;
+    float* exactDelta;  // sum_j P dP over all keys, with a sink (its dsink terms)
 };
 
 // With head (the fused scheme, fp32 only): also dQ += dS . K into head->dq, from the dS this
@@ -305,6 +318,7 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
             const float* doRows = sc.doRows;
             const float *delta = sc.delta, *rowMax = sc.rowMax, *rowSum = sc.rowSum;
             float* dq = nullptr;
+            float* exactDelta = nullptr;
             bool anyEmpty = false;
             if (head != nullptr) {
                 const int64_t at = g * sq + q0;
@@ -315,6 +329,7 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                 rowSum = head->stats.rowSum + at;
                 anyEmpty = std::find(rowSum, rowSum + rows, 0.0f) != rowSum + rows;
                 dq = head->dq + at * d;
+                if (bp.sinkRowTerms != nullptr) exactDelta = head->exactDelta + at;
             } else {
                 simd::loadRows<V>(p.q, u.b, n1, qRow0, rows, d, ld, sc.qRows);
                 simd::loadRows<V>(bp.dy, u.b, n1, qRow0, rows, dv, ldv, sc.doRows);
@@ -337,7 +352,8 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
             if (vectorRows && !anyEmpty && (full || finite)) {
                 for (int64_t r = 0; r < rows; ++r)
                     rowProbabilities<V>(nk, p.scale, rowMax[r], rowSum[r], delta[r], sc.s + r * lk,
-                                        sc.dp + r * lk, full ? nullptr : &band, q0 + r, u.k0);
+                                        sc.dp + r * lk, full ? nullptr : &band, q0 + r, u.k0,
+                                        exactDelta != nullptr ? exactDelta + r : nullptr);
                 if constexpr (kPairs) {
                     const int64_t rowPairs = (rows + 1) / 2;
                     Pairs::packFloatRowPairs(sc.s, rows, nk, lk, sc.pp);
@@ -359,7 +375,7 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                 float* s = sc.s + r * lk;
                 float* dp = sc.dp + r * lk;
                 if (!tile::rowGradients(bp, u.b, n1, rule, q0 + r, u.k0, nk, skv, rowMax[r], rowSum[r], delta[r], s,
-                                        dp, sc.kept, sc.keep, nullptr))
+                                        dp, sc.kept, sc.keep, exactDelta != nullptr ? exactDelta + r : nullptr))
                     continue;
                 for (int64_t j = 0; j < nk; ++j) {
                     if (!sc.kept[j]) continue;
@@ -385,7 +401,7 @@ ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const Key
 // Floats of the fused scheme's HeadRows for `rows` query rows ([group][maxQLen]).
 inline uint64_t headRowsFloats(const ForwardParams& p, int64_t rows) {
     return uint64_t(alignUp(rows * paddedLd(p.d)) + alignUp(rows * paddedLd(p.dv)) + alignUp(rows * p.d) +
-                    3 * alignUp(rows));
+                    4 * alignUp(rows));
 }
 
 // Bound on the fused scheme's HeadRows per thread: 128 MiB, about 80K query rows (group * the
@@ -393,14 +409,12 @@ inline uint64_t headRowsFloats(const ForwardParams& p, int64_t rows) {
 // workspace does not grow with the sequence.
 constexpr uint64_t kMaxHeadRowsBytes = uint64_t(128) << 20;
 
-// Problems the fused scheme takes: without a sink (its dsink terms need sum_j P dP per query
-// row, which the two-kind scheme's query units compute) and with bounded HeadRows.
+// Problems the fused scheme takes: those with bounded HeadRows.
 inline bool fusedAccepts(const BackwardParams& bp) {
     const ForwardParams& p = bp.fwd;
     constexpr int64_t kMaxRows = int64_t(1) << 40;  // no overflow in headRowsFloats below
     const int64_t rows = p.group * p.seq.maxQLen;
-    return p.sink == nullptr && bp.dsink == nullptr && rows < kMaxRows &&
-           headRowsFloats(p, rows) * sizeof(float) <= kMaxHeadRowsBytes;
+    return rows < kMaxRows && headRowsFloats(p, rows) * sizeof(float) <= kMaxHeadRowsBytes;
 }
 
 // The fused scheme's per-thread workspace: the Scratch, then the HeadRows of one (sequence, kv
@@ -430,9 +444,11 @@ ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const Ke
     head.stats.delta = f;
     head.stats.rowMax = f + alignUp(maxRows);
     head.stats.rowSum = f + 2 * alignUp(maxRows);
+    head.exactDelta = f + 3 * alignUp(maxRows);
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)], d = p.d;
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)];
     std::fill(head.dq, head.dq + p.group * sq * d, 0.0f);
+    std::fill(head.exactDelta, head.exactDelta + p.group * sq, 0.0f);
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
         const RowStats st{head.stats.delta + g * sq, head.stats.rowMax + g * sq, head.stats.rowSum + g * sq};
@@ -441,8 +457,13 @@ ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const Ke
     }
     for (int64_t k0 = 0; k0 < skv; k0 += t.keyRows)
         keyBlock<V, void>(bp, t, KeyUnit{u.b, u.n2, k0, std::min(skv, k0 + t.keyRows)}, sc, &head);
-    for (int64_t g = 0; g < p.group; ++g)
-        storeRows(bp.dq, u.b, u.n2 * p.group + g, qRow0, sq, d, head.dq + g * sq * d);
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        storeRows(bp.dq, u.b, n1, qRow0, sq, d, head.dq + g * sq * d);
+        if (bp.sinkRowTerms != nullptr)
+            tile::writeSinkRowTerms(bp, u.b, n1, 0, sq, head.stats.rowMax + g * sq, head.stats.rowSum + g * sq,
+                                    head.exactDelta + g * sq);
+    }
 }
 
 // rowProbabilities for a [key][row] block, 16 rows per vector (rows from row0, keys from key0);

@@ -64,19 +64,18 @@ void runBackward(const BackwardParams& bp, const BackwardPlan& plan, void* works
                 plan.kernel->runHeadUnit(bp, plan.tile, KeyUnit{b, n2, 0, p.seq.kvLen[size_t(b)]}, scratchOf(worker));
             });
         });
-        if (p.varlen) zeroTails(bp);
-        return;
+    } else {
+        pool.parallelFor(plan.keyUnits.chunks(), [&](int64_t c, int worker) {
+            plan.keyUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
+                plan.kernel->runKeyUnit(bp, plan.tile, keyUnitAt(p, plan.tile, b, local), scratchOf(worker));
+            });
+        });
+        pool.parallelFor(plan.queryUnits.chunks(), [&](int64_t c, int worker) {
+            plan.queryUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
+                plan.kernel->runQueryUnit(bp, plan.tile, queryUnitAt(p, plan.tile, b, local), scratchOf(worker));
+            });
+        });
     }
-    pool.parallelFor(plan.keyUnits.chunks(), [&](int64_t c, int worker) {
-        plan.keyUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
-            plan.kernel->runKeyUnit(bp, plan.tile, keyUnitAt(p, plan.tile, b, local), scratchOf(worker));
-        });
-    });
-    pool.parallelFor(plan.queryUnits.chunks(), [&](int64_t c, int worker) {
-        plan.queryUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
-            plan.kernel->runQueryUnit(bp, plan.tile, queryUnitAt(p, plan.tile, b, local), scratchOf(worker));
-        });
-    });
     if (bp.dsink != nullptr) pool.parallelFor(p.n1, [&](int64_t n1, int) { sinkGradient(bp, n1); });
     if (p.varlen) zeroTails(bp);
 }
