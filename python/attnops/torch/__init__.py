@@ -3,6 +3,9 @@
 - torch_npu interface: :func:`npu_fusion_attention`, :func:`npu_fusion_attention_grad`
 - flash-attn 2 interface: :func:`flash_attn_func`, :func:`flash_attn_varlen_func` and the
   qkv-/kv-packed variants
+- merging partial results by their softmax statistics: :func:`npu_ring_attention_update`
+  (torch_npu/MindSpeed), :mod:`attnops.torch.merge`
+- context parallelism over torch.distributed: :mod:`attnops.torch.cp`
 - Block Attention Residuals: :func:`block_attention_residuals`,
   :func:`block_attention_residuals_backward`
 
@@ -10,7 +13,7 @@ The operators are registered with torch.library as ``torch.ops.attnops.*`` (fake
 implementations for torch.compile, autograd formulas that call the attnops grads).
 """
 
-from . import _ops
+from . import _ops, cp, merge
 from .bar import block_attention_residuals, block_attention_residuals_backward, block_attention_residuals_with_stats
 from .flash_attn import (
     flash_attn_func,
@@ -20,6 +23,7 @@ from .flash_attn import (
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from .merge import npu_ring_attention_update
 from .npu import npu_fusion_attention, npu_fusion_attention_grad, npu_gen_drop_mask
 
 __all__ = [
@@ -35,4 +39,5 @@ __all__ = [
     "npu_fusion_attention",
     "npu_fusion_attention_grad",
     "npu_gen_drop_mask",
+    "npu_ring_attention_update",
 ]
