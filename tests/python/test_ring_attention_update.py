@@ -72,8 +72,11 @@ def test_tnd_statistics_orders():
     want = [0, 2, 1, 3, 4, 6, 8, 5, 7, 9]
     assert legacy[..., 0].reshape(-1).tolist() == want
     assert torch.equal(tnd_stats_to_token_major(legacy, torch.tensor([0] + cum)), token_major)  # leading 0 accepted
-    with pytest.raises(ValueError, match="must end at T = 5"):
-        tnd_stats_to_token_major(legacy, [2, 4])
+    # Tokens past the last length (a padding tail) form one more block.
+    tail = tnd_stats_from_token_major(token_major, [2])
+    assert tail[..., 0].reshape(-1).tolist() == [0, 2, 1, 3, 4, 6, 8, 5, 7, 9]
+    with pytest.raises(ValueError, match="within T = 5"):
+        tnd_stats_to_token_major(legacy, [2, 6])
 
 
 @pytest.mark.parametrize("softmax_layout", ["", "TND"])
@@ -87,18 +90,13 @@ def test_tnd_merge_both_statistics_orders(softmax_layout):
     rest = [2, 3, 6, 7, 8]
     parts = []
     for idx, ck in ((first, [2, 4]), (rest, [2, 5])):
-        o, m, s = npu_fusion_attention(q, k[idx], v[idx], n, "TND", scale=scale, actual_seq_qlen=cum_q,
-                                       actual_seq_kvlen=ck)[:3]
-        if softmax_layout == "":
-            m, s = tnd_stats_from_token_major(m, cum_q), tnd_stats_from_token_major(s, cum_q)
-        parts.append((o, m, s))
+        parts.append(npu_fusion_attention(q, k[idx], v[idx], n, "TND", scale=scale, actual_seq_qlen=cum_q,
+                                          actual_seq_kvlen=ck, softmax_layout=softmax_layout)[:3])
     (o1, m1, s1), (o2, m2, s2) = parts
     out, mx, sm = npu_ring_attention_update(o1, m1, s1, o2, m2, s2, torch.tensor(cum_q), "TND",
                                             input_softmax_layout=softmax_layout)
     full, fmax, fsum = npu_fusion_attention(q, k, v, n, "TND", scale=scale, actual_seq_qlen=cum_q,
-                                            actual_seq_kvlen=cum_k)[:3]
-    if softmax_layout == "":
-        mx, sm = tnd_stats_to_token_major(mx, cum_q), tnd_stats_to_token_major(sm, cum_q)
+                                            actual_seq_kvlen=cum_k, softmax_layout=softmax_layout)[:3]
     torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(mx, fmax, rtol=0, atol=0)
     torch.testing.assert_close(sm, fsum, rtol=1e-5, atol=1e-6)

@@ -68,47 +68,39 @@ def merge_lse(out1: Tensor, lse1: Tensor, out2: Tensor, lse2: Tensor) -> Tuple[T
 #   "TND" order checks it against a golden that ignores actual_seq_qlen).
 
 
-def _tnd_positions(cum_seqlen, heads: int, device) -> Tensor:
-    """[T, N] index into the flat legacy order of the statistics for each (token, head)."""
-    ends = torch.as_tensor(cum_seqlen, dtype=torch.int64, device=device)
-    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
-    lengths = ends - starts
-    tokens = int(ends[-1]) if ends.numel() else 0
-    seq = torch.repeat_interleave(torch.arange(ends.numel(), device=device), lengths)
-    t = torch.arange(tokens, device=device)
-    n = torch.arange(heads, device=device)
-    start, length = starts[seq][:, None], lengths[seq][:, None]
-    return start * heads + n[None, :] * length + (t[:, None] - start)
-
-
-def _cum_without_zero(actual_seq_qlen, tokens: int, name: str = "actual_seq_qlen") -> list:
+def _tnd_positions(actual_seq_qlen, tokens: int, heads: int, device) -> Tensor:
+    """[T, N] index into the flat legacy order of the statistics for each (token, head). Tokens
+    past the last cumulative length (a padding tail) form one more block. Tensor arithmetic only
+    (no reading of tensor values into Python), so torch.compile can trace it."""
     if actual_seq_qlen is None:
-        raise ValueError(f"{name}: None: required for TND statistics in the per-sequence order")
-    cum = [int(v) for v in (actual_seq_qlen.tolist() if isinstance(actual_seq_qlen, Tensor) else actual_seq_qlen)]
-    # Accept the cumulative list with or without a leading 0 (an empty first sequence is the
-    # same thing as a leading 0).
-    if cum and cum[0] == 0:
-        cum = cum[1:]
-    if any(b < a for a, b in zip(cum, cum[1:])) or (cum and cum[0] < 0):
-        raise ValueError(f"{name} = {cum}: must be non-decreasing cumulative lengths")
-    if (cum[-1] if cum else 0) != tokens:
-        raise ValueError(f"{name} = {cum}: must end at T = {tokens} (the statistics' first dimension)")
-    return cum
+        raise ValueError("actual_seq_qlen: None: required for TND statistics in the per-sequence order")
+    if isinstance(actual_seq_qlen, Tensor):
+        ends = actual_seq_qlen.to(device=device, dtype=torch.int64).reshape(-1)
+    else:
+        cum = [int(x) for x in actual_seq_qlen]
+        if any(b < a for a, b in zip(cum, cum[1:])) or (cum and (cum[0] < 0 or cum[-1] > tokens)):
+            raise ValueError(f"actual_seq_qlen = {cum}: must be non-decreasing cumulative lengths within T = {tokens}")
+        ends = torch.tensor(cum, dtype=torch.int64, device=device)
+    t = torch.arange(tokens, device=device)
+    # A leading 0 (flash-attn style) is an empty first sequence: it changes nothing here.
+    seq = torch.searchsorted(ends, t, right=True)
+    bounds = torch.cat([ends.new_zeros(1), ends, ends.new_full((1,), tokens)])
+    start, end = bounds[seq], bounds[seq + 1]
+    n = torch.arange(heads, device=device)
+    return start[:, None] * heads + n[None, :] * (end - start)[:, None] + (t - start)[:, None]
 
 
 def tnd_stats_to_token_major(stats: Tensor, actual_seq_qlen) -> Tensor:
     """Legacy per-sequence [N, s_i, 8] blocks (declared [T, N, 8]) -> token-major [T, N, 8]."""
     t, n, lanes = stats.shape
-    cum = _cum_without_zero(actual_seq_qlen, t)
-    pos = _tnd_positions(cum, n, stats.device)
+    pos = _tnd_positions(actual_seq_qlen, t, n, stats.device)
     return stats.reshape(t * n, lanes)[pos.reshape(-1)].reshape(t, n, lanes)
 
 
 def tnd_stats_from_token_major(stats: Tensor, actual_seq_qlen) -> Tensor:
     """Token-major [T, N, 8] -> legacy per-sequence [N, s_i, 8] blocks, declared [T, N, 8]."""
     t, n, lanes = stats.shape
-    cum = _cum_without_zero(actual_seq_qlen, t)
-    pos = _tnd_positions(cum, n, stats.device)
+    pos = _tnd_positions(actual_seq_qlen, t, n, stats.device)
     flat = torch.empty_like(stats).reshape(t * n, lanes)
     flat[pos.reshape(-1)] = stats.reshape(t * n, lanes)
     return flat.reshape(t, n, lanes)
