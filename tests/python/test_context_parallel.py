@@ -28,14 +28,20 @@ from reference import ABS_TOL, from_bnsd, to_bnsd
 B, N, NK, D, DV = 2, 12, 4, 8, 6   # GQA (3 query heads per K/V head), Dv != D
 LAYOUTS = ["BSND", "BNSD", "BSH", "SBH"]
 COMMS = ["ring", "allgather", "ulysses"]
-SEQ_DIM = {"BSND": 1, "BNSD": 2, "BSH": 1, "SBH": 0}
-STAT_SEQ_DIM = 2  # [B, N, S, 8]
+SEQ_DIM = {"BSND": 1, "BNSD": 2, "BSH": 1, "SBH": 0, "TND": 0}
 DEADLINE_S = 600
 
 
 def layout_tensor(layout, b, n, s, d, dtype, g):
+    if layout == "TND":  # packed sequences: B is 1
+        return torch.randn(s, n, d, generator=g, dtype=torch.float64).to(dtype)
     x = torch.randn(b, n, s, d, generator=g, dtype=torch.float64)
     return from_bnsd(x, layout).contiguous().to(dtype)
+
+
+def tnd_lengths(world):
+    """Uneven packed sequences, one empty (its shards are empty on every rank)."""
+    return [2 * world, 6 * world, 0, 4 * world]
 
 
 def global_inputs(layout, s, dtype, seed):
@@ -47,27 +53,38 @@ def global_inputs(layout, s, dtype, seed):
     return q, k, v, dout
 
 
-def dense64(q, k, v, dout, layout, causal, scale):
-    """Out and gradients of the whole sequence in float64 (an independent reference)."""
+def dense64(q, k, v, dout, layout, causal, scale, lengths=None):
+    """Out and gradients of the whole sequence in float64 (an independent reference); TND:
+    attention inside each packed sequence."""
     qq, kk, vv = (t.double().detach().requires_grad_() for t in (q, k, v))
-    qb, kb, vb = to_bnsd(qq, layout, N), to_bnsd(kk, layout, NK), to_bnsd(vv, layout, NK)
+    if layout == "TND":
+        qb, kb, vb = (t.permute(1, 0, 2)[None] for t in (qq, kk, vv))
+    else:
+        qb, kb, vb = to_bnsd(qq, layout, N), to_bnsd(kk, layout, NK), to_bnsd(vv, layout, NK)
     kb, vb = kb.repeat_interleave(N // NK, 1), vb.repeat_interleave(N // NK, 1)
     s = scale * qb @ kb.transpose(-1, -2)
+    n = s.shape[-1]
+    allowed = torch.ones(n, n, dtype=torch.bool)
+    if lengths is not None:
+        seq = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+        allowed = seq[:, None] == seq[None, :]
     if causal:
-        n = s.shape[-1]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -math.inf)
-    out = from_bnsd(s.softmax(-1) @ vb, layout)
+        allowed &= torch.ones(n, n, dtype=torch.bool).tril()
+    s = s.masked_fill(~allowed, -math.inf)
+    o = s.softmax(-1) @ vb
+    out = o[0].permute(1, 0, 2) if layout == "TND" else from_bnsd(o, layout)
     out.backward(dout.double())
     return out.detach(), qq.grad, kk.grad, vv.grad
 
 
-def single_process(q, k, v, dout, layout, causal, scale):
+def single_process(q, k, v, dout, layout, causal, scale, cum=None):
     from attnops.torch import npu_fusion_attention
 
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
     mask = torch.ones(2048, 2048, dtype=torch.bool).triu(1) if causal else None
+    extra = dict(actual_seq_qlen=cum, actual_seq_kvlen=cum, softmax_layout="TND") if layout == "TND" else {}
     out, smax, ssum = npu_fusion_attention(q, k, v, N, layout, atten_mask=mask, scale=scale,
-                                           sparse_mode=3 if causal else 0)[:3]
+                                           sparse_mode=3 if causal else 0, **extra)[:3]
     out.backward(dout)
     return out.detach(), smax, ssum, q.grad, k.grad, v.grad
 
@@ -77,11 +94,11 @@ def bits(t):
     return t.view(torch.int16 if t.element_size() == 2 else torch.int32).clone()
 
 
-def run_cp(case, q, k, v, dout, scale):
+def run_cp(case, q, k, v, dout, scale, cum=None):
     from attnops.torch import cp
 
     layout, dim = case["layout"], SEQ_DIM[case["layout"]]
-    local = [cp.shard(t, seq_dim=dim, scheme=case["scheme"]).requires_grad_(i < 3)
+    local = [cp.shard(t, seq_dim=dim, scheme=case["scheme"], cu_seqlens=cum).requires_grad_(i < 3)
              for i, t in enumerate((q, k, v, dout))]
     mask = torch.ones(2048, 2048, dtype=torch.bool).triu(1) if case["causal"] else None
     cp.comm_stats.reset()
@@ -90,19 +107,22 @@ def run_cp(case, q, k, v, dout, scale):
                                          return_attn_probs=True, comm=case["comm"], scheme=case["scheme"])
         smax, ssum = lse, None
     else:
+        extra = dict(actual_seq_qlen=cum, actual_seq_kvlen=cum, softmax_layout="TND") if layout == "TND" else {}
         out, smax, ssum = cp.npu_fusion_attention(local[0], local[1], local[2], N, layout, atten_mask=mask,
                                                   scale=scale, sparse_mode=3 if case["causal"] else 0,
-                                                  comm=case["comm"], scheme=case["scheme"])[:3]
+                                                  comm=case["comm"], scheme=case["scheme"], **extra)[:3]
     fwd_counts = dict(cp.comm_stats.transfers)
     out.backward(local[3])
     counts = (fwd_counts, dict(cp.comm_stats.transfers))
     return [out.detach(), smax, ssum, local[0].grad, local[1].grad, local[2].grad], counts
 
 
-def expected_counts(comm, world):
+def expected_counts(comm, world, layout):
     """(forward, forward + backward) transfers of one call."""
     if world == 1:
         return {}, {}
+    if layout == "TND" and comm == "ulysses":
+        return {"alltoall": 5}, {"alltoall": 9}
     if comm == "ring":
         return {"kv": world - 1}, {"kv": 2 * (world - 1), "dkv": world}
     if comm == "allgather":
@@ -114,17 +134,20 @@ def check_case(case, world, rank, failures):
     from attnops.torch import cp
 
     dtype, layout, causal = case["dtype"], case["layout"], case["causal"]
-    s = 2 * world * case["chunk"]
+    lengths = tnd_lengths(world) if layout == "TND" else None
+    cum = torch.tensor(lengths).cumsum(0).tolist() if lengths else None
+    s = sum(lengths) if lengths else 2 * world * case["chunk"]
     scale = 1 / math.sqrt(D)
     q, k, v, dout = global_inputs(layout, s, dtype, seed=case["seed"])
-    ref = single_process(q, k, v, dout, layout, causal, scale)
-    got, counts = run_cp(case, q, k, v, dout, scale)
-    again, _ = run_cp(case, q, k, v, dout, scale)
+    ref = single_process(q, k, v, dout, layout, causal, scale, cum)
+    got, counts = run_cp(case, q, k, v, dout, scale, cum)
+    again, _ = run_cp(case, q, k, v, dout, scale, cum)
     tag = f"W={world} rank={rank} {case}"
     dim = SEQ_DIM[layout]
+    stat_dim = 0 if layout == "TND" else 2  # [T, N, 8] or [B, N, S, 8]
 
     def local(t, seq_dim):
-        return cp.shard(t, seq_dim=seq_dim, scheme=case["scheme"])
+        return cp.shard(t, seq_dim=seq_dim, scheme=case["scheme"], cu_seqlens=cum)
 
     names = ["out", "softmax_max", "softmax_sum", "dq", "dk", "dv"]
     if case.get("api") == "flash":
@@ -132,13 +155,13 @@ def check_case(case, world, rank, failures):
         want = [local(ref[0], dim), local(lse, 2), None] + [local(t, dim) for t in ref[3:]]
         names[1] = "softmax_lse"
     else:
-        want = [local(ref[0], dim), local(ref[1], STAT_SEQ_DIM), local(ref[2], STAT_SEQ_DIM)] + \
+        want = [local(ref[0], dim), local(ref[1], stat_dim), local(ref[2], stat_dim)] + \
                [local(t, dim) for t in ref[3:]]
     for name, a, b in zip(names, got, again):
         if a is not None and not torch.equal(bits(a), bits(b)):
             failures.append(f"{tag}: {name} differs between two runs")
-    if counts != expected_counts(case["comm"], world):
-        failures.append(f"{tag}: transfers {counts}, expected {expected_counts(case['comm'], world)}")
+    if counts != expected_counts(case["comm"], world, layout):
+        failures.append(f"{tag}: transfers {counts}, expected {expected_counts(case['comm'], world, layout)}")
     if world == 1:
         for name, a, w in zip(names, got, want):
             if a is not None and not torch.equal(bits(a), bits(w)):
@@ -154,7 +177,7 @@ def check_case(case, world, rank, failures):
         if not err <= bound:
             failures.append(f"{tag}: {names[i]} error {err:.3e} against the single-process op > {bound:.3e}")
     if dtype != torch.float32:
-        ref64 = dense64(q, k, v, dout, layout, causal, scale)
+        ref64 = dense64(q, k, v, dout, layout, causal, scale, lengths)
         for i, r64 in zip((0, 3, 4, 5), ref64):
             w64 = local(r64, dim)
             base = (want[i].double() - w64).abs().max().item()
@@ -184,6 +207,16 @@ def default_cases(world):
         seed += 1
         cases.append(dict(comm=comm, scheme="zigzag", layout="BSND", causal=True, dtype=torch.float32, chunk=2,
                           seed=seed, api="flash"))
+    # Packed sequences (TND): every sequence sharded on its own, one of them empty.
+    for comm in ("allgather", "ulysses"):
+        for scheme in ("zigzag", "contiguous"):
+            for causal in (True, False):
+                seed += 1
+                cases.append(dict(comm=comm, scheme=scheme, layout="TND", causal=causal, dtype=torch.float32,
+                                  chunk=0, seed=seed))
+        seed += 1
+        cases.append(dict(comm=comm, scheme="zigzag", layout="TND", causal=True, dtype=torch.bfloat16, chunk=0,
+                          seed=seed))
     return cases
 
 
@@ -254,6 +287,13 @@ def test_shard_index_rules():
         cp.shard_index(8, 3, 0)
     with pytest.raises(ValueError, match="scheme = 'stripe'"):
         cp.shard_index(8, 2, 0, "stripe")
+    # Packed sequences: each sharded on its own (lengths 4, 0, 8; a leading 0 changes nothing).
+    assert cp.shard_index(12, 2, 1, cu_seqlens=[4, 4, 12]).tolist() == [1, 2, 6, 7, 8, 9]
+    assert cp.shard_index(12, 2, 1, cu_seqlens=torch.tensor([0, 4, 4, 12])).tolist() == [1, 2, 6, 7, 8, 9]
+    with pytest.raises(ValueError, match="length of sequence 1 6: must be divisible by 4"):
+        cp.shard_index(10, 2, 0, cu_seqlens=[4, 10])
+    with pytest.raises(ValueError, match="ending at the sequence length 12"):
+        cp.shard_index(12, 2, 0, cu_seqlens=[4, 8])
 
 
 def test_requires_initialized_group():

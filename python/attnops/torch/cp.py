@@ -23,8 +23,10 @@ statistics and gradients are fp32 and are cast once at the end), so a bf16/fp16 
 as accurate as the single-process op. With W = 1 every entry point is the plain op itself (bit
 for bit). Results are bitwise reproducible run to run at a given W: every sum has a fixed order.
 
-Supported now: layouts BSND, BNSD, BSH, SBH; self-attention (equal local query and key lengths);
-no mask or causal; GQA/MQA; Dv != D. Not yet: TND, band/prefix masks, pse, sink, dropout.
+Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own;
+all-gather and Ulysses); self-attention (equal local query and key lengths); no mask or causal
+(per sequence for TND); GQA/MQA; Dv != D. Not yet: TND over the ring, band/prefix masks, pse,
+sink, dropout keyed by global positions.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
-from .merge import merge_max_sum
-from .flash_attn import _CAUSAL_MASK, flash_attn_func as _plain_flash_attn_func
+from .merge import merge_max_sum, tnd_stats_from_token_major
+from .flash_attn import _CAUSAL_MASK
+from .flash_attn import flash_attn_func as _plain_flash_attn_func
+from .flash_attn import flash_attn_varlen_func as _plain_flash_attn_varlen_func
 from .npu import npu_fusion_attention as _plain_npu_fusion_attention
 
 INT32_MAX = _ops.INT32_MAX
@@ -91,15 +95,21 @@ def _check_scheme(scheme: str) -> None:
         raise ValueError(f"scheme = {scheme!r}: must be one of {', '.join(SCHEMES)}")
 
 
-def shard_index(seq_len: int, world_size: int, rank: int, scheme: str = "zigzag", device=None) -> Tensor:
-    """Global sequence positions held by ``rank`` (int64, in local order)."""
-    _check_scheme(scheme)
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank = {rank}, world_size = {world_size}: need 0 <= rank < world_size")
-    parts = 2 * world_size if scheme == "zigzag" else world_size
+def _lengths(cu_seqlens, total: int) -> list:
+    """Per-sequence lengths from cumulative lengths (CANN style without a leading 0, or
+    flash-attn style with one: a leading 0 is an empty first sequence, which changes nothing)."""
+    cum = [int(x) for x in (cu_seqlens.tolist() if isinstance(cu_seqlens, Tensor) else cu_seqlens)]
+    if any(b < a for a, b in zip(cum, cum[1:])) or (cum and cum[0] < 0) or (cum[-1] if cum else 0) != total:
+        raise ValueError(f"cu_seqlens = {cum}: must be non-decreasing cumulative lengths ending at the sequence "
+                         f"length {total}")
+    return [b - a for a, b in zip([0] + cum[:-1], cum)]
+
+
+def _shard_one(seq_len: int, world: int, rank: int, scheme: str, device, what: str = "sequence length") -> Tensor:
+    parts = 2 * world if scheme == "zigzag" else world
     if seq_len % parts:
-        raise ValueError(f"sequence length {seq_len}: must be divisible by {parts} for scheme {scheme!r} with "
-                         f"{world_size} ranks (pad the sequence)")
+        raise ValueError(f"{what} {seq_len}: must be divisible by {parts} for scheme {scheme!r} with {world} ranks "
+                         "(pad the sequence)")
     c = seq_len // parts
     first = torch.arange(rank * c, (rank + 1) * c, device=device)
     if scheme == "contiguous":
@@ -108,32 +118,43 @@ def shard_index(seq_len: int, world_size: int, rank: int, scheme: str = "zigzag"
     return torch.cat([first, torch.arange(last * c, (last + 1) * c, device=device)])
 
 
-def shard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag") -> Tensor:
+def shard_index(seq_len: int, world_size: int, rank: int, scheme: str = "zigzag", device=None, *,
+                cu_seqlens=None) -> Tensor:
+    """Global sequence positions held by ``rank`` (int64, in local order). With ``cu_seqlens``
+    (packed sequences, TND; cumulative lengths with or without a leading 0) every sequence is
+    sharded on its own and the rank holds its share of each, sequence after sequence."""
+    _check_scheme(scheme)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank = {rank}, world_size = {world_size}: need 0 <= rank < world_size")
+    if cu_seqlens is None:
+        return _shard_one(seq_len, world_size, rank, scheme, device)
+    parts, start = [], 0
+    for i, n in enumerate(_lengths(cu_seqlens, seq_len)):
+        parts.append(_shard_one(n, world_size, rank, scheme, device, f"length of sequence {i}") + start)
+        start += n
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
+
+
+def _held(seq_len: int, world: int, scheme: str, device, cu_seqlens=None) -> Tensor:
+    """Global positions of the rows of all ranks concatenated rank by rank."""
+    return torch.cat([shard_index(seq_len, world, j, scheme, device, cu_seqlens=cu_seqlens) for j in range(world)])
+
+
+def shard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None) -> Tensor:
     """This rank's shard of a global tensor (no communication)."""
     _, world, rank = _group_info(group)
-    return x.index_select(seq_dim, shard_index(x.shape[seq_dim], world, rank, scheme, x.device))
+    return x.index_select(seq_dim, shard_index(x.shape[seq_dim], world, rank, scheme, x.device,
+                                               cu_seqlens=cu_seqlens))
 
 
-def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag") -> Tensor:
+def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None) -> Tensor:
     """The global tensor from every rank's shard (an all-gather; every rank gets it)."""
     g, world, _ = _group_info(group)
     local = x.contiguous()
     parts = [torch.empty_like(local) for _ in range(world)]
     dist.all_gather(parts, local, group=g)
-    return _to_global_order(torch.cat(parts, seq_dim), world, scheme, seq_dim)
-
-
-def _to_global_order(rank_major: Tensor, world: int, scheme: str, seq_dim: int) -> Tensor:
-    """Rows concatenated rank by rank -> global sequence order."""
-    s = rank_major.shape[seq_dim]
-    held = torch.cat([shard_index(s, world, j, scheme, rank_major.device) for j in range(world)])
-    return rank_major.index_select(seq_dim, torch.argsort(held))
-
-
-def _to_rank_major(global_rows: Tensor, world: int, scheme: str, seq_dim: int) -> Tensor:
-    s = global_rows.shape[seq_dim]
-    held = torch.cat([shard_index(s, world, j, scheme, global_rows.device) for j in range(world)])
-    return global_rows.index_select(seq_dim, held)
+    full = torch.cat(parts, seq_dim)
+    return full.index_select(seq_dim, torch.argsort(_held(full.shape[seq_dim], world, scheme, x.device, cu_seqlens)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,8 +319,8 @@ def _query_chunks(scheme: str, causal: bool, world: int, rank: int, s_local: int
     return [(slice(0, c), (rank + 1) * c, True), (slice(c, s_local), (2 * world - rank) * c, True)]
 
 
-def _all_gather_kv(k, v, g, world, scheme):
-    """Global K and V (fp32, global sequence order) from every rank's shard."""
+def _all_gather_kv(k, v, g, world, scheme, cu_seqlens=None):
+    """Global K and V (fp32, global sequence order; sequence axis 1) from every rank's shard."""
     local = _pack(k, v)
     gathered = local.new_empty(world * local.numel())  # gloo wants the flat form
     comm_stats.record("allgather_kv", local)
@@ -308,9 +329,28 @@ def _all_gather_kv(k, v, g, world, scheme):
     comm_stats.wait_s += time.perf_counter() - t0
     gathered = gathered.view(world, -1)
     ks, vs = zip(*(_unpack(gathered[j], k.shape, v.shape) for j in range(world)))
-    kg = _to_global_order(torch.cat(ks, 1), world, scheme, 1).float()
-    vg = _to_global_order(torch.cat(vs, 1), world, scheme, 1).float()
-    return kg, vg
+    order = torch.argsort(_held(k.shape[1] * world, world, scheme, k.device, cu_seqlens))
+    return torch.cat(ks, 1).index_select(1, order).float(), torch.cat(vs, 1).index_select(1, order).float()
+
+
+def _reduce_scatter(dkg: Tensor, dvg: Tensor, k: Tensor, v: Tensor, g, world: int, scheme: str, cu_seqlens=None):
+    """This rank's fp32 dK/dV from every rank's global-sized fp32 dK/dV (sequence axis 1): each
+    rank's share of each shard exchanged all-to-all, summed in rank order (so the result does not
+    depend on the backend's reduction order)."""
+    held = _held(dkg.shape[1], world, scheme, dkg.device, cu_seqlens)
+    dk_parts = dkg.index_select(1, held).chunk(world, 1)
+    dv_parts = dvg.index_select(1, held).chunk(world, 1)
+    send = torch.stack([_pack(a, b) for a, b in zip(dk_parts, dv_parts)])
+    recv = torch.empty_like(send)
+    comm_stats.record("reduce_scatter_dkv", send)
+    t0 = time.perf_counter()
+    dist.all_to_all_single(recv, send, group=g)
+    comm_stats.wait_s += time.perf_counter() - t0
+    total = recv[0].clone()
+    for j in range(1, world):
+        total += recv[j]
+    return _unpack(total, k.shape, v.shape)
+
 
 
 class _AllGatherAttention(torch.autograd.Function):
@@ -342,20 +382,66 @@ class _AllGatherAttention(torch.autograd.Function):
                                                  sm[:, rows], out[:, rows], blk_causal, scale)
             dkg[:, :end] += dk_b
             dvg[:, :end] += dv_b
-        # Reduce-scatter: every rank's share of each shard, exchanged all-to-all, summed in rank order.
-        dk_parts = _to_rank_major(dkg, world, scheme, 1).chunk(world, 1)
-        dv_parts = _to_rank_major(dvg, world, scheme, 1).chunk(world, 1)
-        send = torch.stack([_pack(a, b) for a, b in zip(dk_parts, dv_parts)])
-        recv = torch.empty_like(send)
-        comm_stats.record("reduce_scatter_dkv", send)
-        t0 = time.perf_counter()
-        dist.all_to_all_single(recv, send, group=g)
-        comm_stats.wait_s += time.perf_counter() - t0
-        total = recv[0].clone()
-        for j in range(1, world):
-            total += recv[j]
-        dk, dv = _unpack(total, k.shape, v.shape)
+        dk, dv = _reduce_scatter(dkg, dvg, k, v, g, world, scheme)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
+
+
+def _varlen_pairs(lengths, scheme: str, causal: bool, world: int, rank: int, device):
+    """Packed sequences: per (sequence, local chunk) in local row order, the chunk's length and
+    the global key rows it needs (a prefix of its sequence when causal, all of it otherwise).
+    Returns (query lengths, key row index, key lengths)."""
+    parts = 2 * world if scheme == "zigzag" else world
+    q_lens, kv_rows, kv_lens, start = [], [], [], 0
+    for n in lengths:
+        c = n // parts
+        for chunk in ([rank] if scheme == "contiguous" else [rank, parts - 1 - rank]):
+            end = start + ((chunk + 1) * c if causal else n)
+            q_lens.append(c)
+            kv_lens.append(end - start)
+            kv_rows.append(torch.arange(start, end, device=device))
+        start += n
+    return q_lens, torch.cat(kv_rows), kv_lens
+
+
+def _cum(lens, device) -> Tensor:
+    return torch.tensor(lens, dtype=torch.int64, device=device).cumsum(0)
+
+
+class _AllGatherVarlen(torch.autograd.Function):
+    """TND: all-gather K/V, then one kernel call in which every (sequence, local chunk) pair is a
+    packed sequence of its own with the keys it needs (bottom-right causal when causal)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths):
+        cum = _cum(lengths, q.device)
+        kg, vg = (t[0] for t in _all_gather_kv(k[None], v[None], g, world, scheme, cum))
+        q_lens, kv_rows, kv_lens = _varlen_pairs(lengths, scheme, causal, world, rank, q.device)
+        aq, ak = _cum(q_lens, q.device), _cum(kv_lens, q.device)
+        mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+        out, mx, sm = _ops.flash_attention_score(q.float(), kg.index_select(0, kv_rows), vg.index_select(0, kv_rows),
+                                                 None, None, mask, aq, ak, None, None, None, None, scale, 1.0,
+                                                 INT32_MAX, nxt, q.shape[1], "TND", 0, mode, 1, 0, 0)
+        mx, sm = mx[..., :1].contiguous(), sm[..., :1].contiguous()
+        ctx.save_for_backward(q, k, v, out, mx, sm, kv_rows, aq, ak, cum)
+        ctx.cfg = (scale, causal, scheme, g, world)
+        ctx.mark_non_differentiable(mx, sm)
+        return out.to(q.dtype), mx, sm
+
+    @staticmethod
+    def backward(ctx, dout, _dmx, _dsm):
+        q, k, v, out, mx, sm, kv_rows, aq, ak, cum = ctx.saved_tensors
+        scale, causal, scheme, g, world = ctx.cfg
+        kg, vg = (t[0] for t in _all_gather_kv(k[None], v[None], g, world, scheme, cum))
+        mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+        dq, dkp, dvp, _ = _ops.flash_attention_score_grad(
+            q.float(), kg.index_select(0, kv_rows), vg.index_select(0, kv_rows), dout.float(), None, None, mask, mx,
+            sm, out, aq, ak, None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[1], "TND", 0, mode, 1, 0, 0)
+        # A key row serves both local chunks of its sequence: index_add_ sums the two in row
+        # order (deterministic on the CPU).
+        dkg = torch.zeros_like(kg).index_add_(0, kv_rows, dkp)
+        dvg = torch.zeros_like(vg).index_add_(0, kv_rows, dvp)
+        dk, dv = _reduce_scatter(dkg[None], dvg[None], k[None], v[None], g, world, scheme, cum)
+        return (dq.to(q.dtype), dk[0].to(k.dtype), dv[0].to(v.dtype)) + (None,) * 7
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,7 +495,8 @@ class _HeadsToSeq(torch.autograd.Function):
         return _seq_to_heads(dx, *ctx.cfg), None, None
 
 
-def _ulysses(q, k, v, scale, causal, scheme, g, world, rank):
+def _ulysses(q, k, v, scale, causal, scheme, g, world, rank, lengths=None):
+    """q/k/v BSND (TND as B = 1 with ``lengths``, the packed sequences' lengths)."""
     n, nk = q.shape[2], k.shape[2]
     if n % world:
         raise ValueError(f"query heads {n}: must be divisible by the group size {world} for comm='ulysses'")
@@ -422,15 +509,22 @@ def _ulysses(q, k, v, scale, causal, scheme, g, world, rank):
                    for t in (q, k, v))
     qh, kh, vh = (_SeqToHeads.apply(t, g, world) for t in (q, k, v))
     order = None
-    if causal:  # the causal mask needs the global order; a full mask does not care
-        s = qh.shape[1]
-        held = torch.cat([shard_index(s, world, j, scheme, q.device) for j in range(world)])
-        order, inverse = torch.argsort(held), held
+    if causal or lengths is not None:
+        # The causal mask and packed sequences need the global order; a full mask does not care.
+        cum = _cum(lengths, q.device) if lengths is not None else None
+        inverse = _held(qh.shape[1], world, scheme, q.device, cum)  # global position of each rank-major row
+        order = torch.argsort(inverse)
         qh, kh, vh = (t.index_select(1, order) for t in (qh, kh, vh))
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
-    out, mx, sm = _ops.flash_attention_score(qh, kh, vh, None, None, mask, None, None, None, None, None, None, scale,
-                                             1.0, INT32_MAX, nxt, qh.shape[2], "BSND", 0, mode, 1, 0, 0)
-    stats = torch.cat([mx[..., :1], sm[..., :1]], 3).transpose(1, 2)  # [B, S, N/W, 2]
+    if lengths is None:
+        out, mx, sm = _ops.flash_attention_score(qh, kh, vh, None, None, mask, None, None, None, None, None, None,
+                                                 scale, 1.0, INT32_MAX, nxt, qh.shape[2], "BSND", 0, mode, 1, 0, 0)
+        stats = torch.cat([mx[..., :1], sm[..., :1]], 3).transpose(1, 2)  # [B, S, N/W, 2]
+    else:
+        out, mx, sm = _ops.flash_attention_score(qh[0], kh[0], vh[0], None, None, mask, cum, cum, None, None, None,
+                                                 None, scale, 1.0, INT32_MAX, nxt, qh.shape[2], "TND", 0, mode, 1, 0,
+                                                 0)
+        out, stats = out[None], torch.cat([mx[..., :1], sm[..., :1]], 2)[None]  # [1, T, N/W, 2]
     if order is not None:
         # Rank-major again: global position inverse[i] is the i-th row held by the ranks.
         out, stats = out.index_select(1, inverse), stats.index_select(1, inverse)
@@ -469,23 +563,29 @@ def _from_bsnd(x: Tensor, layout: str) -> Tensor:
 
 
 def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_layout: str, *, scale: float,
-              causal: bool = False, group=None, comm: str = "ring", scheme: str = "zigzag"):
+              causal: bool = False, group=None, comm: str = "ring", scheme: str = "zigzag", cu_seqlens=None):
     """Attention over the global sequence, called with this rank's shards (held as ``scheme``
     says). Differentiable in query, key and value. Returns (out in the input layout, softmax_max,
-    softmax_sum), the statistics fp32 [B, N, S_local] (global rows: exact for the whole
-    sequence). causal: self-attention, each global query sees keys at or before its position.
+    softmax_sum), the statistics fp32 [B, N, S_local] (TND: [T_local, N], token-major) of the
+    whole sequence for this rank's rows. causal: self-attention, each global query sees keys at
+    or before its position (per sequence for TND).
+
+    TND (packed sequences): ``cu_seqlens`` gives the global cumulative lengths (with or without a
+    leading 0); every sequence is sharded on its own (``shard(..., cu_seqlens=)``); comm
+    "allgather" or "ulysses".
 
     Every rank of the group must call it with the same shapes and arguments."""
     g, world, rank = _group_info(group)
     if comm not in COMMS:
         raise ValueError(f"comm = {comm!r}: must be one of {', '.join(COMMS)}")
     _check_scheme(scheme)
-    if input_layout not in SEQ_DIM:
-        raise ValueError(f"input_layout = {input_layout!r}: must be one of {', '.join(SEQ_DIM)} under context "
-                         "parallelism (TND is not supported yet)")
+    if input_layout not in SEQ_DIM and input_layout != "TND":
+        raise ValueError(f"input_layout = {input_layout!r}: must be one of {', '.join(SEQ_DIM)}, TND")
     for name, t in (("key", key), ("value", value)):
         if t.dtype != query.dtype:
             raise ValueError(f"{name}: dtype {t.dtype}: must equal query's {query.dtype}")
+    if input_layout == "TND":
+        return _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, cu_seqlens)
     q = _bsnd(query, input_layout, head_num, "query")
     # BSH/SBH name only the query heads: K/V heads follow from the head size (GQA).
     d = q.shape[3]
@@ -509,6 +609,33 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     return _from_bsnd(out, input_layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
 
 
+def _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, cu_seqlens):
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dim() != 3:
+            raise ValueError(f"{name}: rank {t.dim()} for input_layout TND: must be 3 ([T_local, N, D])")
+    if key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]:
+        raise ValueError(f"key/value: local token counts {key.shape[0]}/{value.shape[0]}: must equal query's "
+                         f"{query.shape[0]} (self-attention shards)")
+    if cu_seqlens is None:
+        raise ValueError("cu_seqlens: None: required for input_layout TND (the global cumulative sequence lengths)")
+    lengths = _lengths(cu_seqlens, query.shape[0] * world)
+    for i, n in enumerate(lengths):  # the sharding rule, checked before any communication
+        _shard_one(n, world, 0, scheme, None, f"length of sequence {i}")
+    if world == 1:
+        mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+        cum = _cum(lengths, query.device)
+        out, mx, sm = _ops.flash_attention_score(query, key, value, None, None, mask, cum, cum, None, None, None, None,
+                                                 scale, 1.0, INT32_MAX, nxt, head_num, "TND", 0, mode, 1, 0, 0)
+        return out, mx[..., 0], sm[..., 0]
+    if comm == "ring":
+        raise ValueError("comm = 'ring': not implemented for input_layout TND yet; use 'allgather' or 'ulysses'")
+    if comm == "allgather":
+        out, mx, sm = _AllGatherVarlen.apply(query, key, value, scale, causal, scheme, g, world, rank, lengths)
+        return out, mx[..., 0], sm[..., 0]
+    out, mx, sm = _ulysses(query[None], key[None], value[None], scale, causal, scheme, g, world, rank, lengths)
+    return out[0], mx[0, ..., 0], sm[0, ..., 0]
+
+
 def _attn_plain(query, key, value, head_num, layout, scale, causal):
     """W = 1: the plain op in the caller's layout, bit for bit."""
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
@@ -523,17 +650,27 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
                          pre_tockens: int = INT32_MAX, next_tockens: int = INT32_MAX, inner_precise: int = 0,
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode: int = 0,
                          gen_mask_parallel: bool = True, sync: bool = False, *, group=None, comm: str = "ring",
-                         scheme: str = "zigzag"):
+                         scheme: str = "zigzag", softmax_layout: str = ""):
     """torch_npu.npu_fusion_attention over the sequence shards of a group: the 7-tuple (out,
     softmax_max, softmax_sum, softmax_out, seed, offset, numels), the statistics [B,N,S_local,8]
     for this rank's rows. Masks: atten_mask None (full attention, whatever sparse_mode says, as in
-    torch_npu) or sparse_mode 2/3 with the compressed causal mask. With a group of one process
-    this is the plain op."""
+    torch_npu) or sparse_mode 2/3 with the compressed causal mask (per sequence for TND).
+
+    TND: actual_seq_qlen = actual_seq_kvlen = the global cumulative lengths (CANN style); the
+    statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
+    (the rank's share of each sequence). With a group of one process this is the plain op."""
     g, world, _ = _group_info(group)
-    for name, val in (("pse", pse), ("padding_mask", padding_mask), ("prefix", prefix),
-                      ("actual_seq_qlen", actual_seq_qlen), ("actual_seq_kvlen", actual_seq_kvlen)):
+    for name, val in (("pse", pse), ("padding_mask", padding_mask), ("prefix", prefix)):
         if val is not None:
             raise ValueError(f"{name}: given: not supported under context parallelism, must be None")
+    if input_layout != "TND" and (actual_seq_qlen is not None or actual_seq_kvlen is not None):
+        raise ValueError(f"actual_seq_qlen/actual_seq_kvlen: given with input_layout {input_layout}: only TND takes them")
+    if input_layout == "TND":
+        as_list = [None if x is None else [int(y) for y in (x.tolist() if isinstance(x, Tensor) else x)]
+                   for x in (actual_seq_qlen, actual_seq_kvlen)]
+        if as_list[0] is None or as_list[0] != as_list[1]:
+            raise ValueError(f"actual_seq_qlen = {as_list[0]}, actual_seq_kvlen = {as_list[1]}: under context "
+                             "parallelism both must be given and equal (self-attention over packed sequences)")
     if keep_prob != 1.0:
         raise ValueError(f"keep_prob = {keep_prob}: dropout is not supported under context parallelism yet, must be 1")
     if atten_mask is not None and sparse_mode not in (2, 3):
@@ -543,12 +680,17 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     if world == 1:
         return _plain_npu_fusion_attention(query, key, value, head_num, input_layout, atten_mask=atten_mask,
                                            scale=scale, pre_tockens=pre_tockens, next_tockens=next_tockens,
-                                           inner_precise=inner_precise, sparse_mode=sparse_mode)
+                                           inner_precise=inner_precise, sparse_mode=sparse_mode,
+                                           actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
+                                           softmax_layout=softmax_layout)
     out, mx, sm = attention(query, key, value, head_num, input_layout, scale=scale, causal=causal, group=g, comm=comm,
-                            scheme=scheme)
+                            scheme=scheme, cu_seqlens=actual_seq_qlen)
     lanes = _ops.STAT_LANES
-    return (out, mx[..., None].expand(*mx.shape, lanes).contiguous(), sm[..., None].expand(*sm.shape, lanes).contiguous(),
-            query.new_empty((0,)), 0, 0, 0)
+    mx, sm = (x[..., None].expand(*x.shape, lanes).contiguous() for x in (mx, sm))
+    if input_layout == "TND" and softmax_layout != "TND":
+        local_cum = _cum([n // world for n in _lengths(actual_seq_qlen, query.shape[0] * world)], query.device)
+        mx, sm = (tnd_stats_from_token_major(x, local_cum) for x in (mx, sm))
+    return out, mx, sm, query.new_empty((0,)), 0, 0, 0
 
 
 def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
@@ -570,4 +712,35 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
     out, mx, sm = attention(q, k, v, q.shape[2], "BSND", scale=scale, causal=causal, group=g, comm=comm, scheme=scheme)
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach(), None
+    return out
+
+
+def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                           max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                           softmax_scale: Optional[float] = None, causal: bool = False,
+                           window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                           alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
+                           return_attn_probs: bool = False, block_table: Optional[Tensor] = None, *, group=None,
+                           comm: str = "allgather", scheme: str = "zigzag"):
+    """flash_attn_varlen_func over the shards of packed sequences: q/k/v [T_local, H, D], each
+    sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q = cu_seqlens_k = the
+    global cumulative lengths (int32, leading 0). comm "allgather" or "ulysses". Returns out
+    [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs)."""
+    g, world, _ = _group_info(group)
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p = {dropout_p}: dropout is not supported under context parallelism yet, must be 0")
+    if tuple(window_size) != (-1, -1) or softcap != 0.0 or alibi_slopes is not None or block_table is not None:
+        raise ValueError(f"window_size = {tuple(window_size)}, softcap = {softcap}, alibi_slopes, block_table: not "
+                         "supported under context parallelism (must be (-1, -1), 0.0, None, None)")
+    if not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu()):
+        raise ValueError("cu_seqlens_k: differs from cu_seqlens_q: under context parallelism both must be the same "
+                         "global cumulative lengths (self-attention)")
+    if world == 1:
+        return _plain_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0,
+                                             softmax_scale, causal, return_attn_probs=return_attn_probs)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, causal=causal, group=g, comm=comm,
+                            scheme=scheme, cu_seqlens=cu_seqlens_q)
+    if return_attn_probs:
+        return out, (mx + torch.log(sm)).detach().transpose(0, 1), None
     return out
