@@ -208,7 +208,7 @@ def default_cases(world):
         cases.append(dict(comm=comm, scheme="zigzag", layout="BSND", causal=True, dtype=torch.float32, chunk=2,
                           seed=seed, api="flash"))
     # Packed sequences (TND): every sequence sharded on its own, one of them empty.
-    for comm in ("allgather", "ulysses"):
+    for comm in COMMS:
         for scheme in ("zigzag", "contiguous"):
             for causal in (True, False):
                 seed += 1

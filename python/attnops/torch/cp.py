@@ -23,10 +23,9 @@ statistics and gradients are fp32 and are cast once at the end), so a bf16/fp16 
 as accurate as the single-process op. With W = 1 every entry point is the plain op itself (bit
 for bit). Results are bitwise reproducible run to run at a given W: every sum has a fixed order.
 
-Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own;
-all-gather and Ulysses); self-attention (equal local query and key lengths); no mask or causal
-(per sequence for TND); GQA/MQA; Dv != D. Not yet: TND over the ring, band/prefix masks, pse,
-sink, dropout keyed by global positions.
+Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own);
+self-attention (equal local query and key lengths); no mask or causal (per sequence for TND);
+GQA/MQA; Dv != D. Not yet: band/prefix masks, pse, sink, dropout keyed by global positions.
 """
 
 from __future__ import annotations
@@ -161,22 +160,53 @@ def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_s
 # Kernel calls (BSND views; the only place that needs attnops' CPU kernels)
 
 
-def _attn(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float):
-    """(out, max, sum) with the statistics as [B,S,N,1] fp32. causal = bottom-right."""
+def _attn(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, q_cum=None, kv_cum=None):
+    """(out, max, sum) with the statistics as [B,S,N,1] fp32. causal = bottom-right. With q_cum
+    and kv_cum (packed sequences: B = 1, cumulative lengths) the call is TND, per sequence."""
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    if q_cum is not None:
+        out, mx, sm = _ops.flash_attention_score(q[0], k[0], v[0], None, None, mask, q_cum, kv_cum, None, None, None,
+                                                 None, scale, 1.0, INT32_MAX, nxt, q.shape[2], "TND", 0, mode, 1, 0, 0)
+        return out[None], mx[None, ..., :1], sm[None, ..., :1]
     out, mx, sm = _ops.flash_attention_score(q, k, v, None, None, mask, None, None, None, None, None, None, scale, 1.0,
                                              INT32_MAX, nxt, q.shape[2], "BSND", 0, mode, 1, 0, 0)
     return out, mx[..., :1].transpose(1, 2), sm[..., :1].transpose(1, 2)
 
 
-def _attn_grad(q, k, v, dout, mx, sm, out, causal: bool, scale: float):
+def _attn_grad(q, k, v, dout, mx, sm, out, causal: bool, scale: float, q_cum=None, kv_cum=None):
     """(dq, dk, dv) from the global statistics mx/sm ([B,S,N,1]) and the global output."""
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    if q_cum is not None:
+        dq, dk, dv, _ = _ops.flash_attention_score_grad(q[0], k[0], v[0], dout[0], None, None, mask,
+                                                        mx[0].contiguous(), sm[0].contiguous(), out[0], q_cum, kv_cum,
+                                                        None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[2],
+                                                        "TND", 0, mode, 1, 0, 0)
+        return dq[None], dk[None], dv[None]
     stats = [x.transpose(1, 2).contiguous() for x in (mx, sm)]
     dq, dk, dv, _ = _ops.flash_attention_score_grad(q, k, v, dout, None, None, mask, stats[0], stats[1], out, None, None,
                                                     None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[2],
                                                     "BSND", 0, mode, 1, 0, 0)
     return dq, dk, dv
+
+
+# Rows along the sequence axis (1): a slice, or an index tensor (per-sequence chunks of packed
+# sequences; the indices are distinct, so index_add_ adds each once).
+def _take(t: Tensor, rows) -> Tensor:
+    return t[:, rows] if isinstance(rows, slice) else t.index_select(1, rows)
+
+
+def _put(t: Tensor, rows, value: Tensor) -> None:
+    if isinstance(rows, slice):
+        t[:, rows] = value
+    else:
+        t.index_copy_(1, rows, value)
+
+
+def _add(t: Tensor, rows, value: Tensor) -> None:
+    if isinstance(rows, slice):
+        t[:, rows] += value
+    else:
+        t.index_add_(1, rows, value)
 
 
 def _pack(*ts: Tensor, dtype=None) -> Tensor:
@@ -217,26 +247,39 @@ class _Ring:
         comm_stats.wait_s += time.perf_counter() - t0
 
 
-def _ring_block(scheme: str, causal: bool, rank: int, src: int, s_local: int):
-    """(local query rows, rows of src's K/V, causal) of the step that holds rank src's K/V, or
-    None when no query of this rank sees any of those keys."""
+def _ring_block(scheme: str, causal: bool, rank: int, src: int, s_local: int, world: int, lengths=None,
+                device=None):
+    """(local query rows, rows of src's K/V, causal, query cumulative lengths, key cumulative
+    lengths) of the step that holds rank src's K/V, or None when no query of this rank sees any
+    of those keys. The lengths are None except for packed sequences (``lengths``), where every
+    sequence contributes its own chunks and the rows are index tensors."""
     full = slice(0, s_local)
+    local_cum = half_cum = None
+    if lengths is not None and scheme == "contiguous":
+        local_cum = _cum([n // world for n in lengths], device)
+    elif lengths is not None:  # zigzag: every sequence's two local chunks, c rows each
+        c = [n // (2 * world) for n in lengths]
+        local_cum, half_cum = _cum([2 * x for x in c], device), _cum(c, device)
+        starts = [int(x) - 2 * n for x, n in zip(local_cum.tolist(), c)]
+        first = torch.cat([torch.arange(a, a + n, device=device) for a, n in zip(starts, c)])
+        second = first + torch.tensor(c, device=device).repeat_interleave(torch.tensor(c, device=device))
+    else:
+        first, second = slice(0, s_local // 2), slice(s_local // 2, s_local)
     if not causal:
-        return full, full, False
+        return full, full, False, local_cum, local_cum
     if src == rank:
-        return full, full, True
+        return full, full, True, local_cum, local_cum
     if scheme == "contiguous":
-        return (full, full, False) if src < rank else None
-    # zigzag: this rank holds chunks (rank, 2W-1-rank), src holds (src, 2W-1-src).
-    half = s_local // 2
+        return (full, full, False, local_cum, local_cum) if src < rank else None
+    # zigzag: this rank holds chunks (rank, 2W-1-rank) (of every sequence), src (src, 2W-1-src).
     if src < rank:  # both local chunks come after src's first chunk and before its second
-        return full, slice(0, half), False
-    return slice(half, s_local), full, False  # only the second local chunk sees src's chunks
+        return full, first, False, local_cum, half_cum
+    return second, full, False, half_cum, local_cum  # only the second local chunk sees src's chunks
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank):
+    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths=None):
         ring = _Ring(g, world, rank)
         b, s, n, _ = q.shape
         qc = q.float()
@@ -247,23 +290,25 @@ class _RingAttention(torch.autograd.Function):
         nxt = torch.empty_like(cur)
         for step in range(world):
             reqs = ring.start(cur, nxt, "kv") if step + 1 < world else []
-            block = _ring_block(scheme, causal, rank, (rank - step) % world, s)
+            block = _ring_block(scheme, causal, rank, (rank - step) % world, s, world, lengths, q.device)
             if block is not None:
-                qr, kr, blk_causal = block
+                qr, kr, blk_causal, q_cum, kv_cum = block
                 kk, vv = _unpack(cur, k.shape, v.shape)
-                o, m, l = _attn(qc[:, qr], kk[:, kr].float(), vv[:, kr].float(), blk_causal, scale)
-                out[:, qr], mx[:, qr], sm[:, qr] = merge_max_sum(out[:, qr], mx[:, qr], sm[:, qr], o, m, l)
+                o, m, l = _attn(_take(qc, qr), _take(kk, kr).float(), _take(vv, kr).float(), blk_causal, scale, q_cum,
+                                kv_cum)
+                for t, new in zip((out, mx, sm), merge_max_sum(_take(out, qr), _take(mx, qr), _take(sm, qr), o, m, l)):
+                    _put(t, qr, new)
             _Ring.wait(reqs)
             cur, nxt = nxt, cur
         ctx.save_for_backward(q, k, v, out, mx, sm)
-        ctx.cfg = (scale, causal, scheme, g, world, rank)
+        ctx.cfg = (scale, causal, scheme, g, world, rank, lengths)
         ctx.mark_non_differentiable(mx, sm)
         return out.to(q.dtype), mx, sm
 
     @staticmethod
     def backward(ctx, dout, _dmx, _dsm):
         q, k, v, out, mx, sm = ctx.saved_tensors
-        scale, causal, scheme, g, world, rank = ctx.cfg
+        scale, causal, scheme, g, world, rank, lengths = ctx.cfg
         ring = _Ring(g, world, rank)
         s = q.shape[1]
         qc, doc = q.float(), dout.float()
@@ -278,16 +323,17 @@ class _RingAttention(torch.autograd.Function):
         for step in range(world):
             kv_reqs = ring.start(cur, nxt, "kv") if step + 1 < world else []
             local.zero_()
-            block = _ring_block(scheme, causal, rank, (rank - step) % world, s)
+            block = _ring_block(scheme, causal, rank, (rank - step) % world, s, world, lengths, q.device)
             if block is not None:
-                qr, kr, blk_causal = block
+                qr, kr, blk_causal, q_cum, kv_cum = block
                 kk, vv = _unpack(cur, k.shape, v.shape)
-                dq_b, dk_b, dv_b = _attn_grad(qc[:, qr], kk[:, kr].float(), vv[:, kr].float(), doc[:, qr],
-                                              mx[:, qr], sm[:, qr], out[:, qr], blk_causal, scale)
-                dq[:, qr] += dq_b
+                dq_b, dk_b, dv_b = _attn_grad(_take(qc, qr), _take(kk, kr).float(), _take(vv, kr).float(),
+                                              _take(doc, qr), _take(mx, qr), _take(sm, qr), _take(out, qr),
+                                              blk_causal, scale, q_cum, kv_cum)
+                _add(dq, qr, dq_b)
                 lk, lv = _unpack(local, k.shape, v.shape)
-                lk[:, kr] += dk_b
-                lv[:, kr] += dv_b
+                _add(lk, kr, dk_b)
+                _add(lv, kr, dv_b)
             _Ring.wait(dkv_reqs)
             send = acc[1] if step > 0 else acc[0]
             if step > 0:
@@ -301,7 +347,7 @@ class _RingAttention(torch.autograd.Function):
             acc = [send, recv]
         _Ring.wait(dkv_reqs)  # the last hop brings this rank's own dK/dV home
         dk, dv = _unpack(acc[1], k.shape, v.shape)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,8 +617,7 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     or before its position (per sequence for TND).
 
     TND (packed sequences): ``cu_seqlens`` gives the global cumulative lengths (with or without a
-    leading 0); every sequence is sharded on its own (``shard(..., cu_seqlens=)``); comm
-    "allgather" or "ulysses".
+    leading 0); every sequence is sharded on its own (``shard(..., cu_seqlens=)``).
 
     Every rank of the group must call it with the same shapes and arguments."""
     g, world, rank = _group_info(group)
@@ -628,7 +673,9 @@ def _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, c
                                                  scale, 1.0, INT32_MAX, nxt, head_num, "TND", 0, mode, 1, 0, 0)
         return out, mx[..., 0], sm[..., 0]
     if comm == "ring":
-        raise ValueError("comm = 'ring': not implemented for input_layout TND yet; use 'allgather' or 'ulysses'")
+        out, mx, sm = _RingAttention.apply(query[None], key[None], value[None], scale, causal, scheme, g, world, rank,
+                                           lengths)
+        return out[0], mx[0, ..., 0], sm[0, ..., 0]
     if comm == "allgather":
         out, mx, sm = _AllGatherVarlen.apply(query, key, value, scale, causal, scheme, g, world, rank, lengths)
         return out, mx[..., 0], sm[..., 0]
@@ -724,7 +771,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
                            comm: str = "allgather", scheme: str = "zigzag"):
     """flash_attn_varlen_func over the shards of packed sequences: q/k/v [T_local, H, D], each
     sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q = cu_seqlens_k = the
-    global cumulative lengths (int32, leading 0). comm "allgather" or "ulysses". Returns out
+    global cumulative lengths (int32, leading 0). Returns out
     [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs)."""
     g, world, _ = _group_info(group)
     if dropout_p != 0.0:
