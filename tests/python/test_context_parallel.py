@@ -304,3 +304,40 @@ def test_requires_initialized_group():
         pytest.skip("a process group exists in this process")
     with pytest.raises(RuntimeError, match="init_process_group"):
         cp.flash_attn_func(q, q, q)
+
+
+def test_argument_errors_name_the_culprit(tmp_path):
+    """Checked before any communication, in a group of one process (this one)."""
+    from attnops.torch import cp
+
+    if dist.is_initialized():
+        pytest.skip("a process group exists in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        q = torch.randn(1, 8, 4, 8)
+        causal = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+        with pytest.raises(ValueError, match="comm = 'tree'"):
+            cp.flash_attn_func(q, q, q, comm="tree")
+        with pytest.raises(ValueError, match="scheme = 'stripe'"):
+            cp.flash_attn_func(q, q, q, scheme="stripe")
+        with pytest.raises(ValueError, match="dropout_p = 0.1"):
+            cp.flash_attn_func(q, q, q, dropout_p=0.1)
+        with pytest.raises(ValueError, match="key: dtype torch.float64"):
+            cp.attention(q, q.double(), q, 4, "BSND", scale=1.0)
+        with pytest.raises(ValueError, match="input_layout = 'NSD'"):
+            cp.attention(q, q, q, 4, "NSD", scale=1.0)
+        with pytest.raises(ValueError, match="local sequence length 7: must be even"):
+            cp.attention(q[:, :7], q[:, :7], q[:, :7], 4, "BSND", scale=1.0)
+        with pytest.raises(ValueError, match="sparse_mode = 4"):
+            cp.npu_fusion_attention(q, q, q, 4, "BSND", atten_mask=causal, sparse_mode=4)
+        with pytest.raises(ValueError, match="keep_prob = 0.9"):
+            cp.npu_fusion_attention(q, q, q, 4, "BSND", keep_prob=0.9)
+        t = torch.randn(12, 4, 8)
+        with pytest.raises(ValueError, match="cu_seqlens: None: required for input_layout TND"):
+            cp.attention(t, t, t, 4, "TND", scale=1.0)
+        with pytest.raises(ValueError, match="length of sequence 0 5: must be divisible by 2"):
+            cp.attention(t, t, t, 4, "TND", scale=1.0, cu_seqlens=[5, 12])
+        with pytest.raises(ValueError, match="actual_seq_qlen = \\[12\\], actual_seq_kvlen = None"):
+            cp.npu_fusion_attention(t, t, t, 4, "TND", actual_seq_qlen=[12])
+    finally:
+        dist.destroy_process_group()

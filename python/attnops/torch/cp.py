@@ -621,27 +621,10 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
 
     Every rank of the group must call it with the same shapes and arguments."""
     g, world, rank = _group_info(group)
-    if comm not in COMMS:
-        raise ValueError(f"comm = {comm!r}: must be one of {', '.join(COMMS)}")
-    _check_scheme(scheme)
-    if input_layout not in SEQ_DIM and input_layout != "TND":
-        raise ValueError(f"input_layout = {input_layout!r}: must be one of {', '.join(SEQ_DIM)}, TND")
-    for name, t in (("key", key), ("value", value)):
-        if t.dtype != query.dtype:
-            raise ValueError(f"{name}: dtype {t.dtype}: must equal query's {query.dtype}")
+    checked = _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens)
     if input_layout == "TND":
-        return _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, cu_seqlens)
-    q = _bsnd(query, input_layout, head_num, "query")
-    # BSH/SBH name only the query heads: K/V heads follow from the head size (GQA).
-    d = q.shape[3]
-    nk = key.shape[2] // d if input_layout in ("BSH", "SBH") else 0
-    k = _bsnd(key, input_layout, nk, "key")
-    v = _bsnd(value, input_layout, k.shape[2], "value")
-    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
-        raise ValueError(f"key/value: local sequence lengths {k.shape[1]}/{v.shape[1]}: must equal query's "
-                         f"{q.shape[1]} (self-attention shards)")
-    if scheme == "zigzag" and q.shape[1] % 2:
-        raise ValueError(f"query: local sequence length {q.shape[1]}: must be even for scheme 'zigzag' (two chunks)")
+        return _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, checked)
+    q, k, v = checked
     if world == 1:
         out, mx, sm = _attn_plain(query, key, value, head_num, input_layout, scale, causal)
         return out, mx, sm
@@ -654,18 +637,46 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     return _from_bsnd(out, input_layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
 
 
-def _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, cu_seqlens):
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if t.dim() != 3:
-            raise ValueError(f"{name}: rank {t.dim()} for input_layout TND: must be 3 ([T_local, N, D])")
-    if key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]:
-        raise ValueError(f"key/value: local token counts {key.shape[0]}/{value.shape[0]}: must equal query's "
-                         f"{query.shape[0]} (self-attention shards)")
-    if cu_seqlens is None:
-        raise ValueError("cu_seqlens: None: required for input_layout TND (the global cumulative sequence lengths)")
-    lengths = _lengths(cu_seqlens, query.shape[0] * world)
-    for i, n in enumerate(lengths):  # the sharding rule, checked before any communication
-        _shard_one(n, world, 0, scheme, None, f"length of sequence {i}")
+def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens):
+    """Checks the arguments, before any communication (so that every rank fails alike, whatever
+    W), and returns BSND views (q, k, v), or for TND the packed sequences' lengths."""
+    if comm not in COMMS:
+        raise ValueError(f"comm = {comm!r}: must be one of {', '.join(COMMS)}")
+    _check_scheme(scheme)
+    if input_layout not in SEQ_DIM and input_layout != "TND":
+        raise ValueError(f"input_layout = {input_layout!r}: must be one of {', '.join(SEQ_DIM)}, TND")
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype}: must equal query's {query.dtype}")
+    if input_layout == "TND":
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dim() != 3:
+                raise ValueError(f"{name}: rank {t.dim()} for input_layout TND: must be 3 ([T_local, N, D])")
+        if key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]:
+            raise ValueError(f"key/value: local token counts {key.shape[0]}/{value.shape[0]}: must equal query's "
+                             f"{query.shape[0]} (self-attention shards)")
+        if cu_seqlens is None:
+            raise ValueError("cu_seqlens: None: required for input_layout TND (the global cumulative sequence "
+                             "lengths)")
+        lengths = _lengths(cu_seqlens, query.shape[0] * world)
+        for i, n in enumerate(lengths):
+            _shard_one(n, world, 0, scheme, None, f"length of sequence {i}")
+        return lengths
+    q = _bsnd(query, input_layout, head_num, "query")
+    # BSH/SBH name only the query heads: K/V heads follow from the head size (GQA).
+    d = q.shape[3]
+    nk = key.shape[2] // d if input_layout in ("BSH", "SBH") else 0
+    k = _bsnd(key, input_layout, nk, "key")
+    v = _bsnd(value, input_layout, k.shape[2], "value")
+    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
+        raise ValueError(f"key/value: local sequence lengths {k.shape[1]}/{v.shape[1]}: must equal query's "
+                         f"{q.shape[1]} (self-attention shards)")
+    if scheme == "zigzag" and q.shape[1] % 2:
+        raise ValueError(f"query: local sequence length {q.shape[1]}: must be even for scheme 'zigzag' (two chunks)")
+    return q, k, v
+
+
+def _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, lengths):
     if world == 1:
         mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
         cum = _cum(lengths, query.device)
@@ -725,6 +736,7 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
                          "compressed causal one (sparse_mode 2 or 3); pass atten_mask=None for full attention")
     causal = atten_mask is not None
     if world == 1:
+        _checked(query, key, value, head_num, input_layout, comm, scheme, world, actual_seq_qlen)
         return _plain_npu_fusion_attention(query, key, value, head_num, input_layout, atten_mask=atten_mask,
                                            scale=scale, pre_tockens=pre_tockens, next_tockens=next_tockens,
                                            inner_precise=inner_precise, sparse_mode=sparse_mode,
@@ -754,6 +766,7 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
         raise ValueError(f"window_size = {tuple(window_size)}, softcap = {softcap}, alibi_slopes: not supported under "
                          "context parallelism (must be (-1, -1), 0.0, None)")
     if world == 1:
+        _checked(q, k, v, q.shape[2], "BSND", comm, scheme, world, None)
         return _plain_flash_attn_func(q, k, v, 0.0, softmax_scale, causal, return_attn_probs=return_attn_probs)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     out, mx, sm = attention(q, k, v, q.shape[2], "BSND", scale=scale, causal=causal, group=g, comm=comm, scheme=scheme)
@@ -783,6 +796,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
         raise ValueError("cu_seqlens_k: differs from cu_seqlens_q: under context parallelism both must be the same "
                          "global cumulative lengths (self-attention)")
     if world == 1:
+        _checked(q, k, v, q.shape[1], "TND", comm, scheme, world, cu_seqlens_q)
         return _plain_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0,
                                              softmax_scale, causal, return_attn_probs=return_attn_probs)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
