@@ -85,6 +85,9 @@ if ! "$py" -c "import torch, numpy, pytest, nanobind, scikit_build_core" 2>/dev/
   "$py" -c "import torch" 2>/dev/null || "$py" -m pip install -q torch
 fi
 "$py" -m pip install -q --no-build-isolation .
+# ring-flash-attention, a real context-parallel client, runs on attnops as its flash-attn backend
+# in tests/python/test_ring_flash_attn_compat.py (--no-deps: it would pull the CUDA flash-attn).
+"$py" -m pip show -q ring-flash-attn >/dev/null 2>&1 || "$py" -m pip install -q --no-deps ring-flash-attn
 stamp "Python package: pytest"
 "$py" -m pytest tests/python -q -p no:cacheprovider
 stamp "all test configurations passed"
