@@ -334,7 +334,7 @@ TEST(FiaCheck, TheComparisonCatchesAWrongElement) {
     p.qLens = {5, 3};
     FiaInstance inst(p);
     ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-    EXPECT_EQ(lastImplementation(), "tiled-generic");
+    EXPECT_NE(lastImplementation(), "reference");  // the comparison is not checking the oracle against itself
     ASSERT_TRUE(checkFia(inst).passed);
     const int64_t computed = 7, padding = ((1 * 5 + 4) * 2 + 1) * 16;  // (b 1, row 4, head 1): beyond qLens[1]
     const float saved = inst.attentionOut.get(computed);
