@@ -102,7 +102,8 @@ inline uint64_t scratchBytes(const Params& p, TileShape t) { return uint64_t(Scr
 // and NZ dim groups hold whole vectors.
 template <class V>
 bool acceptsSource(const KvSource& s, int64_t dim) {
-    const bool known = s.dtype == DType::F32 || s.dtype == DType::F16 || s.dtype == DType::BF16 || s.dtype == DType::I8;
+    // The key/value dtypes check.cpp admits (fp32 is not one).
+    const bool known = s.dtype == DType::F16 || s.dtype == DType::BF16 || s.dtype == DType::I8;
     return known && dim % V::kLanes == 0 && s.dimStride == 1 && (s.dimGroup == 0 || s.dimGroup % V::kLanes == 0);
 }
 
@@ -114,11 +115,10 @@ bool accepts(const Params& p) {
 // kLanes elements of a stored row from element offset `at`, as fp32.
 template <class V, DType T>
 ATTNOPS_SIMD_INLINE typename V::Vec loadVec(const char* row, int64_t at) {
-    if constexpr (T == DType::F32) return V::load(reinterpret_cast<const float*>(row) + at);
+    static_assert(T == DType::F16 || T == DType::BF16 || T == DType::I8);
     if constexpr (T == DType::F16) return V::loadHalf(reinterpret_cast<const uint16_t*>(row) + at);
     if constexpr (T == DType::BF16) return V::loadBf16(reinterpret_cast<const uint16_t*>(row) + at);
     if constexpr (T == DType::I8) return V::loadInt8(reinterpret_cast<const int8_t*>(row) + at);
-    return V::zero();
 }
 
 // st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, two keys per step.
@@ -223,7 +223,6 @@ ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_
 template <class V>
 ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, const Scratch& sc, int64_t nk, int64_t ldst) {
     switch (t) {
-        case DType::F32: return dots<V, DType::F32>(R, d, sc, nk, ldst);
         case DType::F16: return dots<V, DType::F16>(R, d, sc, nk, ldst);
         case DType::BF16: return dots<V, DType::BF16>(R, d, sc, nk, ldst);
         default: return dots<V, DType::I8>(R, d, sc, nk, ldst);
@@ -234,14 +233,13 @@ template <class V>
 ATTNOPS_SIMD_FN void accumulateOf(DType t, int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst,
                                   bool skipZero) {
     switch (t) {
-        case DType::F32: return accumulate<V, DType::F32>(R, dv, sc, nk, ldst, skipZero);
         case DType::F16: return accumulate<V, DType::F16>(R, dv, sc, nk, ldst, skipZero);
         case DType::BF16: return accumulate<V, DType::BF16>(R, dv, sc, nk, ldst, skipZero);
         default: return accumulate<V, DType::I8>(R, dv, sc, nk, ldst, skipZero);
     }
 }
 
-inline int64_t elementBytes(DType t) { return t == DType::F32 ? 4 : t == DType::I8 ? 1 : 2; }
+inline int64_t elementBytes(DType t) { return t == DType::I8 ? 1 : 2; }
 
 // Element offset of vector v of a row (NZ: vector v lies in dim group v * kLanes / dimGroup).
 inline void chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64_t* out) {
