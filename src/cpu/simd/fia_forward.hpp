@@ -35,7 +35,9 @@ using simd::alignUp;
 constexpr int64_t kRowTile = 4;      // query rows sharing each converted key/value vector
 constexpr int64_t kDotKeys = 2;      // keys per dot step: 2 x kRowTile accumulators = one V::sum8
 constexpr int64_t kGroupRows = 64;   // query rows of a unit, all heads of the group together
-constexpr int64_t kKeyRows = 128;    // keys per block: scores of 64 rows stay in L1/L2
+constexpr int64_t kKeyRows = 64;     // keys per block: a decode block's keys and values (2 x 16 KiB
+                                     // at D 128, bf16) stay in L1 between the two passes over them
+constexpr int64_t kLineBytes = 64;
 
 struct Scratch {
     float* q;        // [R][d] query rows (key per-channel scale folded in), R = G * queryRows
@@ -53,14 +55,19 @@ struct Scratch {
     float* vOffset;  // [keyRows]
     const char** kRow;  // [keyRows] address of each key row of the block
     const char** vRow;  // [keyRows]
+    const char** kNext;  // [keyRows] key rows of the next block (prefetched during this block's P.V)
     int64_t* kChunk;    // [d / kLanes] element offset of each vector of a key row (NZ: dim groups)
     int64_t* vChunk;    // [dv / kLanes]
+    int64_t* kLines;    // [d / kLanes] byte offsets within a key row, one per cache line it touches
+    int64_t* vLines;    // [dv / kLanes]
+    int64_t kLineCount = 0, vLineCount = 0;
     uint8_t* kept;      // [keyRows]
 
     static int64_t floats(const Params& p, TileShape t) {
         const int64_t R = p.core.group * t.queryRows, kr = t.keyRows;
         return alignUp(R * p.core.d) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) + 4 * alignUp(R) +
-               4 * alignUp(kr) + 2 * alignUp(2 * kr) + alignUp(2 * p.core.d) + alignUp(2 * p.core.dv) + alignUp(kr);
+               4 * alignUp(kr) + 3 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) + 2 * alignUp(2 * p.core.dv) +
+               alignUp(kr);
     }
 
     Scratch(const Params& p, TileShape t, void* base) {
@@ -86,8 +93,11 @@ struct Scratch {
         vOffset = take(kr);
         kRow = reinterpret_cast<const char**>(take(2 * kr));
         vRow = reinterpret_cast<const char**>(take(2 * kr));
+        kNext = reinterpret_cast<const char**>(take(2 * kr));
         kChunk = reinterpret_cast<int64_t*>(take(2 * p.core.d));
         vChunk = reinterpret_cast<int64_t*>(take(2 * p.core.dv));
+        kLines = reinterpret_cast<int64_t*>(take(2 * p.core.d));
+        vLines = reinterpret_cast<int64_t*>(take(2 * p.core.dv));
         kept = reinterpret_cast<uint8_t*>(take(kr));
     }
 };
@@ -121,12 +131,23 @@ ATTNOPS_SIMD_INLINE typename V::Vec loadVec(const char* row, int64_t at) {
     if constexpr (T == DType::I8) return V::loadInt8(reinterpret_cast<const int8_t*>(row) + at);
 }
 
+// Asks for the cache lines of a row (offsets from lineOffsets) ahead of their use: the cache is
+// read once, row by row from scattered pages, so the hardware prefetchers see short runs only.
+ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) __builtin_prefetch(row + lines[i], 0, 3);
+}
+
 // st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, two keys per step.
+// The first row tile prefetches the block's value rows (`pre`, NULL for the others).
 template <class V, DType T, int NR>
 ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t nk, const float* q,
-                             int64_t ldq, float* st, int64_t ldst) {
+                             int64_t ldq, float* st, int64_t ldst, const Scratch* pre) {
     using Vec = typename V::Vec;
     for (int64_t j = 0; j < nk; j += kDotKeys) {
+        if (pre != nullptr) {
+            prefetchRow(pre->vRow[j], pre->vLines, pre->vLineCount);
+            if (j + 1 < nk) prefetchRow(pre->vRow[j + 1], pre->vLines, pre->vLineCount);
+        }
         const char* k0 = kRow[j];
         const char* k1 = kRow[std::min(j + 1, nk - 1)];  // an odd last key goes twice, once discarded
         Vec acc[kDotKeys * kRowTile];
@@ -154,9 +175,12 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
 // acc[r * ldacc + c] += sum_j st[r * ldst + j] * value_j[c] for NR rows, keys ascending, two
 // vectors of columns at a time. skipZero: keys whose probability is 0 in every row are skipped
 // (masked keys never touch the output, even if their values are not finite).
+// The first column pass of the first row tile prefetches the next block's nextCount key rows
+// (`pre`, NULL for the others).
 template <class V, DType T, int NR>
 ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const int64_t* vChunk, int64_t nk,
-                                    const float* st, int64_t ldst, float* acc, int64_t ldacc, bool skipZero) {
+                                    const float* st, int64_t ldst, float* acc, int64_t ldacc, bool skipZero,
+                                    const Scratch* pre, int64_t nextCount) {
     using Vec = typename V::Vec;
     constexpr int64_t L = V::kLanes;
     for (int64_t c = 0; c < dv; c += 2 * L) {
@@ -169,6 +193,7 @@ ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const i
             a[r][1] = two ? V::load(acc + r * ldacc + c + L) : V::zero();
         }
         for (int64_t j = 0; j < nk; ++j) {
+            if (c == 0 && pre != nullptr && j < nextCount) prefetchRow(pre->kNext[j], pre->kLines, pre->kLineCount);
             if (skipZero) {
                 bool any = false;
                 for (int r = 0; r < NR; ++r) any = any || st[r * ldst + j] != 0.0f;
@@ -197,25 +222,28 @@ ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, const Scratch& sc, int64_t nk, i
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
         const float* q = sc.q + r0 * d;
         float* st = sc.st + r0 * ldst;
+        const Scratch* pre = r0 == 0 ? &sc : nullptr;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: dotRows<V, T, 1>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst); break;
-            case 2: dotRows<V, T, 2>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst); break;
-            case 3: dotRows<V, T, 3>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst); break;
-            default: dotRows<V, T, 4>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst); break;
+            case 1: dotRows<V, T, 1>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
+            case 2: dotRows<V, T, 2>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
+            case 3: dotRows<V, T, 3>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
+            default: dotRows<V, T, 4>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
         }
     }
 }
 
 template <class V, DType T>
-ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst, bool skipZero) {
+ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst, bool skipZero,
+                                int64_t nextCount) {
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
         const float* st = sc.st + r0 * ldst;
         float* acc = sc.acc + r0 * dv;
+        const Scratch* pre = r0 == 0 ? &sc : nullptr;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: accumulateRows<V, T, 1>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero); break;
-            case 2: accumulateRows<V, T, 2>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero); break;
-            case 3: accumulateRows<V, T, 3>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero); break;
-            default: accumulateRows<V, T, 4>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero); break;
+            case 1: accumulateRows<V, T, 1>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre, nextCount); break;
+            case 2: accumulateRows<V, T, 2>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre, nextCount); break;
+            case 3: accumulateRows<V, T, 3>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre, nextCount); break;
+            default: accumulateRows<V, T, 4>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre, nextCount); break;
         }
     }
 }
@@ -231,28 +259,46 @@ ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, const Scratch& sc, in
 
 template <class V>
 ATTNOPS_SIMD_FN void accumulateOf(DType t, int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst,
-                                  bool skipZero) {
+                                  bool skipZero, int64_t nextCount) {
     switch (t) {
-        case DType::F16: return accumulate<V, DType::F16>(R, dv, sc, nk, ldst, skipZero);
-        case DType::BF16: return accumulate<V, DType::BF16>(R, dv, sc, nk, ldst, skipZero);
-        default: return accumulate<V, DType::I8>(R, dv, sc, nk, ldst, skipZero);
+        case DType::F16: return accumulate<V, DType::F16>(R, dv, sc, nk, ldst, skipZero, nextCount);
+        case DType::BF16: return accumulate<V, DType::BF16>(R, dv, sc, nk, ldst, skipZero, nextCount);
+        default: return accumulate<V, DType::I8>(R, dv, sc, nk, ldst, skipZero, nextCount);
     }
 }
 
 inline int64_t elementBytes(DType t) { return t == DType::I8 ? 1 : 2; }
 
-// Element offset of vector v of a row (NZ: vector v lies in dim group v * kLanes / dimGroup).
-inline void chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64_t* out) {
-    for (int64_t c = 0, v = 0; c < dim; c += lanes, ++v) out[v] = s.dimOffset(c);
+// Element offset of vector v of a row (NZ: vector v lies in dim group v * kLanes / dimGroup),
+// and the byte offsets of the row's vectors that start a new cache line; returns their count.
+inline int64_t chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64_t* chunk, int64_t* lines) {
+    const int64_t bytes = elementBytes(s.dtype);
+    int64_t count = 0;
+    for (int64_t c = 0, v = 0; c < dim; c += lanes, ++v) {
+        chunk[v] = s.dimOffset(c);
+        const int64_t at = chunk[v] * bytes;
+        if (count == 0 || at / kLineBytes != lines[count - 1] / kLineBytes) lines[count++] = at;
+    }
+    return count;
 }
 
-// Addresses of rows [k0, k0 + nk) of kv head m of batch b, and their per-token scale and offset
-// (1 and 0 unless the source is per-token quantised).
-inline void blockRows(const Params& p, const KvSource& s, const AntiquantSpec& q, int64_t b, int64_t m, int64_t k0,
-                      int64_t nk, const char** rows, float* scale, float* offset) {
+// Addresses of rows [k0, k0 + nk) of kv head m of batch b.
+inline void sourceRows(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t k0, int64_t nk,
+                       const char** rows) {
     const char* base = static_cast<const char*>(s.data);
     const int64_t bytes = elementBytes(s.dtype);
     for (int64_t j = 0; j < nk; ++j) rows[j] = base + kvRowOffset(p, s, b, m, k0 + j) * bytes;
+}
+inline void keyRows(const Params& p, int64_t b, int64_t m, int64_t k0, int64_t nk, const char** rows) {
+    sourceRows(p, p.key, b, m, k0, nk, rows);
+}
+inline void valueRows(const Params& p, int64_t b, int64_t m, int64_t k0, int64_t nk, const char** rows) {
+    sourceRows(p, p.value, b, m, k0, nk, rows);
+}
+
+// Per-token scale and offset of rows [k0, k0 + nk) of batch b (1 and 0 unless the source is
+// per-token quantised).
+inline void tokenTerms(const AntiquantSpec& q, int64_t b, int64_t k0, int64_t nk, float* scale, float* offset) {
     if (q.mode != Antiquant::PerToken) {
         std::fill(scale, scale + nk, 1.0f);
         std::fill(offset, offset + nk, 0.0f);
@@ -373,12 +419,17 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     std::fill(sc.w, sc.w + R, 0.0f);
     std::fill(sc.wo, sc.wo + R, 0.0f);
     std::fill(sc.acc, sc.acc + R * dv, 0.0f);
-    chunkOffsets(p.key, d, V::kLanes, sc.kChunk);
-    chunkOffsets(p.value, dv, V::kLanes, sc.vChunk);
+    sc.kLineCount = chunkOffsets(p.key, d, V::kLanes, sc.kChunk, sc.kLines);
+    sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
+    if (u.k0 < u.k1) keyRows(p, u.b, u.n2, u.k0, std::min(t.keyRows, u.k1 - u.k0), sc.kNext);
     for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
         const int64_t nk = std::min(t.keyRows, u.k1 - k0);
-        blockRows(p, p.key, p.keyQuant, u.b, u.n2, k0, nk, sc.kRow, sc.kScale, sc.kOffset);
-        blockRows(p, p.value, p.valueQuant, u.b, u.n2, k0, nk, sc.vRow, sc.vScale, sc.vOffset);
+        std::swap(sc.kRow, sc.kNext);
+        tokenTerms(p.keyQuant, u.b, k0, nk, sc.kScale, sc.kOffset);
+        valueRows(p, u.b, u.n2, k0, nk, sc.vRow);
+        tokenTerms(p.valueQuant, u.b, k0, nk, sc.vScale, sc.vOffset);
+        const int64_t next = std::max<int64_t>(0, std::min(t.keyRows, u.k1 - k0 - nk));
+        keyRows(p, u.b, u.n2, k0 + nk, next, sc.kNext);
         dotsOf<V>(p.key.dtype, R, d, sc, nk, ldst);
         const bool masked = c.mask.explicitMask || !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
         for (int64_t i = 0; i < R; ++i) {
@@ -391,7 +442,7 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
             }
             softmaxRow<V>(p, nk, rowMax, s, sc, i);
         }
-        accumulateOf<V>(p.value.dtype, R, dv, sc, nk, ldst, masked);
+        accumulateOf<V>(p.value.dtype, R, dv, sc, nk, ldst, masked, next);
     }
     const AntiquantSpec& vq = p.valueQuant;
     for (int64_t i = 0; i < R; ++i) {
