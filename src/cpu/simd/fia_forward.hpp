@@ -55,7 +55,9 @@ struct Scratch {
     float* vOffset;  // [keyRows]
     const char** kRow;  // [keyRows] address of each key row of the block
     const char** vRow;  // [keyRows]
-    const char** kNext;  // [keyRows] key rows of the next block (prefetched during this block's P.V)
+    const char** kNext;  // [keyRows] key rows of the next block, prefetched during this block's Q.K
+    const char** vNext;  // [keyRows] value rows of the next block, prefetched during this block's P.V
+    int64_t nextRows = 0;  // rows of the next block
     int64_t* kChunk;    // [d / kLanes] element offset of each vector of a key row (NZ: dim groups)
     int64_t* vChunk;    // [dv / kLanes]
     int64_t* kLines;    // [d / kLanes] byte offsets within a key row, one per cache line it touches
@@ -66,7 +68,7 @@ struct Scratch {
     static int64_t floats(const Params& p, TileShape t) {
         const int64_t R = p.core.group * t.queryRows, kr = t.keyRows;
         return alignUp(R * p.core.d) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) + 4 * alignUp(R) +
-               4 * alignUp(kr) + 3 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) + 2 * alignUp(2 * p.core.dv) +
+               4 * alignUp(kr) + 4 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) + 2 * alignUp(2 * p.core.dv) +
                alignUp(kr);
     }
 
@@ -94,6 +96,7 @@ struct Scratch {
         kRow = reinterpret_cast<const char**>(take(2 * kr));
         vRow = reinterpret_cast<const char**>(take(2 * kr));
         kNext = reinterpret_cast<const char**>(take(2 * kr));
+        vNext = reinterpret_cast<const char**>(take(2 * kr));
         kChunk = reinterpret_cast<int64_t*>(take(2 * p.core.d));
         vChunk = reinterpret_cast<int64_t*>(take(2 * p.core.dv));
         kLines = reinterpret_cast<int64_t*>(take(2 * p.core.d));
@@ -138,15 +141,16 @@ ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int6
 }
 
 // st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, two keys per step.
-// The first row tile prefetches the block's value rows (`pre`, NULL for the others).
+// The first row tile prefetches the next block's key rows (`pre`, NULL for the others): a whole
+// phase ahead of their use, as the cache is read once from scattered pages.
 template <class V, DType T, int NR>
 ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t nk, const float* q,
                              int64_t ldq, float* st, int64_t ldst, const Scratch* pre) {
     using Vec = typename V::Vec;
     for (int64_t j = 0; j < nk; j += kDotKeys) {
         if (pre != nullptr) {
-            prefetchRow(pre->vRow[j], pre->vLines, pre->vLineCount);
-            if (j + 1 < nk) prefetchRow(pre->vRow[j + 1], pre->vLines, pre->vLineCount);
+            if (j < pre->nextRows) prefetchRow(pre->kNext[j], pre->kLines, pre->kLineCount);
+            if (j + 1 < pre->nextRows) prefetchRow(pre->kNext[j + 1], pre->kLines, pre->kLineCount);
         }
         const char* k0 = kRow[j];
         const char* k1 = kRow[std::min(j + 1, nk - 1)];  // an odd last key goes twice, once discarded
@@ -175,12 +179,12 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
 // acc[r * ldacc + c] += sum_j st[r * ldst + j] * value_j[c] for NR rows, keys ascending, two
 // vectors of columns at a time. skipZero: keys whose probability is 0 in every row are skipped
 // (masked keys never touch the output, even if their values are not finite).
-// The first column pass of the first row tile prefetches the next block's nextCount key rows
-// (`pre`, NULL for the others).
+// The first column pass of the first row tile prefetches the next block's value rows (`pre`,
+// NULL for the others).
 template <class V, DType T, int NR>
 ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const int64_t* vChunk, int64_t nk,
                                     const float* st, int64_t ldst, float* acc, int64_t ldacc, bool skipZero,
-                                    const Scratch* pre, int64_t nextCount) {
+                                    const Scratch* pre) {
     using Vec = typename V::Vec;
     constexpr int64_t L = V::kLanes;
     for (int64_t c = 0; c < dv; c += 2 * L) {
@@ -193,7 +197,7 @@ ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const i
             a[r][1] = two ? V::load(acc + r * ldacc + c + L) : V::zero();
         }
         for (int64_t j = 0; j < nk; ++j) {
-            if (c == 0 && pre != nullptr && j < nextCount) prefetchRow(pre->kNext[j], pre->kLines, pre->kLineCount);
+            if (c == 0 && pre != nullptr && j < pre->nextRows) prefetchRow(pre->vNext[j], pre->vLines, pre->vLineCount);
             if (skipZero) {
                 bool any = false;
                 for (int r = 0; r < NR; ++r) any = any || st[r * ldst + j] != 0.0f;
@@ -233,17 +237,16 @@ ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, const Scratch& sc, int64_t nk, i
 }
 
 template <class V, DType T>
-ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst, bool skipZero,
-                                int64_t nextCount) {
+ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst, bool skipZero) {
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
         const float* st = sc.st + r0 * ldst;
         float* acc = sc.acc + r0 * dv;
         const Scratch* pre = r0 == 0 ? &sc : nullptr;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: accumulateRows<V, T, 1>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre, nextCount); break;
-            case 2: accumulateRows<V, T, 2>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre, nextCount); break;
-            case 3: accumulateRows<V, T, 3>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre, nextCount); break;
-            default: accumulateRows<V, T, 4>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre, nextCount); break;
+            case 1: accumulateRows<V, T, 1>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre); break;
+            case 2: accumulateRows<V, T, 2>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre); break;
+            case 3: accumulateRows<V, T, 3>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre); break;
+            default: accumulateRows<V, T, 4>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre); break;
         }
     }
 }
@@ -259,11 +262,11 @@ ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, const Scratch& sc, in
 
 template <class V>
 ATTNOPS_SIMD_FN void accumulateOf(DType t, int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst,
-                                  bool skipZero, int64_t nextCount) {
+                                  bool skipZero) {
     switch (t) {
-        case DType::F16: return accumulate<V, DType::F16>(R, dv, sc, nk, ldst, skipZero, nextCount);
-        case DType::BF16: return accumulate<V, DType::BF16>(R, dv, sc, nk, ldst, skipZero, nextCount);
-        default: return accumulate<V, DType::I8>(R, dv, sc, nk, ldst, skipZero, nextCount);
+        case DType::F16: return accumulate<V, DType::F16>(R, dv, sc, nk, ldst, skipZero);
+        case DType::BF16: return accumulate<V, DType::BF16>(R, dv, sc, nk, ldst, skipZero);
+        default: return accumulate<V, DType::I8>(R, dv, sc, nk, ldst, skipZero);
     }
 }
 
@@ -421,15 +424,20 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     std::fill(sc.acc, sc.acc + R * dv, 0.0f);
     sc.kLineCount = chunkOffsets(p.key, d, V::kLanes, sc.kChunk, sc.kLines);
     sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
-    if (u.k0 < u.k1) keyRows(p, u.b, u.n2, u.k0, std::min(t.keyRows, u.k1 - u.k0), sc.kNext);
+    const int64_t firstRows = std::min(t.keyRows, u.k1 - u.k0);
+    if (firstRows > 0) {
+        keyRows(p, u.b, u.n2, u.k0, firstRows, sc.kNext);
+        valueRows(p, u.b, u.n2, u.k0, firstRows, sc.vNext);
+    }
     for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
         const int64_t nk = std::min(t.keyRows, u.k1 - k0);
         std::swap(sc.kRow, sc.kNext);
+        std::swap(sc.vRow, sc.vNext);
+        sc.nextRows = std::max<int64_t>(0, std::min(t.keyRows, u.k1 - k0 - nk));
+        keyRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.kNext);
+        valueRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.vNext);
         tokenTerms(p.keyQuant, u.b, k0, nk, sc.kScale, sc.kOffset);
-        valueRows(p, u.b, u.n2, k0, nk, sc.vRow);
         tokenTerms(p.valueQuant, u.b, k0, nk, sc.vScale, sc.vOffset);
-        const int64_t next = std::max<int64_t>(0, std::min(t.keyRows, u.k1 - k0 - nk));
-        keyRows(p, u.b, u.n2, k0 + nk, next, sc.kNext);
         dotsOf<V>(p.key.dtype, R, d, sc, nk, ldst);
         const bool masked = c.mask.explicitMask || !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
         for (int64_t i = 0; i < R; ++i) {
@@ -442,7 +450,7 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
             }
             softmaxRow<V>(p, nk, rowMax, s, sc, i);
         }
-        accumulateOf<V>(p.value.dtype, R, dv, sc, nk, ldst, masked, next);
+        accumulateOf<V>(p.value.dtype, R, dv, sc, nk, ldst, masked);
     }
     const AntiquantSpec& vq = p.valueQuant;
     for (int64_t i = 0; i < R; ++i) {
