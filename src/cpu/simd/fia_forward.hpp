@@ -285,12 +285,19 @@ inline int64_t chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64
     return count;
 }
 
-// Addresses of rows [k0, k0 + nk) of kv head m of batch b.
+// Addresses of rows [k0, k0 + nk) of kv head m of batch b: one table lookup per page, then
+// rowStride steps (no division per row).
 inline void sourceRows(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t k0, int64_t nk,
                        const char** rows) {
     const char* base = static_cast<const char*>(s.data);
-    const int64_t bytes = elementBytes(s.dtype);
-    for (int64_t j = 0; j < nk; ++j) rows[j] = base + kvRowOffset(p, s, b, m, k0 + j) * bytes;
+    const int64_t bytes = elementBytes(s.dtype), step = s.rowStride * bytes;
+    const int64_t run = p.table.data == nullptr ? nk : p.table.blockSize;  // rows that step by rowStride
+    for (int64_t j = 0; j < nk;) {
+        const int64_t t = k0 + j, n = std::min(nk - j, run - (p.table.data == nullptr ? 0 : t % run));
+        const char* row = base + kvRowOffset(p, s, b, m, t) * bytes;
+        for (int64_t i = 0; i < n; ++i, row += step) rows[j + i] = row;
+        j += n;
+    }
 }
 inline void keyRows(const Params& p, int64_t b, int64_t m, int64_t k0, int64_t nk, const char** rows) {
     sourceRows(p, p.key, b, m, k0, nk, rows);
