@@ -56,7 +56,7 @@ struct Scratch {
     const char** kRow;  // [keyRows] address of each key row of the block
     const char** vRow;  // [keyRows]
     const char** kNext;  // [keyRows] key rows of the next block, prefetched during this block's Q.K
-    const char** vNext;  // [keyRows] value rows of the next block, prefetched during this block's P.V
+    const char** vNext;  // [keyRows] value rows of the next block, likewise
     int64_t nextRows = 0;  // rows of the next block
     int64_t* kChunk;    // [d / kLanes] element offset of each vector of a key row (NZ: dim groups)
     int64_t* vChunk;    // [dv / kLanes]
@@ -141,17 +141,18 @@ ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int6
 }
 
 // st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, two keys per step.
-// The first row tile prefetches the next block's key rows (`pre`, NULL for the others): a whole
-// phase ahead of their use, as the cache is read once from scattered pages.
+// The first row tile prefetches the next block's key and value rows (`pre`, NULL for the
+// others): a block ahead of their use, as the cache is read once from scattered pages.
 template <class V, DType T, int NR>
 ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t nk, const float* q,
                              int64_t ldq, float* st, int64_t ldst, const Scratch* pre) {
     using Vec = typename V::Vec;
     for (int64_t j = 0; j < nk; j += kDotKeys) {
-        if (pre != nullptr) {
-            if (j < pre->nextRows) prefetchRow(pre->kNext[j], pre->kLines, pre->kLineCount);
-            if (j + 1 < pre->nextRows) prefetchRow(pre->kNext[j + 1], pre->kLines, pre->kLineCount);
-        }
+        if (pre != nullptr)
+            for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
+                prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
+                prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
+            }
         const char* k0 = kRow[j];
         const char* k1 = kRow[std::min(j + 1, nk - 1)];  // an odd last key goes twice, once discarded
         Vec acc[kDotKeys * kRowTile];
@@ -176,48 +177,48 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
     }
 }
 
-// acc[r * ldacc + c] += sum_j st[r * ldst + j] * value_j[c] for NR rows, keys ascending, two
-// vectors of columns at a time. skipZero: keys whose probability is 0 in every row are skipped
-// (masked keys never touch the output, even if their values are not finite).
-// The first column pass of the first row tile prefetches the next block's value rows (`pre`,
-// NULL for the others).
-template <class V, DType T, int NR>
-ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const int64_t* vChunk, int64_t nk,
-                                    const float* st, int64_t ldst, float* acc, int64_t ldacc, bool skipZero,
-                                    const Scratch* pre) {
+// acc[r * ldacc + c .. + NV * kLanes) += sum_j st[r * ldst + j] * value_j[c ..] for NR rows,
+// keys ascending. SkipZero: keys whose probability is 0 in every row are skipped (masked keys
+// never touch the output, even if their values are not finite).
+template <class V, DType T, int NR, int NV, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulateColumns(int64_t c, const char* const* vRow, const int64_t* vChunk, int64_t nk,
+                                       const float* st, int64_t ldst, float* acc, int64_t ldacc) {
     using Vec = typename V::Vec;
     constexpr int64_t L = V::kLanes;
-    for (int64_t c = 0; c < dv; c += 2 * L) {
-        const bool two = c + L < dv;
-        const int64_t at0 = vChunk[c / L], at1 = two ? vChunk[c / L + 1] : at0;
-        Vec a[kRowTile][2];
+    int64_t at[NV];
+    for (int v = 0; v < NV; ++v) at[v] = vChunk[c / L + v];
+    Vec a[kRowTile][NV];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r)
+        for (int v = 0; v < NV; ++v) a[r][v] = V::load(acc + r * ldacc + c + v * L);
+    for (int64_t j = 0; j < nk; ++j) {
+        if constexpr (SkipZero) {
+            bool any = false;
+            for (int r = 0; r < NR; ++r) any = any || st[r * ldst + j] != 0.0f;
+            if (!any) continue;
+        }
+        Vec x[NV];
+        for (int v = 0; v < NV; ++v) x[v] = loadVec<V, T>(vRow[j], at[v]);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
-            a[r][0] = V::load(acc + r * ldacc + c);
-            a[r][1] = two ? V::load(acc + r * ldacc + c + L) : V::zero();
-        }
-        for (int64_t j = 0; j < nk; ++j) {
-            if (c == 0 && pre != nullptr && j < pre->nextRows) prefetchRow(pre->vNext[j], pre->vLines, pre->vLineCount);
-            if (skipZero) {
-                bool any = false;
-                for (int r = 0; r < NR; ++r) any = any || st[r * ldst + j] != 0.0f;
-                if (!any) continue;
-            }
-            const Vec x0 = loadVec<V, T>(vRow[j], at0);
-            const Vec x1 = two ? loadVec<V, T>(vRow[j], at1) : V::zero();
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; ++r) {
-                const Vec pb = V::set1(st[r * ldst + j]);
-                a[r][0] = V::fmadd(pb, x0, a[r][0]);
-                a[r][1] = V::fmadd(pb, x1, a[r][1]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; ++r) {
-            V::store(acc + r * ldacc + c, a[r][0]);
-            if (two) V::store(acc + r * ldacc + c + L, a[r][1]);
+            const Vec pb = V::set1(st[r * ldst + j]);
+            for (int v = 0; v < NV; ++v) a[r][v] = V::fmadd(pb, x[v], a[r][v]);
         }
     }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r)
+        for (int v = 0; v < NV; ++v) V::store(acc + r * ldacc + c + v * L, a[r][v]);
+}
+
+// All dv columns, two vectors at a time (then one).
+template <class V, DType T, int NR, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const int64_t* vChunk, int64_t nk,
+                                    const float* st, int64_t ldst, float* acc, int64_t ldacc) {
+    constexpr int64_t L = V::kLanes;
+    int64_t c = 0;
+    for (; c + 2 * L <= dv; c += 2 * L)
+        accumulateColumns<V, T, NR, 2, SkipZero>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
+    if (c < dv) accumulateColumns<V, T, NR, 1, SkipZero>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
 }
 
 // The row tiles of R rows, each tile of NR = min(kRowTile, rows left) rows.
@@ -236,17 +237,16 @@ ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, const Scratch& sc, int64_t nk, i
     }
 }
 
-template <class V, DType T>
-ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst, bool skipZero) {
+template <class V, DType T, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst) {
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
         const float* st = sc.st + r0 * ldst;
         float* acc = sc.acc + r0 * dv;
-        const Scratch* pre = r0 == 0 ? &sc : nullptr;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: accumulateRows<V, T, 1>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre); break;
-            case 2: accumulateRows<V, T, 2>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre); break;
-            case 3: accumulateRows<V, T, 3>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre); break;
-            default: accumulateRows<V, T, 4>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv, skipZero, pre); break;
+            case 1: accumulateRows<V, T, 1, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            case 2: accumulateRows<V, T, 2, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            case 3: accumulateRows<V, T, 3, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            default: accumulateRows<V, T, 4, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
         }
     }
 }
@@ -260,13 +260,12 @@ ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, const Scratch& sc, in
     }
 }
 
-template <class V>
-ATTNOPS_SIMD_FN void accumulateOf(DType t, int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst,
-                                  bool skipZero) {
+template <class V, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulateOf(DType t, int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst) {
     switch (t) {
-        case DType::F16: return accumulate<V, DType::F16>(R, dv, sc, nk, ldst, skipZero);
-        case DType::BF16: return accumulate<V, DType::BF16>(R, dv, sc, nk, ldst, skipZero);
-        default: return accumulate<V, DType::I8>(R, dv, sc, nk, ldst, skipZero);
+        case DType::F16: return accumulate<V, DType::F16, SkipZero>(R, dv, sc, nk, ldst);
+        case DType::BF16: return accumulate<V, DType::BF16, SkipZero>(R, dv, sc, nk, ldst);
+        default: return accumulate<V, DType::I8, SkipZero>(R, dv, sc, nk, ldst);
     }
 }
 
@@ -457,7 +456,10 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
             }
             softmaxRow<V>(p, nk, rowMax, s, sc, i);
         }
-        accumulateOf<V>(p.value.dtype, R, dv, sc, nk, ldst, masked);
+        if (masked)
+            accumulateOf<V, true>(p.value.dtype, R, dv, sc, nk, ldst);
+        else
+            accumulateOf<V, false>(p.value.dtype, R, dv, sc, nk, ldst);
     }
     const AntiquantSpec& vq = p.valueQuant;
     for (int64_t i = 0; i < R; ++i) {
