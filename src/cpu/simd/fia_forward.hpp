@@ -6,12 +6,14 @@
 // it, straight from where the row lies (strided, paged BnBsH / BnNBsD, NZ), so nothing is copied.
 //
 // int8 dequantisation (x + offset) * scale never touches the keys and values one by one: it is
-// folded into the query and the probabilities, which are G x fewer than the elements they meet.
+// folded into the query rows, the scores, the probabilities and the final accumulators, each
+// far fewer than the cache elements they meet (s scale, o offset, c channel, t or j token):
 //   key, per channel:  q.k^ = sum_c (q_c s_c) k_c + sum_c q_c s_c o_c        -> q' = q * s, A = q'.o
 //   key, per token:    q.k^ = s_t (q.k + o_t sum_c q_c)                       -> B = sum q
 //   value, per channel: sum_j p_j v^_jc = s_c (sum_j p_j v_jc + o_c sum_j p_j) -> W = sum p
-//   value, per token:   sum_j p_j v^_jc = sum_j (p_j s_j) v_jc + sum_j p_j s_j o_j -> Q
-// so the inner loops are the same for every source dtype; fp32 arithmetic throughout.
+//   value, per token:   sum_j p_j v^_jc = sum_j (p_j s_j) v_jc + sum_j p_j s_j o_j -> WO
+// so the inner loops are the same for every source dtype. fp32 arithmetic throughout, with the
+// precision model of spec section A: probabilities rounded to the query dtype before P.V.
 //
 // Order of every reduction, fixed per element: q.k over the head dim in V::kLanes-wide lanes
 // ascending, then the lanes by V::sum8's fixed tree; the row max and sum over keys ascending
