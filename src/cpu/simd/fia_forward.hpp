@@ -310,9 +310,11 @@ inline void valueRows(const Params& p, int64_t b, int64_t m, int64_t k0, int64_t
 // Per-token scale and offset of rows [k0, k0 + nk) of batch b (1 and 0 unless the source is
 // per-token quantised).
 inline void tokenTerms(const AntiquantSpec& q, int64_t b, int64_t k0, int64_t nk, float* scale, float* offset) {
+    // Padded to whole vectors (1 and 0), which the score and softmax steps read past nk.
+    const int64_t padded = alignUp(nk);
     if (q.mode != Antiquant::PerToken) {
-        std::fill(scale, scale + nk, 1.0f);
-        std::fill(offset, offset + nk, 0.0f);
+        std::fill(scale, scale + padded, 1.0f);
+        std::fill(offset, offset + padded, 0.0f);
         return;
     }
     for (int64_t j = 0; j < nk; ++j) {
@@ -320,6 +322,8 @@ inline void tokenTerms(const AntiquantSpec& q, int64_t b, int64_t k0, int64_t nk
         scale[j] = q.tokenScale[b * q.tokenStride[0] + t * q.tokenStride[1]];
         offset[j] = q.tokenOffset ? q.tokenOffset[b * q.tokenOffsetStride[0] + t * q.tokenOffsetStride[1]] : 0.0f;
     }
+    std::fill(scale + nk, scale + padded, 1.0f);
+    std::fill(offset + nk, offset + padded, 0.0f);
 }
 
 // Per-channel scale and offset of channel c of kv head m (one entry: per tensor).
@@ -367,13 +371,12 @@ ATTNOPS_SIMD_FN float finishRowScores(const Params& p, const WorkUnit& u, const 
     const Vec av = V::set1(a), bv = V::set1(bsum), scale = V::set1(masked ? 1.0f : p.core.scale);
     Vec mx = V::set1(kNegInf);
     auto nan = V::none();
-    for (int64_t j = 0; j < nk; j += V::kLanes) {
+    for (int64_t j = 0; j < nk; j += V::kLanes) {  // lanes from nk on: scratch, left out by mk
         const auto mk = V::tail(nk - j);
-        const Vec raw = V::loadMasked(mk, s + j);
-        const Vec x = V::mul(V::mul(V::loadMasked(mk, sc.kScale + j), V::add(V::add(raw, av),
-                                                                             V::mul(V::loadMasked(mk, sc.kOffset + j), bv))),
+        const Vec raw = V::load(s + j);
+        const Vec x = V::mul(V::mul(V::load(sc.kScale + j), V::add(V::add(raw, av), V::mul(V::load(sc.kOffset + j), bv))),
                              scale);
-        V::storeMasked(s + j, mk, x);
+        V::store(s + j, x);
         nan = V::maskOr(nan, V::maskAnd(mk, V::isNan(x)));
         mx = V::max(mx, V::select(mk, V::set1(kNegInf), x));
     }
@@ -397,23 +400,24 @@ ATTNOPS_SIMD_FN void softmaxRow(const Params& p, int64_t nk, float rowMax, float
     const float alpha = mOld == kNegInf ? 0.0f : cpu::fastExp(mOld - mNew);
     const Vec mv = V::set1(mNew);
     Vec sum = V::zero(), w = V::zero(), wo = V::zero();
-    for (int64_t j = 0; j < nk; j += V::kLanes) {
+    for (int64_t j = 0; j < nk; j += V::kLanes) {  // lanes from nk on get probability 0
         const auto mk = V::tail(nk - j);
-        const Vec e = V::zeroUnless(mk, simd::exp<V>(V::sub(V::loadMasked(mk, s + j), mv)));
+        const Vec e = V::zeroUnless(mk, simd::exp<V>(V::sub(V::load(s + j), mv)));
         sum = V::add(sum, e);
         Vec pr = e;
         if (p.probDType == DType::BF16) pr = V::roundBf16(e);
         if (p.probDType == DType::F16) pr = V::roundHalf(e);
-        pr = V::mul(pr, V::loadMasked(mk, sc.vScale + j));
+        pr = V::mul(pr, V::load(sc.vScale + j));
         w = V::add(w, pr);
-        wo = V::fmadd(pr, V::loadMasked(mk, sc.vOffset + j), wo);
-        V::storeMasked(s + j, mk, pr);
+        wo = V::fmadd(pr, V::load(sc.vOffset + j), wo);
+        V::store(s + j, pr);
     }
     sc.l[i] = sc.l[i] * alpha + V::sumLanes(sum);
     sc.w[i] = sc.w[i] * alpha + V::sumLanes(w);
     sc.wo[i] = sc.wo[i] * alpha + V::sumLanes(wo);
     sc.m[i] = mNew;
-    simd::scaleRow<V>(p.core.dv, alpha, sc.acc + i * p.core.dv);
+    float* acc = sc.acc + i * p.core.dv;  // dv is a whole number of vectors (accepts)
+    for (int64_t c = 0; c < p.core.dv; c += V::kLanes) V::store(acc + c, V::mul(V::load(acc + c), V::set1(alpha)));
 }
 
 // The unit: query rows [q0, q1) of every head of kv head n2's group against keys [k0, k1).
