@@ -97,8 +97,7 @@ class TorchCase:
 
     def __init__(self, torch, problem, dtype, backward):
         self.torch, self.p, self.backward_mode = torch, problem, backward
-        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                      "bf16/int8kv": torch.bfloat16}[dtype]
+        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         g = torch.Generator().manual_seed(1)
         self.rand = lambda *shape: (torch.rand(*shape, generator=g) * 2 - 1).to(self.dtype)
         if problem["op"] == "block-attention-residuals":

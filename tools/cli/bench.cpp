@@ -348,7 +348,7 @@ int runBench(const BenchOptions& o) {
             const int64_t context = p.kvLen(0);
             json j = {{"workload", w.name},
                       {"description", w.description},
-                      {"dtype", p.int8Kv ? "bf16/int8kv" : "bf16"},
+                      {"dtype", "bf16"},  // the query; the KV dtype is in the name and problem.kvDtype
                       {"direction", "fwd"},
                       {"implementation", r.implementation},
                       {"problem", problemJson(w)},
