@@ -6,6 +6,8 @@
 #include "attnops/flash_attention_score.h"
 #include "attnops/flash_attention_score_grad.h"
 #include "attnops/fused_infer_attention_score.h"
+#include "attnops/incre_flash_attention.h"
+#include "attnops/prompt_flash_attention.h"
 #include "attnops/runtime.h"
 #include "attnops/status.h"
 #include "attnops/tensor.h"

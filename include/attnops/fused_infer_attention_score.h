@@ -95,6 +95,71 @@ ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
 ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV4(void* workspace, uint64_t workspaceSize,
                                                             attnopsExecutor* executor, attnopsStream* stream);
 
+/* Earlier versions, with aclnn's argument lists: each is the V4 call with the arguments later
+ * versions added left absent (NULL tensors and arrays, mode attributes 0). V1 lacks
+ * keyAntiquantScale..actualSharedPrefixLen, keyAntiquantMode, valueAntiquantMode; V2 adds them;
+ * V3 adds queryRope, keyRope, keyRopeAntiquantScale; V4 adds dequantScaleQuery, learnableSink,
+ * queryQuantMode. Phase 2 of every version takes any FusedInferAttentionScore executor. */
+ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreGetWorkspaceSize(
+    const attnopsTensor* query, const attnopsTensor* const* key, uint64_t keyCount,
+    const attnopsTensor* const* value, uint64_t valueCount, const attnopsTensor* pseShiftOptional,
+    const attnopsTensor* attenMaskOptional, const attnopsIntArray* actualSeqLengthsOptional,
+    const attnopsIntArray* actualSeqLengthsKvOptional, const attnopsTensor* deqScale1Optional,
+    const attnopsTensor* quantScale1Optional, const attnopsTensor* deqScale2Optional,
+    const attnopsTensor* quantScale2Optional, const attnopsTensor* quantOffset2Optional,
+    const attnopsTensor* antiquantScaleOptional, const attnopsTensor* antiquantOffsetOptional,
+    const attnopsTensor* blockTableOptional, const attnopsTensor* queryPaddingSizeOptional,
+    const attnopsTensor* kvPaddingSizeOptional, int64_t numHeads, double scaleValue, int64_t preTokens,
+    int64_t nextTokens, const char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode,
+    int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
+    const attnopsTensor* attentionOut, const attnopsTensor* softmaxLse, uint64_t* workspaceSize,
+    attnopsExecutor** executor);
+ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScore(void* workspace, uint64_t workspaceSize,
+                                                          attnopsExecutor* executor, attnopsStream* stream);
+
+ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV2GetWorkspaceSize(
+    const attnopsTensor* query, const attnopsTensor* const* key, uint64_t keyCount,
+    const attnopsTensor* const* value, uint64_t valueCount, const attnopsTensor* pseShiftOptional,
+    const attnopsTensor* attenMaskOptional, const attnopsIntArray* actualSeqLengthsOptional,
+    const attnopsIntArray* actualSeqLengthsKvOptional, const attnopsTensor* deqScale1Optional,
+    const attnopsTensor* quantScale1Optional, const attnopsTensor* deqScale2Optional,
+    const attnopsTensor* quantScale2Optional, const attnopsTensor* quantOffset2Optional,
+    const attnopsTensor* antiquantScaleOptional, const attnopsTensor* antiquantOffsetOptional,
+    const attnopsTensor* blockTableOptional, const attnopsTensor* queryPaddingSizeOptional,
+    const attnopsTensor* kvPaddingSizeOptional, const attnopsTensor* keyAntiquantScaleOptional,
+    const attnopsTensor* keyAntiquantOffsetOptional, const attnopsTensor* valueAntiquantScaleOptional,
+    const attnopsTensor* valueAntiquantOffsetOptional, const attnopsTensor* keySharedPrefixOptional,
+    const attnopsTensor* valueSharedPrefixOptional, const attnopsIntArray* actualSharedPrefixLenOptional,
+    int64_t numHeads, double scaleValue, int64_t preTokens, int64_t nextTokens, const char* inputLayout,
+    int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise, int64_t blockSize,
+    int64_t antiquantMode, bool softmaxLseFlag, int64_t keyAntiquantMode, int64_t valueAntiquantMode,
+    const attnopsTensor* attentionOut, const attnopsTensor* softmaxLse, uint64_t* workspaceSize,
+    attnopsExecutor** executor);
+ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV2(void* workspace, uint64_t workspaceSize,
+                                                            attnopsExecutor* executor, attnopsStream* stream);
+
+ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV3GetWorkspaceSize(
+    const attnopsTensor* query, const attnopsTensor* const* key, uint64_t keyCount,
+    const attnopsTensor* const* value, uint64_t valueCount, const attnopsTensor* pseShiftOptional,
+    const attnopsTensor* attenMaskOptional, const attnopsIntArray* actualSeqLengthsOptional,
+    const attnopsIntArray* actualSeqLengthsKvOptional, const attnopsTensor* deqScale1Optional,
+    const attnopsTensor* quantScale1Optional, const attnopsTensor* deqScale2Optional,
+    const attnopsTensor* quantScale2Optional, const attnopsTensor* quantOffset2Optional,
+    const attnopsTensor* antiquantScaleOptional, const attnopsTensor* antiquantOffsetOptional,
+    const attnopsTensor* blockTableOptional, const attnopsTensor* queryPaddingSizeOptional,
+    const attnopsTensor* kvPaddingSizeOptional, const attnopsTensor* keyAntiquantScaleOptional,
+    const attnopsTensor* keyAntiquantOffsetOptional, const attnopsTensor* valueAntiquantScaleOptional,
+    const attnopsTensor* valueAntiquantOffsetOptional, const attnopsTensor* keySharedPrefixOptional,
+    const attnopsTensor* valueSharedPrefixOptional, const attnopsIntArray* actualSharedPrefixLenOptional,
+    const attnopsTensor* queryRopeOptional, const attnopsTensor* keyRopeOptional,
+    const attnopsTensor* keyRopeAntiquantScaleOptional, int64_t numHeads, double scaleValue, int64_t preTokens,
+    int64_t nextTokens, const char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode,
+    int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
+    int64_t keyAntiquantMode, int64_t valueAntiquantMode, const attnopsTensor* attentionOut,
+    const attnopsTensor* softmaxLse, uint64_t* workspaceSize, attnopsExecutor** executor);
+ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV3(void* workspace, uint64_t workspaceSize,
+                                                            attnopsExecutor* executor, attnopsStream* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-// attnops._C: the C API of the three operators for Python. Arrays arrive by DLPack (PyTorch CPU
+// attnops._C: the C API of the operators for Python. Arrays arrive by DLPack (PyTorch CPU
 // tensors, NumPy arrays, anything with __dlpack__) and are described to attnops in place, with
 // their strides: nothing is copied. Outputs are allocated by the caller (the Python layer) and
 // filled here. Every call runs on its own stream with the GIL released, so Python threads run
@@ -252,6 +252,55 @@ void blockAttentionResidualsGrad(const In& partialBlock, const In& blockRes, con
         attnopsBlockAttentionResidualsGrad);
 }
 
+
+// FusedInferAttentionScore V4 (also what the PromptFlashAttention / IncreFlashAttention Python
+// entry points reach: one core). key/value are single tensors (torch_npu passes no tensor lists).
+void fusedInferAttentionScore(const In& query, const In& key, const In& value, const OptIn& pseShift,
+                              const OptIn& attenMask, const OptIn& actualSeqLengths, const OptIn& actualSeqLengthsKv,
+                              const OptIn& dequantScale1, const OptIn& quantScale1, const OptIn& dequantScale2,
+                              const OptIn& quantScale2, const OptIn& quantOffset2, const OptIn& antiquantScale,
+                              const OptIn& antiquantOffset, const OptIn& blockTable, const OptIn& queryPaddingSize,
+                              const OptIn& kvPaddingSize, const OptIn& keyAntiquantScale, const OptIn& keyAntiquantOffset,
+                              const OptIn& valueAntiquantScale, const OptIn& valueAntiquantOffset,
+                              const OptIn& keySharedPrefix, const OptIn& valueSharedPrefix,
+                              const OptIn& actualSharedPrefixLen, const OptIn& queryRope, const OptIn& keyRope,
+                              const OptIn& keyRopeAntiquantScale, const OptIn& dequantScaleQuery,
+                              const OptIn& learnableSink, int64_t numHeads, double scale, int64_t preTokens,
+                              int64_t nextTokens, const std::string& layout, int64_t numKeyValueHeads, int64_t sparseMode,
+                              int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, int64_t keyAntiquantMode,
+                              int64_t valueAntiquantMode, int64_t queryQuantMode, const Out& attentionOut,
+                              const OptOut& softmaxLse) {
+    const auto q = describe(query, "query"), k = describe(key, "key"), v = describe(value, "value");
+    const auto pse = describe(pseShift, "pse_shift"), am = describe(attenMask, "atten_mask");
+    const auto d1 = describe(dequantScale1, "dequant_scale1"), q1 = describe(quantScale1, "quant_scale1");
+    const auto d2 = describe(dequantScale2, "dequant_scale2"), q2 = describe(quantScale2, "quant_scale2");
+    const auto o2 = describe(quantOffset2, "quant_offset2"), as = describe(antiquantScale, "antiquant_scale");
+    const auto ao = describe(antiquantOffset, "antiquant_offset"), bt = describe(blockTable, "block_table");
+    const auto qp = describe(queryPaddingSize, "query_padding_size"), kp = describe(kvPaddingSize, "kv_padding_size");
+    const auto ks = describe(keyAntiquantScale, "key_antiquant_scale"), ko = describe(keyAntiquantOffset, "key_antiquant_offset");
+    const auto vs = describe(valueAntiquantScale, "value_antiquant_scale");
+    const auto vo = describe(valueAntiquantOffset, "value_antiquant_offset");
+    const auto kpre = describe(keySharedPrefix, "key_shared_prefix"), vpre = describe(valueSharedPrefix, "value_shared_prefix");
+    const auto qr = describe(queryRope, "query_rope"), kr = describe(keyRope, "key_rope");
+    const auto krs = describe(keyRopeAntiquantScale, "key_rope_antiquant_scale");
+    const auto dsq = describe(dequantScaleQuery, "dequant_scale_query"), sink = describe(learnableSink, "learnable_sink");
+    const auto out = describe(attentionOut, "attention_out"), lse = describe(softmaxLse, "softmax_lse");
+    const auto aq = intArray(actualSeqLengths, "actual_seq_lengths"), ak = intArray(actualSeqLengthsKv, "actual_seq_lengths_kv");
+    const auto apre = intArray(actualSharedPrefixLen, "actual_shared_prefix_len");
+    const attnopsTensor* keys[1] = {raw(k)};
+    const attnopsTensor* values[1] = {raw(v)};
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** ex) {
+            return attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
+                raw(q), keys, 1, values, 1, raw(pse), raw(am), raw(aq), raw(ak), raw(d1), raw(q1), raw(d2), raw(q2), raw(o2),
+                raw(as), raw(ao), raw(bt), raw(qp), raw(kp), raw(ks), raw(ko), raw(vs), raw(vo), raw(kpre), raw(vpre),
+                raw(apre), raw(qr), raw(kr), raw(krs), raw(dsq), raw(sink), numHeads, scale, preTokens, nextTokens,
+                layout.c_str(), numKeyValueHeads, sparseMode, innerPrecise, blockSize, antiquantMode, softmaxLse.has_value(),
+                keyAntiquantMode, valueAntiquantMode, queryQuantMode, raw(out), raw(lse), bytes, ex);
+        },
+        attnopsFusedInferAttentionScoreV4);
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -304,4 +353,19 @@ NB_MODULE(_C, m) {
           nb::arg("block_res"), nb::arg("proj_weight"), nb::arg("norm_weight"), nb::arg("grad_hidden_states"),
           nb::arg("inv_norm"), nb::arg("probs"), nb::arg("valid_block_num"), nb::arg("grad_partial_block"),
           nb::arg("grad_block_res"), nb::arg("grad_proj_weight"), nb::arg("grad_norm_weight"));
+    m.def("fused_infer_attention_score", &fusedInferAttentionScore, nb::arg("query"), nb::arg("key"), nb::arg("value"),
+          nb::arg("pse_shift").none(), nb::arg("atten_mask").none(), nb::arg("actual_seq_lengths").none(),
+          nb::arg("actual_seq_lengths_kv").none(), nb::arg("dequant_scale1").none(), nb::arg("quant_scale1").none(),
+          nb::arg("dequant_scale2").none(), nb::arg("quant_scale2").none(), nb::arg("quant_offset2").none(),
+          nb::arg("antiquant_scale").none(), nb::arg("antiquant_offset").none(), nb::arg("block_table").none(),
+          nb::arg("query_padding_size").none(), nb::arg("kv_padding_size").none(), nb::arg("key_antiquant_scale").none(),
+          nb::arg("key_antiquant_offset").none(), nb::arg("value_antiquant_scale").none(),
+          nb::arg("value_antiquant_offset").none(), nb::arg("key_shared_prefix").none(),
+          nb::arg("value_shared_prefix").none(), nb::arg("actual_shared_prefix_len").none(), nb::arg("query_rope").none(),
+          nb::arg("key_rope").none(), nb::arg("key_rope_antiquant_scale").none(), nb::arg("dequant_scale_query").none(),
+          nb::arg("learnable_sink").none(), nb::arg("num_heads"), nb::arg("scale"), nb::arg("pre_tokens"),
+          nb::arg("next_tokens"), nb::arg("input_layout"), nb::arg("num_key_value_heads"), nb::arg("sparse_mode"),
+          nb::arg("inner_precise"), nb::arg("block_size"), nb::arg("antiquant_mode"), nb::arg("key_antiquant_mode"),
+          nb::arg("value_antiquant_mode"), nb::arg("query_quant_mode"), nb::arg("attention_out"),
+          nb::arg("softmax_lse").none());
 }

@@ -18,8 +18,9 @@
 //     AVX-512 machine (on Zen 3 no distance, 0 to 16 KiB, made a difference).
 // Rows whose hidden stride is not 1 are gathered through the generic row conversion first.
 //
-// Every reduction over H uses four 16-lane accumulators over fixed 64-column groups, combined in
-// a fixed order, so results are the same on every run and for any thread count. The trait gives
+// Every reduction over H has a fixed order (the backward's: four 16-lane fp32 accumulators over
+// fixed 64-column groups; the forward's: one 16-lane fp64 accumulator per dot, see
+// loadWithStats), so results are the same on every run and for any thread count. The trait gives
 // every ISA the same 16 lanes (AVX2 as two 8-lane halves) and the same fused operations, so
 // stream-avx2 and stream-avx512 give the same bits.
 //
@@ -30,7 +31,9 @@
 //   zero, set1, load/store (64-byte aligned), loadu/storeu, add, mul, fmadd(a, b, c) = a*b + c
 //   and fnmadd(a, b, c) = c - a*b (both fused); loadH/storeH (unaligned); widenBf16, widenF16;
 //   narrowBf16 (to nearest even, NaN kept quiet: cpu::floatToBf16), narrowF16 (to nearest even);
-//   streamF (64-byte aligned), streamH (32-byte aligned): non-temporal stores; fence: orders them.
+//   streamF (64-byte aligned), streamH (32-byte aligned): non-temporal stores; fence: orders them;
+//   and over V::D (16 fp64 lanes): zeroD, fmaddD(a, b, c) = c + double(a) * double(b) per lane,
+//   storeD (unaligned).
 // Everything is in an anonymous namespace: each ISA's translation unit keeps its own copy.
 #pragma once
 
@@ -137,46 +140,99 @@ ATTNOPS_BAR_STREAM_INLINE typename V::F loadPadded(const float* y, int64_t e, in
     return remaining >= kW ? V::load(y + e) : load16<V>(y, e, DType::F32, remaining);
 }
 
-// x[e..e+16) = the row's elements as fp32; dz += z * x (z = nullptr: x itself), dy += y * x.
+// x[e..e+16) = the row's elements as fp32; dz += z * x, dy += y * x.
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE void loadStep(const void* src, DType dtype, const float* z, const float* y, float* x,
                                         int64_t e, int64_t remaining, typename V::F& dz, typename V::F& dy) {
     const typename V::F xv = load16<V>(src, e, dtype, remaining);
     V::store(x + e, xv);
-    dz = V::fmadd(z == nullptr ? xv : loadPadded<V>(z, e, remaining), xv, dz);
+    dz = V::fmadd(loadPadded<V>(z, e, remaining), xv, dz);
     dy = V::fmadd(loadPadded<V>(y, e, remaining), xv, dy);
 }
 
-// Loads source i of token t into x (fp32) and returns z . x (z = nullptr: sum(x^2)) and y . x in
-// one pass.
-template <class V>
-ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
-                                            const float* __restrict y, float* __restrict x, float& dotZ, float& dotY) {
+// Where source i of token t starts as a contiguous row of `dtype`; a strided hidden axis is
+// gathered into x (fp32) first.
+inline const void* sourceRow(const Sources& s, int64_t t, int64_t i, float* x, DType& dtype) {
     const View3& v = i < s.blocks ? s.blockRes : s.partial;
-    const int64_t row = i < s.blocks ? i : 0, h = s.hidden;
+    const int64_t row = i < s.blocks ? i : 0;
     const void* src = contiguousRow(v, t, row);
-    DType dtype = v.dtype;
-    if (src == nullptr) {  // strided hidden axis: gather first, then the same pass over fp32
-        cpu::loadRow(v.data, t * v.stride[0] + row * v.stride[1], v.stride[2], v.dtype, h, x);
+    dtype = v.dtype;
+    if (src == nullptr) {
+        cpu::loadRow(v.data, t * v.stride[0] + row * v.stride[1], v.stride[2], v.dtype, s.hidden, x);
         src = x;
         dtype = DType::F32;
     }
+    return src;
+}
+
+// The rows of consecutive sources (and tokens) usually follow each other in memory: keep the
+// stream kPrefetchBytes ahead of the loads (a hint; it may run past the buffer).
+ATTNOPS_BAR_STREAM_INLINE void prefetchAhead(const void* src, int64_t e, int64_t bytes) {
+    const char* ahead = static_cast<const char*>(src) + kPrefetchBytes + e * bytes;
+    for (int64_t line = 0; line < 4 * kW * bytes; line += 64) __builtin_prefetch(ahead + line, 0, 3);
+}
+
+// The backward's pass over source i of token t: loads it into x (fp32) and returns z . x and
+// y . x, reading the row once.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
+                                            const float* __restrict y, float* __restrict x, float& dotZ, float& dotY) {
+    const int64_t h = s.hidden;
+    DType dtype;
+    const void* src = sourceRow(s, t, i, x, dtype);
     // Accumulators in registers: column group q = (e / 16) % 4 goes to dz[q] and dy[q]; the
     // 64-column main loop names them so the compiler keeps them out of memory.
     typename V::F dz[4], dy[4];
     for (int q = 0; q < 4; ++q) dz[q] = dy[q] = V::zero();
     int64_t e = 0;
-    const char* ahead = static_cast<const char*>(src) + kPrefetchBytes;
     const int64_t bytes = elementBytes(dtype);
     for (; e + 4 * kW <= h; e += 4 * kW) {
-        // The rows of consecutive sources (and tokens) usually follow each other in memory: keep
-        // the stream kPrefetchBytes ahead of the loads (a hint; it may run past the buffer).
-        for (int64_t line = 0; line < 4 * kW * bytes; line += 64) __builtin_prefetch(ahead + e * bytes + line, 0, 3);
+        prefetchAhead(src, e, bytes);
         for (int q = 0; q < 4; ++q) loadStep<V>(src, dtype, z, y, x, e + q * kW, kW, dz[q], dy[q]);
     }
     for (int q = 0; e < h; e += kW, ++q) loadStep<V>(src, dtype, z, y, x, e, h - e, dz[q], dy[q]);
     dotZ = combine<V>(dz);
     dotY = combine<V>(dy);
+}
+
+// The lanes of an fp64 accumulator summed in lane order.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE double sumLanes(const typename V::D& d) {
+    double lanes[kW];
+    V::storeD(lanes, d);
+    double s = 0.0;
+    for (double x : lanes) s += x;
+    return s;
+}
+
+// The forward's pass over source i of token t: loads it into x (fp32) and returns x . x and
+// u . x accumulated in fp64 (exact products, lane j of one accumulator per dot taking columns
+// j, j + 16, ..., then the lanes in order). The softmax statistics the backward reads (probs,
+// invNorm) come from these, and its weight gradients are sensitive to them: where one source's
+// probability is near 1, dS_i = p_i (a_i - sum_j p_j a_j) turns an error of a few fp32 ulps in
+// the probabilities (what fp32 dots over H give the scores) into errors of ~2e-6 relative in
+// gradNormWeight, as large as a naive fp32 implementation's and decided by rounding luck. With
+// fp64 dots and an fp64 softmax the statistics are correctly rounded up to a fraction of an ulp,
+// and the weight gradients land ~10x below the naive fp32 error (T=3 N=9 H=130 in
+// tests/python/test_block_attention_residuals.py). The extra work (conversions and fp64 FMAs)
+// is hidden under the memory stream.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadWithStats(const Sources& s, int64_t t, int64_t i, const float* __restrict u,
+                                             float* __restrict x, double& sumSquares, double& dotU) {
+    const int64_t h = s.hidden;
+    DType dtype;
+    const void* src = sourceRow(s, t, i, x, dtype);
+    typename V::D ss = V::zeroD(), cu = V::zeroD();
+    const int64_t bytes = elementBytes(dtype);
+    for (int64_t e = 0; e < h; e += kW) {
+        if (e % (4 * kW) == 0) prefetchAhead(src, e, bytes);
+        const typename V::F xv = load16<V>(src, e, dtype, h - e);
+        V::store(x + e, xv);
+        ss = V::fmaddD(xv, xv, ss);
+        cu = V::fmaddD(loadPadded<V>(u, e, h - e), xv, cu);
+    }
+    sumSquares = sumLanes<V>(ss);
+    dotU = sumLanes<V>(cu);
 }
 
 // Stores the fp32 row x (length h) as row `row` of token t of `out`.
@@ -229,31 +285,36 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1;
     const scratch::ForwardTile sc(s, scratchBase);
-    float *acc = sc.acc, *score = sc.score, *inv = sc.inv, *decay = sc.decay, *weight = sc.weight;
-    const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
+    float *acc = sc.acc, *inv = sc.inv, *decay = sc.decay, *weight = sc.weight;
+    double* score = sc.score;
+    const double invH = h > 0 ? 1.0 / double(h) : 0.0;
     const bool stream = outputBytes(p.hidden, uint64_t(s.tokens) * uint64_t(h)) > kStreamOutputBytes;
     for (int64_t t = t0; t < t1; ++t) {
-        float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
+        // The softmax in fp64 (see loadWithStats); the accumulation of the rows in fp32.
+        double m = -std::numeric_limits<double>::infinity(), l = 0.0;
         if (!sc.cached)
             for (int64_t e = 0; e < h; e += kW) V::store(acc + e, V::zero());
         for (int64_t i = 0; i < k; ++i) {
-            float ss = 0.0f, c = 0.0f;
+            double ss = 0.0, c = 0.0;
             float* x = sc.row(i);
-            loadWithDots<V>(s, t, i, nullptr, u, x, ss, c);
-            inv[i] = 1.0f / std::sqrt(ss * invH + p.eps);
-            score[i] = inv[i] * c;
-            const float mNew = (score[i] > m || score[i] != score[i]) ? score[i] : m;
-            decay[i] = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m - mNew);
-            weight[i] = std::exp(score[i] - mNew);
+            loadWithStats<V>(s, t, i, u, x, ss, c);
+            const double r = 1.0 / std::sqrt(ss * invH + double(p.eps));
+            inv[i] = float(r);
+            score[i] = r * c;
+            const double mNew = (score[i] > m || score[i] != score[i]) ? score[i] : m;
+            const double decayI = m == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(m - mNew);
+            const double weightI = std::exp(score[i] - mNew);
+            decay[i] = float(decayI);
+            weight[i] = float(weightI);
             if (!sc.cached) {
                 const typename V::F va = V::set1(decay[i]), vw = V::set1(weight[i]);
                 for (int64_t e = 0; e < h; e += kW)
                     V::store(acc + e, V::fmadd(V::load(acc + e), va, V::mul(vw, V::load(x + e))));
             }
-            l = l * decay[i] + weight[i];
+            l = l * decayI + weightI;
             m = mNew;
         }
-        const typename V::F invL = V::set1(1.0f / l);
+        const typename V::F invL = V::set1(float(1.0 / l));
         const bool direct = sc.cached && storesDirect(p.hidden, t, 0, stream);
         for (int64_t e = 0; e < h; e += kW) {
             typename V::F a = sc.cached ? V::zero() : V::load(acc + e);
@@ -270,7 +331,7 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
         if (p.saveStats)
             for (int64_t i = 0; i < k; ++i) {
                 p.invNorm.store(t, i, 0, inv[i]);
-                p.probs.store(t, i, 0, std::exp(score[i] - m) * (1.0f / l));
+                p.probs.store(t, i, 0, float(std::exp(score[i] - m) / l));
             }
     }
     if (stream) V::fence();  // non-temporal stores are visible before the driver's join

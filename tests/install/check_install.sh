@@ -31,7 +31,8 @@ else
     "$source_dir/../../README.md" | diff -u - "$source_dir/acl/example_flash_attention_score.cpp" \
     || { echo "README's example differs from tests/install/acl/example_flash_attention_score.cpp"; exit 1; }
   for program in example_flash_attention_score test_aclnn_flash_attention_score \
-                 test_aclnn_flash_attention_score_grad test_aclnn_block_attention_residuals; do
+                 test_aclnn_flash_attention_score_grad test_aclnn_block_attention_residuals \
+                 test_aclnn_fused_infer_attention_score; do
     echo "== $program"
     "$work/build/$program"
   done

@@ -6,6 +6,7 @@
 // the argument.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -500,4 +501,181 @@ TEST(FiaDeterminism, SplitKeysSameBitsForAnyThreadCountAndImplementation) {
                 EXPECT_EQ(runBytes(p), one) << threads << " threads";
             }
         }
+}
+
+// ---------------------------------------------------------------- the other entry points
+// FusedInferAttentionScore V1-V3, PromptFlashAttention V1-V3 and IncreFlashAttention V1-V4 map their
+// arguments onto V4's (one core): each must give V4's bits on the calls it can express.
+
+namespace {
+
+using Phase2 = attnopsStatus (*)(void*, uint64_t, attnopsExecutor*, attnopsStream*);
+
+// attentionOut of the problem planned by `plan` (given the V4 arguments) and run by `phase2`.
+template <typename Plan>
+std::vector<uint8_t> outputVia(const FiaProblem& p, Plan&& plan, Phase2 phase2) {
+    FiaInstance inst(p);
+    const FiaArrays arrays(inst);
+    const attnopsTensor* kv[2];
+    const fia::Args a = fiaArgs(inst, arrays, kv);
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    const attnopsStatus st = plan(a, &ws, &exec);
+    EXPECT_EQ(launchAndWait(st, ws, exec, phase2, nullptr), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    return inst.attentionOut.bytes();
+}
+
+std::vector<uint8_t> outputV4(FiaProblem p) {
+    p.lse = false;
+    std::vector<uint8_t> bytes = runBytes(p);
+    EXPECT_TRUE(std::any_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b != 0; })) << "an all-zero output compares nothing";
+    return bytes;
+}
+
+auto fiaV1 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsFusedInferAttentionScoreGetWorkspaceSize(
+        a.query, a.key, a.keyCount, a.value, a.valueCount, a.pseShift, a.attenMask, a.actualSeqLengths, a.actualSeqLengthsKv,
+        a.deqScale1, a.quantScale1, a.deqScale2, a.quantScale2, a.quantOffset2, a.antiquantScale, a.antiquantOffset,
+        a.blockTable, a.queryPaddingSize, a.kvPaddingSize, a.numHeads, a.scaleValue, a.preTokens, a.nextTokens, a.inputLayout,
+        a.numKeyValueHeads, a.sparseMode, a.innerPrecise, a.blockSize, a.antiquantMode, false, a.attentionOut, nullptr, ws, e);
+};
+auto fiaV2 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsFusedInferAttentionScoreV2GetWorkspaceSize(
+        a.query, a.key, a.keyCount, a.value, a.valueCount, a.pseShift, a.attenMask, a.actualSeqLengths, a.actualSeqLengthsKv,
+        a.deqScale1, a.quantScale1, a.deqScale2, a.quantScale2, a.quantOffset2, a.antiquantScale, a.antiquantOffset,
+        a.blockTable, a.queryPaddingSize, a.kvPaddingSize, a.keyAntiquantScale, a.keyAntiquantOffset, a.valueAntiquantScale,
+        a.valueAntiquantOffset, a.keySharedPrefix, a.valueSharedPrefix, a.actualSharedPrefixLen, a.numHeads, a.scaleValue,
+        a.preTokens, a.nextTokens, a.inputLayout, a.numKeyValueHeads, a.sparseMode, a.innerPrecise, a.blockSize,
+        a.antiquantMode, false, a.keyAntiquantMode, a.valueAntiquantMode, a.attentionOut, nullptr, ws, e);
+};
+auto fiaV3 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsFusedInferAttentionScoreV3GetWorkspaceSize(
+        a.query, a.key, a.keyCount, a.value, a.valueCount, a.pseShift, a.attenMask, a.actualSeqLengths, a.actualSeqLengthsKv,
+        a.deqScale1, a.quantScale1, a.deqScale2, a.quantScale2, a.quantOffset2, a.antiquantScale, a.antiquantOffset,
+        a.blockTable, a.queryPaddingSize, a.kvPaddingSize, a.keyAntiquantScale, a.keyAntiquantOffset, a.valueAntiquantScale,
+        a.valueAntiquantOffset, a.keySharedPrefix, a.valueSharedPrefix, a.actualSharedPrefixLen, a.queryRope, a.keyRope,
+        a.keyRopeAntiquantScale, a.numHeads, a.scaleValue, a.preTokens, a.nextTokens, a.inputLayout, a.numKeyValueHeads,
+        a.sparseMode, a.innerPrecise, a.blockSize, a.antiquantMode, false, a.keyAntiquantMode, a.valueAntiquantMode,
+        a.attentionOut, nullptr, ws, e);
+};
+auto pfaV1 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsPromptFlashAttentionGetWorkspaceSize(a.query, a.key[0], a.value[0], a.pseShift, a.attenMask, a.actualSeqLengths,
+                                                       a.numHeads, a.scaleValue, a.preTokens, a.nextTokens, a.inputLayout,
+                                                       a.numKeyValueHeads, a.attentionOut, ws, e);
+};
+auto pfaV2 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsPromptFlashAttentionV2GetWorkspaceSize(
+        a.query, a.key[0], a.value[0], a.pseShift, a.attenMask, a.actualSeqLengths, a.actualSeqLengthsKv, a.deqScale1,
+        a.quantScale1, a.deqScale2, a.quantScale2, a.quantOffset2, a.numHeads, a.scaleValue, a.preTokens, a.nextTokens,
+        a.inputLayout, a.numKeyValueHeads, a.sparseMode, a.attentionOut, ws, e);
+};
+auto pfaV3 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsPromptFlashAttentionV3GetWorkspaceSize(
+        a.query, a.key[0], a.value[0], a.pseShift, a.attenMask, a.actualSeqLengths, a.actualSeqLengthsKv, a.deqScale1,
+        a.quantScale1, a.deqScale2, a.quantScale2, a.quantOffset2, a.numHeads, a.scaleValue, a.preTokens, a.nextTokens,
+        a.inputLayout, a.numKeyValueHeads, a.sparseMode, 2, a.attentionOut, ws, e);
+};
+// IncreFlashAttention: its actualSeqLengths are the KV lengths.
+auto ifaV1 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsIncreFlashAttentionGetWorkspaceSize(a.query, a.key, a.keyCount, a.value, a.valueCount, a.pseShift, a.attenMask,
+                                                      a.actualSeqLengthsKv, a.numHeads, a.scaleValue, a.inputLayout,
+                                                      a.numKeyValueHeads, a.attentionOut, ws, e);
+};
+auto ifaV2 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsIncreFlashAttentionV2GetWorkspaceSize(a.query, a.key, a.keyCount, a.value, a.valueCount, a.pseShift,
+                                                        a.attenMask, a.actualSeqLengthsKv, a.deqScale1, a.quantScale1,
+                                                        a.deqScale2, a.quantScale2, a.quantOffset2, a.numHeads, a.scaleValue,
+                                                        a.inputLayout, a.numKeyValueHeads, a.attentionOut, ws, e);
+};
+auto ifaV3 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsIncreFlashAttentionV3GetWorkspaceSize(
+        a.query, a.key, a.keyCount, a.value, a.valueCount, a.pseShift, a.attenMask, a.actualSeqLengthsKv, a.deqScale1,
+        a.quantScale1, a.deqScale2, a.quantScale2, a.quantOffset2, a.antiquantScale, a.antiquantOffset, a.blockTable,
+        a.numHeads, a.scaleValue, a.inputLayout, a.numKeyValueHeads, a.blockSize, 1, a.attentionOut, ws, e);
+};
+auto ifaV4 = [](const fia::Args& a, uint64_t* ws, attnopsExecutor** e) {
+    return attnopsIncreFlashAttentionV4GetWorkspaceSize(
+        a.query, a.key, a.keyCount, a.value, a.valueCount, a.pseShift, a.attenMask, a.actualSeqLengthsKv, a.deqScale1,
+        a.quantScale1, a.deqScale2, a.quantScale2, a.quantOffset2, a.antiquantScale, a.antiquantOffset, a.blockTable,
+        a.kvPaddingSize, a.numHeads, a.scaleValue, a.inputLayout, a.numKeyValueHeads, a.blockSize, 0, a.attentionOut, ws, e);
+};
+
+}  // namespace
+
+TEST(FiaEntryPoints, FusedInferAttentionScoreV1ToV3GiveV4sBits) {
+    FiaProblem tndBand = withMode(tnd({5, 0, 33}, {9, 4, 40}, 8, 2, 64), 4, 7, 3);
+    for (const FiaProblem& p : {withMode(prefill("BSH", 2, 37, 41, 8, 2, 64), 3), paged(decode("BNSD", 3, 70, 8, 1, 128), "NZ", 32),
+                                tndBand}) {
+        SCOPED_TRACE(p.describe());
+        const std::vector<uint8_t> want = outputV4(p);
+        FiaProblem noLse = p;
+        noLse.lse = false;
+        EXPECT_TRUE(outputVia(noLse, fiaV1, attnopsFusedInferAttentionScore) == want);
+        EXPECT_TRUE(outputVia(noLse, fiaV2, attnopsFusedInferAttentionScoreV2) == want);
+        EXPECT_TRUE(outputVia(noLse, fiaV3, attnopsFusedInferAttentionScoreV3) == want);
+    }
+}
+
+TEST(FiaEntryPoints, PromptFlashAttentionGivesV4sBits) {
+    FiaProblem plain = prefill("BSND", 2, 19, 23, 4, 4, 64);  // no mask, mode 0: what V1 expresses
+    plain.lse = false;
+    for (const FiaProblem& p : {plain, withMode(plain, 0, 5, 0)}) {
+        SCOPED_TRACE(p.describe());
+        EXPECT_TRUE(outputVia(p, pfaV1, attnopsPromptFlashAttention) == outputV4(p));
+    }
+    FiaProblem lengths = withMode(prefill("BNSD", 3, 33, 40, 8, 2, 64), 3);
+    lengths.qLens = {33, 1, 20};
+    lengths.kvLens = {40, 7, 0};
+    lengths.lse = false;
+    for (const FiaProblem& p : {lengths, withMode(tnd({17, 3}, {17, 30}, 4, 2, 128), 3)}) {
+        SCOPED_TRACE(p.describe());
+        FiaProblem q = p;
+        q.lse = false;
+        const std::vector<uint8_t> want = outputV4(q);
+        EXPECT_TRUE(outputVia(q, pfaV2, attnopsPromptFlashAttentionV2) == want);
+        EXPECT_TRUE(outputVia(q, pfaV3, attnopsPromptFlashAttentionV3) == want);
+    }
+}
+
+TEST(FiaEntryPoints, IncreFlashAttentionGivesV4sBits) {
+    FiaProblem contiguous = decode("BSH", 3, 50, 8, 2, 64);
+    contiguous.kvLens = {50, 1, 17};
+    contiguous.lse = false;
+    EXPECT_TRUE(outputVia(contiguous, ifaV1, attnopsIncreFlashAttention) == outputV4(contiguous));
+    EXPECT_TRUE(outputVia(contiguous, ifaV2, attnopsIncreFlashAttentionV2) == outputV4(contiguous));
+    for (const char* cache : {"BnBsH", "BnNBsD", "NZ"}) {
+        FiaProblem p = paged(decode("BNSD", 2, 100, 16, 2, 128), cache, 32);
+        p.kvLens = {100, 33};
+        p.lse = false;
+        SCOPED_TRACE(p.describe());
+        const std::vector<uint8_t> want = outputV4(p);
+        EXPECT_TRUE(outputVia(p, ifaV3, attnopsIncreFlashAttentionV3) == want);
+        EXPECT_TRUE(outputVia(p, ifaV4, attnopsIncreFlashAttentionV4) == want);
+    }
+}
+
+TEST(FiaEntryPoints, IncreFlashAttentionRulesAndNames) {
+    const auto planIfa = [](const FiaProblem& p, auto&& edit) {
+        FiaInstance inst(p);
+        const FiaArrays arrays(inst);
+        const attnopsTensor* kv[2];
+        fia::Args a = fiaArgs(inst, arrays, kv);
+        edit(a);
+        uint64_t ws = 0;
+        attnopsExecutor* exec = nullptr;
+        const attnopsStatus st = ifaV4(a, &ws, &exec);
+        Outcome o{st, attnopsGetLastErrorMessage()};
+        if (st == ATTNOPS_SUCCESS) attnopsDestroyExecutor(exec);
+        return o;
+    };
+    expectRejected(planIfa(prefill("BSH", 1, 2, 8, 4, 4, 64), [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "IncreFlashAttention decodes one token: the query's S must be 1, not 2");
+    expectRejected(planIfa(tnd({1, 1}, {4, 5}, 4, 4, 64), [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "IncreFlashAttention takes BSH, BSND or BNSD");
+    FiaProblem p = paged(decode("BNSD", 2, 64, 4, 2, 64), "BnNBsD", 16);
+    p.kvLens = {64, 3};
+    expectRejected(planIfa(p, [](fia::Args& a) { a.actualSeqLengthsKv = nullptr; }), ATTNOPS_ERROR_NULL_ARGUMENT,
+                   "actualSeqLengths = NULL: is required with a paged cache");
+    const Outcome fine = planIfa(p, [](fia::Args&) {});
+    EXPECT_EQ(fine.status, ATTNOPS_SUCCESS) << fine.message;
 }

@@ -3,6 +3,9 @@
 - torch_npu interface: :func:`npu_fusion_attention`, :func:`npu_fusion_attention_grad`
 - flash-attn 2 interface: :func:`flash_attn_func`, :func:`flash_attn_varlen_func` and the
   qkv-/kv-packed variants
+- inference attention (torch_npu): :func:`npu_fused_infer_attention_score`,
+  :func:`npu_fused_infer_attention_score_v2`, :func:`npu_incre_flash_attention`,
+  :func:`npu_prompt_flash_attention`; flash-attn's :func:`flash_attn_with_kvcache`
 - Block Attention Residuals: :func:`block_attention_residuals`,
   :func:`block_attention_residuals_backward`
 
@@ -20,6 +23,13 @@ from .flash_attn import (
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from .infer import (
+    flash_attn_with_kvcache,
+    npu_fused_infer_attention_score,
+    npu_fused_infer_attention_score_v2,
+    npu_incre_flash_attention,
+    npu_prompt_flash_attention,
+)
 from .npu import npu_fusion_attention, npu_fusion_attention_grad, npu_gen_drop_mask
 
 __all__ = [
@@ -32,6 +42,11 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
+    "npu_fused_infer_attention_score",
+    "npu_fused_infer_attention_score_v2",
+    "npu_incre_flash_attention",
+    "npu_prompt_flash_attention",
     "npu_fusion_attention",
     "npu_fusion_attention_grad",
     "npu_gen_drop_mask",

@@ -65,6 +65,26 @@ struct Avx2 {
     }
     ATTNOPS_AVX2_FN void fence() { _mm_sfence(); }
 
+    // 16 fp64 lanes (four ymm), lane j holding what fp32 lane j feeds: c + a * b with the product
+    // exact (two fp32 values multiply exactly in fp64) and one fp64 rounding.
+    struct D {
+        __m256d q[4];
+    };
+    ATTNOPS_AVX2_FN D zeroD() { return {{_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()}}; }
+    ATTNOPS_AVX2_FN D fmaddD(F a, F b, D c) {
+        const __m256 ah[2] = {a.lo, a.hi}, bh[2] = {b.lo, b.hi};
+        for (int j = 0; j < 2; ++j) {
+            const __m256d a0 = _mm256_cvtps_pd(_mm256_castps256_ps128(ah[j])), a1 = _mm256_cvtps_pd(_mm256_extractf128_ps(ah[j], 1));
+            const __m256d b0 = _mm256_cvtps_pd(_mm256_castps256_ps128(bh[j])), b1 = _mm256_cvtps_pd(_mm256_extractf128_ps(bh[j], 1));
+            c.q[2 * j] = _mm256_fmadd_pd(a0, b0, c.q[2 * j]);
+            c.q[2 * j + 1] = _mm256_fmadd_pd(a1, b1, c.q[2 * j + 1]);
+        }
+        return c;
+    }
+    ATTNOPS_AVX2_FN void storeD(double* p, D v) {
+        for (int j = 0; j < 4; ++j) _mm256_storeu_pd(p + 4 * j, v.q[j]);
+    }
+
 private:
     // The bf16 bits of 8 floats, one per 32-bit lane (the high half is 0).
     ATTNOPS_AVX2_FN __m256i bf16Bits(__m256 v) {

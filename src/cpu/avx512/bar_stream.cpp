@@ -56,6 +56,23 @@ struct Avx512 {
     }
     ATTNOPS_AVX512_FN H narrowF16(F v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
     ATTNOPS_AVX512_FN void fence() { _mm_sfence(); }
+
+    // 16 fp64 lanes (two zmm), lane j holding what fp32 lane j feeds: c + a * b with the product
+    // exact (two fp32 values multiply exactly in fp64) and one fp64 rounding.
+    struct D {
+        __m512d q[2];
+    };
+    ATTNOPS_AVX512_FN D zeroD() { return {{_mm512_setzero_pd(), _mm512_setzero_pd()}}; }
+    ATTNOPS_AVX512_FN D fmaddD(F a, F b, D c) {
+        const __m512d a0 = _mm512_cvtps_pd(_mm512_castps512_ps256(a)), b0 = _mm512_cvtps_pd(_mm512_castps512_ps256(b));
+        const __m512d a1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+        const __m512d b1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1)));
+        return {{_mm512_fmadd_pd(a0, b0, c.q[0]), _mm512_fmadd_pd(a1, b1, c.q[1])}};
+    }
+    ATTNOPS_AVX512_FN void storeD(double* p, D v) {
+        _mm512_storeu_pd(p, v.q[0]);
+        _mm512_storeu_pd(p + 8, v.q[1]);
+    }
 };
 
 bool hasAvx512() {

@@ -2,7 +2,6 @@
 // sum over rows in a fixed order; nothing depends on which thread ran what.
 #include "ops/flash_attention_score/backward.hpp"
 
-#include "core/error.hpp"
 
 namespace attnops::fa {
 
@@ -50,10 +49,7 @@ void zeroTails(const BackwardParams& bp) {
 }  // namespace
 
 void runBackward(const BackwardParams& bp, const BackwardPlan& plan, void* workspace, ThreadPool& pool) {
-    if (pool.size() > plan.threads)
-        runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
-                     "after attnopsSetDeviceThreads",
-                     pool.size(), plan.threads);
+    pool.requirePlannedFor(plan.threads);
     const ForwardParams& p = bp.fwd;
     auto scratchOf = [&](int worker) { return static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker); };
     pool.parallelFor(plan.keyUnits.chunks(), [&](int64_t c, int worker) {

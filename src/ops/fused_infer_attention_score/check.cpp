@@ -274,6 +274,8 @@ Params checkForward(const Args& a, int32_t device) {
     // 2. Layout, dtypes, heads and head dims (spec 4, 11, 12).
     const fa::Layout layout = parseLayout(a.inputLayout);
     p.layout = layout;
+    if (a.entry == Entry::IncreFlashAttention && layout == fa::Layout::TND)
+        invalidArgument("inputLayout", a.inputLayout, "IncreFlashAttention takes BSH, BSND or BNSD (spec 13.3)");
     c.varlen = layout == fa::Layout::TND;
     const std::string rankWhy = fmt::format("inputLayout {}", fa::layoutName(layout));
     requireRank(q, "query", fa::rankOf(layout), rankWhy);
@@ -296,6 +298,8 @@ Params checkForward(const Args& a, int32_t device) {
     s.batch = dq.b;
     s.qS = dq.s;
     s.d = dq.d;
+    if (a.entry == Entry::IncreFlashAttention && s.qS != 1)
+        invalidArgument("query.shape", shapeString(q), "IncreFlashAttention decodes one token: the query's S must be 1, not {}", s.qS);
     if (s.d > kMaxHeadDim) invalidArgument("query.shape", shapeString(q), "head dim D = {} must be <= {}", s.d, kMaxHeadDim);
     if (s.d < 1) invalidArgument("query.shape", shapeString(q), "head dim D must be >= 1");
 
@@ -392,12 +396,12 @@ Params checkForward(const Args& a, int32_t device) {
 
     // 5. Actual sequence lengths (spec 7).
     const attnopsIntArray* qLens = liveIntArrayOrNull(a.actualSeqLengths, "actualSeqLengths");
-    const attnopsIntArray* kvLens = liveIntArrayOrNull(a.actualSeqLengthsKv, "actualSeqLengthsKv");
+    const attnopsIntArray* kvLens = liveIntArrayOrNull(a.actualSeqLengthsKv, a.kvLengthsName);
     fa::Sequences& seq = c.seq;
-    if (p.table.data && !kvLens) nullArgument("actualSeqLengthsKv", "is required with a paged cache (blockTable)");
+    if (p.table.data && !kvLens) nullArgument(a.kvLengthsName, "is required with a paged cache (blockTable)");
     if (c.varlen) {
         if (!qLens) nullArgument("actualSeqLengths", "is required with inputLayout TND");
-        if (!kvLens) nullArgument("actualSeqLengthsKv", "is required with inputLayout TND");
+        if (!kvLens) nullArgument(a.kvLengthsName, "is required with inputLayout TND");
         if (kvLens->values.size() != qLens->values.size())
             invalidArgument("actualSeqLengthsKv.size", kvLens->values.size(), "must equal actualSeqLengths.size = {} (one entry per batch)",
                             qLens->values.size());
@@ -406,7 +410,7 @@ Params checkForward(const Args& a, int32_t device) {
         if (p.table.data) {
             if (table->shape[0] != s.batch)
                 invalidArgument("blockTable.shape", shapeString(*table), "must have B = {} rows (one per actualSeqLengths entry)", s.batch);
-            seq.kvLen = perBatch(kvLens, "actualSeqLengthsKv", s.batch, 0, s.kvS, "per-batch lengths with a paged cache, <= maxBlocksPerSeq*blockSize");
+            seq.kvLen = perBatch(kvLens, a.kvLengthsName, s.batch, 0, s.kvS, "per-batch lengths with a paged cache, <= maxBlocksPerSeq*blockSize");
             seq.kvStart.assign(size_t(s.batch), 0);
         } else {
             const Dims dk = dimsOf(k, layout, s.n2, "key");
@@ -417,7 +421,7 @@ Params checkForward(const Args& a, int32_t device) {
         p.decode = s.qS == 1;
         seq.qLen = p.decode ? std::vector<int64_t>(size_t(s.batch), 1)
                             : perBatch(qLens, "actualSeqLengths", s.batch, s.qS, s.qS, "the query's S");
-        seq.kvLen = perBatch(kvLens, "actualSeqLengthsKv", s.batch, s.kvS, s.kvS,
+        seq.kvLen = perBatch(kvLens, a.kvLengthsName, s.batch, s.kvS, s.kvS,
                              p.table.data ? "maxBlocksPerSeq*blockSize of the block table" : "the key's S");
         seq.qStart.assign(size_t(s.batch), 0);
         seq.kvStart.assign(size_t(s.batch), 0);
@@ -438,8 +442,8 @@ Params checkForward(const Args& a, int32_t device) {
                 const int64_t id = p.table.entry(b, j);
                 if (id < 0 || id >= blockNum)
                     invalidArgument(fmt::format("blockTable[{}][{}]", b, j), id,
-                                    "block id must be in [0, blockNum = {}) (entry {} of {} read for actualSeqLengthsKv[{}] = {})", blockNum,
-                                    j, used, b, seq.kvLen[size_t(b)]);
+                                    "block id must be in [0, blockNum = {}) (entry {} of {} read for {}[{}] = {})", blockNum, j, used,
+                                    a.kvLengthsName, b, seq.kvLen[size_t(b)]);
             }
         }
     }

@@ -10,8 +10,16 @@
 
 namespace attnops::fia {
 
+// The entry point that received the call: PromptFlashAttention and IncreFlashAttention map their
+// arguments onto FusedInferAttentionScore's (one core, spec section A) and add their own rules.
+enum class Entry { FusedInferAttentionScore, PromptFlashAttention, IncreFlashAttention };
+
 // The V4 API arguments, unpacked and untouched.
 struct Args {
+    Entry entry = Entry::FusedInferAttentionScore;
+    // The name the caller's API gives the KV lengths (IncreFlashAttention: actualSeqLengths), for
+    // messages.
+    const char* kvLengthsName = "actualSeqLengthsKv";
     const attnopsTensor* query = nullptr;
     const attnopsTensor* const* key = nullptr;
     uint64_t keyCount = 0;

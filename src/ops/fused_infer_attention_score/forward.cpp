@@ -9,7 +9,6 @@
 #include <limits>
 #include <vector>
 
-#include "core/error.hpp"
 
 namespace attnops::fia {
 
@@ -89,10 +88,7 @@ void mergeSplits(const Params& p, const Plan& plan, int64_t b, int64_t n2, const
 }  // namespace
 
 void runForward(const Params& p, const Plan& plan, void* workspace, ThreadPool& pool) {
-    if (pool.size() > plan.threads)
-        runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
-                     "after attnopsSetDeviceThreads",
-                     pool.size(), plan.threads);
+    pool.requirePlannedFor(plan.threads);
     float* partialArea = reinterpret_cast<float*>(static_cast<char*>(workspace) + plan.partialOffset);
     pool.parallelFor(plan.units.chunks(), [&](int64_t c, int worker) {
         void* scratch = static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker);

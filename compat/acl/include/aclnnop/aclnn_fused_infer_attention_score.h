@@ -1,0 +1,32 @@
+/* attnops aclnn compatibility: FusedInferAttentionScore. Mapped onto attnopsFusedInferAttentionScore*GetWorkspaceSize
+ * (include/attnops/fused_infer_attention_score.h), the key/value lists onto arrays of attnops tensors. */
+#ifndef ATTNOPS_COMPAT_ACLNN_FUSED_INFER_ATTENTION_SCORE_H
+#define ATTNOPS_COMPAT_ACLNN_FUSED_INFER_ATTENTION_SCORE_H
+
+#include <stdbool.h>
+
+#include "aclnn/aclnn_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+ACLNN_API aclnnStatus aclnnFusedInferAttentionScoreGetWorkspaceSize(
+    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
+    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
+    const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
+    const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
+    const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
+    const aclTensor* antiquantOffsetOptional, const aclTensor* blockTableOptional,
+    const aclTensor* queryPaddingSizeOptional, const aclTensor* kvPaddingSizeOptional, int64_t numHeads,
+    double scaleValue, int64_t preTokens, int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
+    int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
+    const aclTensor* attentionOut, const aclTensor* softmaxLse, uint64_t* workspaceSize, aclOpExecutor** executor);
+ACLNN_API aclnnStatus aclnnFusedInferAttentionScore(void* workspace, uint64_t workspaceSize, aclOpExecutor* executor,
+                                                    aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
