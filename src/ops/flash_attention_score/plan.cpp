@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "cpu/bf16_path.hpp"
+#include "ops/common/choose_kernel.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
 namespace attnops::fa {
@@ -36,28 +37,6 @@ bool passedOver(const ForwardKernel& k, const ForwardParams&, const PlatformInfo
 bool passedOver(const BackwardKernel& k, const BackwardParams& bp, const PlatformInfo& info) {
     if (k.runHeadUnit != nullptr && bp.fwd.seq.count * bp.fwd.n2 < int64_t(info.usableCores)) return true;
     return k.forceOnly || (&k == &backwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
-}
-
-// The first entry of `list` that runs here, accepts the problem and is not passed over, or the
-// one ATTNOPS_FORCE_IMPL names.
-template <typename Kernel, typename Params>
-const Kernel& chooseKernel(const std::vector<const Kernel*>& list, const Params& p, const PlatformInfo& info,
-                           const std::string& forced, const char* op) {
-    if (!forced.empty()) {
-        for (const Kernel* k : list)
-            if (forced == k->name) {
-                if (!k->available())
-                    fail(ATTNOPS_ERROR_UNSUPPORTED_HARDWARE, fmt::format("ATTNOPS_FORCE_IMPL = {}: this CPU cannot run it", forced));
-                if (!k->accepts(p)) unsupported("ATTNOPS_FORCE_IMPL = {}: the implementation does not accept this problem", forced);
-                return *k;
-            }
-        std::string names;
-        for (const Kernel* k : list) names += std::string(names.empty() ? "" : ", ") + k->name;
-        invalidArgument("ATTNOPS_FORCE_IMPL", forced, "is not a {} implementation ({})", op, names);
-    }
-    for (const Kernel* k : list)
-        if (k->available() && k->accepts(p) && !passedOver(*k, p, info)) return *k;
-    internalError("no {} kernel accepted the problem", op);
 }
 
 // Cost of query rows [q0, q1) of sequence b against the keys they may attend.
@@ -152,7 +131,8 @@ std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::s
 ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const PlatformInfo& info,
                             const std::string& forcedKernel) {
     ForwardPlan plan;
-    plan.kernel = &chooseKernel(forwardKernels(), p, info, forcedKernel, "FlashAttentionScore");
+    plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FlashAttentionScore",
+                                 [&](const ForwardKernel& k) { return passedOver(k, p, info); });
     plan.tile = plan.kernel->tile(p, info);
     plan.threads = std::max(1, threads);
     plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
@@ -171,7 +151,8 @@ BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const P
                               const std::string& forcedKernel) {
     const ForwardParams& p = bp.fwd;
     BackwardPlan plan;
-    plan.kernel = &chooseKernel(backwardKernels(), bp, info, forcedKernel, "FlashAttentionScoreGrad");
+    plan.kernel = &chooseKernel(backwardKernels(), bp, forcedKernel, "FlashAttentionScoreGrad",
+                                 [&](const BackwardKernel& k) { return passedOver(k, bp, info); });
     plan.tile = plan.kernel->tile(bp, info);
     plan.threads = std::max(1, threads);
     plan.scratchPerThread = (plan.kernel->scratchBytes(bp, plan.tile) + 63) / 64 * 64;
