@@ -8,6 +8,9 @@ Runs `attnops bench --json` for the chosen workloads, then the same workloads th
     (slice, SDPA, concatenate); its backward is one autograd call over that loop's graph.
   - Block Attention Residuals in its PyTorch form: stack the sources, RMSNorm, einsum with the
     projection, softmax over the sources, einsum with the values.
+  - a paged decode step (FusedInferAttentionScore decode workloads) the way a PyTorch user
+    writes it: gather the pages of every request through the block table, dequantise an int8
+    cache with its per-channel scales, then SDPA of the one query row against the gathered keys.
 Both sides time the same thing: the forward call, or the backward call alone (PyTorch: autograd
 over a graph built once, attnops: FlashAttentionScoreGrad given the forward's outputs), median of
 repeated runs after a warm-up, with the same number of threads.
@@ -99,6 +102,8 @@ class TorchCase:
         self.rand = lambda *shape: (torch.rand(*shape, generator=g) * 2 - 1).to(self.dtype)
         if problem["op"] == "block-attention-residuals":
             self._build_bar()
+        elif problem["op"] == "fused-infer-attention-decode":
+            self._build_decode(g)
         else:
             self._build_attention()
 
@@ -151,9 +156,45 @@ class TorchCase:
         probs = torch.softmax(logits.float(), dim=-1).to(sources.dtype)
         return torch.einsum("tk,tkh->th", probs, sources)
 
+    # ---- paged decode: a BnNBsD cache (blocks, KV_N, block size, D) in shuffled physical order
+    def _build_decode(self, g):
+        p, torch = self.p, self.torch
+        b, n1, n2, d, bs = p["batch"], p["heads"], p["kvHeads"], p["dim"], p["blockSize"]
+        self.context = p["kvLens"][0]  # the decode workloads give every request the same context
+        assert all(length == self.context for length in p["kvLens"])
+        per_request = -(-self.context // bs)
+        blocks = b * per_request
+        self.table = torch.randperm(blocks, generator=g).reshape(b, per_request)
+        self.int8 = p["kvDtype"] == "int8"
+        if self.int8:
+            cache = lambda: torch.randint(-127, 128, (blocks, n2, bs, d), dtype=torch.int8, generator=g)
+            self.k_scale, self.v_scale = self.rand(1, n2, 1, d) * 0.01, self.rand(1, n2, 1, d) * 0.01
+        else:
+            cache = lambda: self.rand(blocks, n2, bs, d)
+        self.k_cache, self.v_cache = cache(), cache()
+        self.q = self.rand(b, n1, 1, d)
+        self.scale = 1.0 / math.sqrt(d)
+
+    def _gather(self, cache, scale):
+        b, per_request = self.table.shape
+        pages = cache[self.table]  # (B, blocks per request, KV_N, block size, D)
+        x = pages.permute(0, 2, 1, 3, 4).reshape(b, cache.shape[1], per_request * cache.shape[2], cache.shape[3])
+        x = x[:, :, :self.context]
+        return (x.to(self.dtype) * scale) if self.int8 else x
+
+    def _decode(self):
+        k = self._gather(self.k_cache, self.k_scale if self.int8 else None)
+        v = self._gather(self.v_cache, self.v_scale if self.int8 else None)
+        F = self.torch.nn.functional
+        return F.scaled_dot_product_attention(self.q, k, v, scale=self.scale, enable_gqa=True)
+
     # ---- timing entry points
     def _run(self):
-        return self._bar() if self.p["op"] == "block-attention-residuals" else self._attention()
+        if self.p["op"] == "block-attention-residuals":
+            return self._bar()
+        if self.p["op"] == "fused-infer-attention-decode":
+            return self._decode()
+        return self._attention()
 
     def forward(self):
         with self.torch.no_grad():

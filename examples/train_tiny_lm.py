@@ -11,6 +11,9 @@ The text is the source code of Python's own standard library (no download). Mode
     python examples/train_tiny_lm.py --impl torch     # the same model in plain PyTorch
     python examples/train_tiny_lm.py --compare 20     # both from the same initialisation and data:
                                                       # losses side by side, time per step, speed-up
+    torchrun --nproc_per_node W examples/train_tiny_lm.py --context-parallel W
+                                                      # context parallelism over W processes (gloo):
+                                                      # every document sharded over the ranks
 
 Plain PyTorch has no packed variable-length attention, so its attention takes the usual route:
 one [T,T] score matrix per head with a block-diagonal causal mask. Block Attention Residuals in
@@ -62,12 +65,14 @@ def load_corpus(max_bytes: int = 3_000_000) -> list[bytes]:
     return docs
 
 
-def sample_batch(docs: list[bytes], tokens: int, rng: random.Random, min_len=24, max_len=320):
-    """A packed batch: inputs and targets [T] plus the document lengths (each a causal sequence)."""
+def sample_batch(docs: list[bytes], tokens: int, rng: random.Random, min_len=24, max_len=320, multiple=1):
+    """A packed batch: inputs and targets [T] plus the document lengths (each a causal sequence),
+    every length a multiple of `multiple` (tokens must be one too)."""
     xs, ys, lens = [], [], []
     left = tokens
     while left > 0:
         n = min(rng.randint(min_len, max_len), left)
+        n -= n % multiple
         doc = docs[rng.randrange(len(docs))]
         start = rng.randrange(len(doc) - n - 1)
         chunk = doc[start:start + n + 1]
@@ -127,6 +132,7 @@ class Attention(torch.nn.Module):
     def __init__(self, dim, heads, fused):
         super().__init__()
         self.heads, self.fused = heads, fused
+        self.context_parallel = False  # True: x holds this rank's share of every document
         self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
         self.out = torch.nn.Linear(dim, dim, bias=False)
 
@@ -134,7 +140,11 @@ class Attention(torch.nn.Module):
         t, dim = x.shape
         d = dim // self.heads
         q, k, v = self.qkv(x).view(t, 3, self.heads, d).unbind(1)  # strided views, read in place
-        if self.fused:
+        if self.context_parallel:  # cu: the global document lengths; all-gather K/V
+            a = at.cp.npu_fusion_attention(q, k, v, self.heads, "TND", scale=1 / math.sqrt(d), atten_mask=CAUSAL,
+                                           sparse_mode=3, actual_seq_qlen=cu, actual_seq_kvlen=cu,
+                                           comm="allgather")[0]
+        elif self.fused:
             a = at.npu_fusion_attention(q, k, v, self.heads, "TND", scale=1 / math.sqrt(d), atten_mask=CAUSAL,
                                         sparse_mode=3, actual_seq_qlen=cu, actual_seq_kvlen=cu)[0]
         else:
@@ -155,10 +165,14 @@ class TinyLM(torch.nn.Module):
         self.res = torch.nn.ModuleList(Residuals(dim, fused) for _ in range(2 * layers + 1))
         self.head = torch.nn.Linear(dim, 256, bias=False)
 
-    def forward(self, tokens, lens):
+    def forward(self, tokens, lens, shard=None):
+        """tokens [T]; with `shard` (context parallelism) tokens are this rank's share and shard
+        maps a global per-token tensor to it."""
         cu = torch.tensor(lens).cumsum(0).tolist()
         starts = torch.repeat_interleave(torch.tensor([0] + cu[:-1]), torch.tensor(lens))
-        pos = torch.arange(tokens.shape[0]) - starts
+        pos = torch.arange(sum(lens)) - starts
+        if shard is not None:
+            pos = shard(pos)
         blocks, partial = [self.embed(tokens) + self.position(pos)], None
         for i in range(len(self.attn)):
             for j, sub in enumerate((self.attn[i], self.mlp[i])):
@@ -227,6 +241,60 @@ def compare(args, docs):
           f"-> {med[1] / med[0]:.2f}x faster with attnops ({args.tokens} tokens, {torch.get_num_threads()} threads)")
 
 
+# Document lengths are multiples of this under --context-parallel, so that the same batches run at
+# W = 1, 2, 3, 4 (zigzag needs every length divisible by 2W).
+CP_MULTIPLE = 24
+
+
+def train_context_parallel(args, docs):
+    """The attnops model under torchrun with W processes: every document sharded over the ranks
+    (zigzag), attention by attnops.torch.cp (all-gather K/V), the rest per token. The loss is
+    the mean over all tokens and the parameter gradients are summed over the ranks, so every
+    rank takes the single-process run's steps (up to rounding)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world != args.context_parallel:
+        raise SystemExit(f"--context-parallel {args.context_parallel}: launched with {world} processes "
+                         f"(torchrun --nproc_per_node {args.context_parallel})")
+    threads = max(1, (os.cpu_count() or 1) // world)
+    torch.set_num_threads(threads)
+    import attnops
+    attnops.set_threads(threads)
+    model = make_model(True, args.seed)  # the same initialisation on every rank
+    for m in model.attn:
+        m.context_parallel = True
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    rng = random.Random(args.seed)  # the same batches on every rank
+    tokens = args.tokens - args.tokens % CP_MULTIPLE
+    if rank == 0:
+        print(f"context parallel over {world} processes ({threads} threads each): {tokens} tokens per step, "
+              f"documents of multiples of {CP_MULTIPLE} bytes")
+    start = time.perf_counter()
+    for i in range(1, args.steps + 1):
+        x, y, lens = sample_batch(docs, tokens, rng, multiple=CP_MULTIPLE)
+        cu = torch.tensor(lens).cumsum(0).tolist()
+
+        def shard(t):
+            return at.cp.shard(t, seq_dim=0, cu_seqlens=cu)
+
+        logits = model(shard(x), lens, shard)
+        loss = F.cross_entropy(logits, shard(y), reduction="sum") / tokens
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for p_ in model.parameters():
+            if p_.grad is not None:  # (unused parameters are unused on every rank)
+                dist.all_reduce(p_.grad)
+        opt.step()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        if rank == 0 and (i == 1 or i % args.every == 0 or i == args.steps):
+            print(f"step {i:4d}  loss {total.item():.6f}  {(time.perf_counter() - start) / i * 1000:.0f} ms/step",
+                  flush=True)
+    dist.destroy_process_group()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", choices=["attnops", "torch"], default="attnops")
@@ -237,8 +305,13 @@ def main():
     p.add_argument("--every", type=int, default=25, help="print every this many steps")
     p.add_argument("--compare", type=int, default=0, metavar="STEPS",
                    help="train attnops and plain-PyTorch models side by side for STEPS steps")
+    p.add_argument("--context-parallel", type=int, default=0, metavar="W",
+                   help="run under torchrun with W processes, every document sharded over them")
     args = p.parse_args()
     docs = load_corpus()
+    if args.context_parallel:
+        train_context_parallel(args, docs)
+        return
     print(f"corpus: {len(docs)} files of Python's standard library, {sum(map(len, docs)) / 1e6:.1f} MB")
     if args.compare:
         compare(args, docs)

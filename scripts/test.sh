@@ -5,8 +5,8 @@
 #   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer included),
 #      warnings as errors: the suite again without `large` (this is also the clang warning check).
 #   3. clang with ThreadSanitizer: the runtime, fault and concurrency tests (reduced iterations).
-#   4. libFuzzer (clang, ASan+UBSan) over the FlashAttentionScore, FlashAttentionScoreGrad and
-#      BlockAttentionResiduals APIs for a bounded time each (ATTNOPS_FUZZ_SECONDS, default 40).
+#   4. libFuzzer (clang, ASan+UBSan) over the FlashAttentionScore, FlashAttentionScoreGrad,
+#      BlockAttentionResiduals and inference-family (FIA V4, PFA V3, IFA V4) APIs for a bounded time each (ATTNOPS_FUZZ_SECONDS, default 40).
 #   5. The Python package (pip install .) and its pytest suite (tests/python).
 # Set ATTNOPS_TEST_QUICK=1 to run step 1 only.
 set -euo pipefail
@@ -56,8 +56,8 @@ ctest --no-tests=error --test-dir build-tsan --output-on-failure -j "$jobs" --ti
 stamp "libFuzzer build"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNOPS_SANITIZE=address,undefined \
   -DATTNOPS_BUILD_FUZZERS=ON -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_CLI=OFF -DATTNOPS_BUILD_ACL=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz fa_backward_fuzz bar_fuzz
-for target in fa_forward_fuzz fa_backward_fuzz bar_fuzz; do
+cmake --build build-fuzz -j "$jobs" --target fa_forward_fuzz fa_backward_fuzz bar_fuzz fia_fuzz
+for target in fa_forward_fuzz fa_backward_fuzz bar_fuzz fia_fuzz; do
   stamp "libFuzzer: $target, ${ATTNOPS_FUZZ_SECONDS:-40} s"
   corpus=$(mktemp -d)
   status=0
@@ -85,6 +85,9 @@ if ! "$py" -c "import torch, numpy, pytest, nanobind, scikit_build_core" 2>/dev/
   "$py" -c "import torch" 2>/dev/null || "$py" -m pip install -q torch
 fi
 "$py" -m pip install -q --no-build-isolation .
+# ring-flash-attention, a real context-parallel client, runs on attnops as its flash-attn backend
+# in tests/python/test_ring_flash_attn_compat.py (--no-deps: it would pull the CUDA flash-attn).
+"$py" -m pip show -q ring-flash-attn >/dev/null 2>&1 || "$py" -m pip install -q --no-deps ring-flash-attn
 stamp "Python package: pytest"
 "$py" -m pytest tests/python -q -p no:cacheprovider
 stamp "all test configurations passed"

@@ -25,8 +25,9 @@ attnopsStatus plan(const fia::Args& a, uint64_t* workspaceSize, attnopsExecutor*
         Device& device = Runtime::get().currentDevice();
         fia::Params params = fia::checkForward(a, device.index());
         const int32_t threads = device.threads();
-        auto plan = device.planCache().getOrMake<fia::Plan>("fia.forward|" + fia::planKey(params, threads),
-                                                            [&] { return fia::makePlan(params, threads); });
+        const std::string forced = envString("ATTNOPS_FORCE_IMPL");
+        auto plan = device.planCache().getOrMake<fia::Plan>("fia.forward|" + fia::planKey(params, threads, forced),
+                                                            [&] { return fia::makePlan(params, threads, forced); });
         auto exec = std::make_unique<fia::Executor>(std::move(params), std::move(plan));
         exec->device = device.index();
         *workspaceSize = exec->workspaceBytes;

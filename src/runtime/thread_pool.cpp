@@ -1,6 +1,8 @@
 // Fork-join thread pool.
 #include "runtime/thread_pool.hpp"
 
+#include "core/error.hpp"
+
 namespace attnops {
 
 ThreadPool::ThreadPool(int threads) {
@@ -13,6 +15,13 @@ ThreadPool::ThreadPool(int threads) {
 }
 
 ThreadPool::~ThreadPool() { stopWorkers(); }
+
+void ThreadPool::requirePlannedFor(int planned) const {
+    if (size() > planned)
+        runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
+                     "after attnopsSetDeviceThreads",
+                     size(), planned);
+}
 
 void ThreadPool::stopWorkers() {
     {

@@ -21,6 +21,11 @@ public:
 
     int size() const { return int(workers_.size()) + 1; }
 
+    // A plan gives each of `planned` threads its own scratch: running it on more threads would
+    // share scratch, so that is a runtime error telling the caller to plan again (the device's
+    // thread count changed between the two phases).
+    void requirePlannedFor(int planned) const;
+
     // Calls body(i, worker) for every i in [0, n); `worker` in [0, size()) identifies the thread
     // (for per-thread scratch). Items are claimed dynamically, so which thread runs an item varies:
     // bodies must write results that depend on i alone. The first exception is rethrown here.

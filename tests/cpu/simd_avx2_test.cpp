@@ -1,5 +1,6 @@
 // The AVX2 instances of the generic building blocks (cpu/simd/microkernels.hpp) against scalar
-// definitions: fp16 widening and the GEMM bitwise, the band per lane exactly, exp to 2 ulp.
+// definitions: fp16 widening and the GEMM bitwise, the band per lane exactly, exp to 2 ulp; the
+// decode kernel's loads (bf16, int8), probability rounding and lane sums.
 // Skipped on CPUs without AVX2, FMA and F16C.
 #include "cpu/avx2/simd_avx2.hpp"
 
@@ -38,6 +39,19 @@ ATTNOPS_AVX2_FN void keptLanes(const attnops::fa::SeqRule& rule, int64_t skv, in
     const simd::BandLanes<Avx2> band = simd::bandLanes<Avx2>(rule, skv);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(rowsOut), simd::keptRows<Avx2>(band, key, row0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(keysOut), simd::keptKeys<Avx2>(band, key, row0));
+}
+
+ATTNOPS_AVX2_FN void loadBf16Lanes(const uint16_t* src, float* dst) { Avx2::store(dst, Avx2::loadBf16(src)); }
+ATTNOPS_AVX2_FN void loadInt8Lanes(const int8_t* src, float* dst) { Avx2::store(dst, Avx2::loadInt8(src)); }
+ATTNOPS_AVX2_FN void roundLanes(const float* x, float* bf16, float* half) {
+    Avx2::store(bf16, Avx2::roundBf16(Avx2::load(x)));
+    Avx2::store(half, Avx2::roundHalf(Avx2::load(x)));
+}
+ATTNOPS_AVX2_FN void sumLanes(const float* x, float* sums8, float* sum0) {
+    Avx2::Vec v[8];
+    for (int i = 0; i < 8; ++i) v[i] = Avx2::load(x + 8 * i);
+    Avx2::sum8(v, sums8);
+    *sum0 = Avx2::sumLanes(v[0]);
 }
 
 float bitsOf(uint32_t u) {
@@ -144,3 +158,38 @@ TEST(SimdAvx2, ExpIsWithinTwoUlpAndHandlesSpecialValues) {
 }
 
 }  // namespace
+
+TEST(SimdAvx2, DecodeLoadsRoundingAndLaneSums) {
+    SKIP_WITHOUT_AVX2();
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> prob(0.0f, 1.0f);
+    for (int trial = 0; trial < 2000; ++trial) {
+        uint16_t b[8];
+        int8_t q[8];
+        float x[8], wide[8], ints[8], bf16[8], half[8];
+        for (int l = 0; l < 8; ++l) {
+            b[l] = uint16_t(rng());
+            q[l] = int8_t(rng());
+            x[l] = trial % 2 ? prob(rng) : std::ldexp(prob(rng), -int(rng() % 30));  // probabilities, tiny ones too
+        }
+        loadBf16Lanes(b, wide);
+        loadInt8Lanes(q, ints);
+        roundLanes(x, bf16, half);
+        for (int l = 0; l < 8; ++l) {
+            const float expect = attnops::bf16ToFloat(b[l]);
+            EXPECT_TRUE(std::memcmp(&expect, &wide[l], sizeof expect) == 0) << b[l];
+            EXPECT_EQ(ints[l], float(q[l]));
+            EXPECT_EQ(bf16[l], attnops::roundTo(attnops::DType::BF16, x[l])) << x[l];
+            EXPECT_EQ(half[l], attnops::roundTo(attnops::DType::F16, x[l])) << x[l];
+        }
+    }
+    float m[64], sums[8], first = 0.0f;
+    for (int i = 0; i < 64; ++i) m[i] = float(i % 8 == 3 ? i : -i) * 0.25f;  // exact in fp32: order-free
+    sumLanes(m, sums, &first);
+    for (int i = 0; i < 8; ++i) {
+        float expect = 0.0f;
+        for (int l = 0; l < 8; ++l) expect += m[8 * i + l];
+        EXPECT_EQ(sums[i], expect) << i;
+    }
+    EXPECT_EQ(first, sums[0]);
+}

@@ -13,23 +13,10 @@
 namespace {
 
 using attnops::fuzz::Bytes;
+using attnops::fuzz::execute;
 using attnops::fuzz::FuzzTensor;
 
 const attnopsDataType kTypes[] = {ATTNOPS_FLOAT32, ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_UINT8};
-
-attnopsStatus execute(attnopsStatus planned, uint64_t ws, attnopsExecutor* exec,
-                      attnopsStatus (*run)(void*, uint64_t, attnopsExecutor*, attnopsStream*)) {
-    if (planned != ATTNOPS_SUCCESS) return planned;
-    void* workspace = nullptr;
-    if (ws > 0 && attnopsMalloc(ws, &workspace) != ATTNOPS_SUCCESS) {
-        attnopsDestroyExecutor(exec);
-        return ATTNOPS_ERROR_OUT_OF_MEMORY;
-    }
-    run(workspace, ws, exec, nullptr);
-    const attnopsStatus st = attnopsStreamSynchronize(nullptr);
-    attnopsFree(workspace);
-    return st;
-}
 
 }  // namespace
 

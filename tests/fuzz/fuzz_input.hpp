@@ -81,6 +81,22 @@ struct FuzzArray {
     }
 };
 
+// Phase 2 of a planned call (when planning succeeded) with a workspace of the planned size; the
+// status of the work.
+inline attnopsStatus execute(attnopsStatus planned, uint64_t ws, attnopsExecutor* exec,
+                      attnopsStatus (*run)(void*, uint64_t, attnopsExecutor*, attnopsStream*)) {
+    if (planned != ATTNOPS_SUCCESS) return planned;
+    void* workspace = nullptr;
+    if (ws > 0 && attnopsMalloc(ws, &workspace) != ATTNOPS_SUCCESS) {
+        attnopsDestroyExecutor(exec);
+        return ATTNOPS_ERROR_OUT_OF_MEMORY;
+    }
+    run(workspace, ws, exec, nullptr);
+    const attnopsStatus st = attnopsStreamSynchronize(nullptr);
+    attnopsFree(workspace);
+    return st;
+}
+
 // Every call completes before the API returns, so a fault is reported at the call that made it.
 inline void launchBlockingOnce() {
     static const bool set = setenv("ATTNOPS_LAUNCH_BLOCKING", "1", 1) == 0;

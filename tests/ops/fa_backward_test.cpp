@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/isa.hpp"
@@ -1341,7 +1342,7 @@ TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
         ASSERT_EQ(attnopsSetDeviceThreads(0, 2), ATTNOPS_SUCCESS);
         FaInstance inst(p);
         runForward(inst);
-        for (const char* impl : {"", "amx", "avx512-bf16", "avx512", "avx2"}) {
+        for (const char* impl : {"", "amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2"}) {
             ForcedImpl forced(impl);
             ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
             FaGrads probe = attnops::tools::makeGrads(inst);
@@ -1400,7 +1401,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"amx", "avx512-bf16", "avx512", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
+        for (const char* impl : {"amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1470,7 +1471,7 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"amx", "avx512-bf16", "avx512", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
+    for (const char* impl : {"amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
         // The AMX kernels multiply 16-bit operands only: they take the fp32 cases as bf16. The
         // hardware entry is listed only where AMX is granted (skips cost a process start each).
         const bool amx = std::string(impl).rfind("amx", 0) == 0;
@@ -1505,6 +1506,61 @@ TEST(FaBackwardImplementations, UnknownForcedNameIsAnError) {
     const std::string msg = attnopsGetLastErrorMessage();
     EXPECT_NE(msg.find("ATTNOPS_FORCE_IMPL"), std::string::npos) << msg;
     EXPECT_NE(msg.find("no-such-kernel"), std::string::npos) << msg;
+}
+
+// The implementation a default plan chooses for inst and the workspace it books.
+std::pair<std::string, uint64_t> defaultGradPlan(const FaInstance& inst, FaGrads& g) {
+    const attnops::tools::FaArrays arrays(inst);
+    const attnops::fa::ForwardArgs a = attnops::tools::forwardArgs(inst, arrays);
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    EXPECT_EQ(attnopsFlashAttentionScoreGradGetWorkspaceSize(
+                  a.query, a.key, a.value, g.dy.handle(), a.realShift, a.dropMask, nullptr, a.attenMask, a.softmaxMax,
+                  a.softmaxSum, nullptr, a.attentionOut, a.prefix, a.actualSeqQLen, a.actualSeqKvLen, a.qStartIdx,
+                  a.kvStartIdx, a.sink, a.scaleValue, a.keepProb, a.preTokens, a.nextTokens, a.headNum, a.inputLayout,
+                  a.innerPrecise, a.sparseMode, a.pseType, a.seed, a.offset, g.dq.handle(), g.dk.handle(),
+                  g.dv.handle(), nullptr, inst.problem.sink ? g.dsink.handle() : nullptr, &ws, &exec),
+              ATTNOPS_SUCCESS)
+        << attnopsGetLastErrorMessage();
+    const char* name = nullptr;
+    EXPECT_EQ(attnopsGetExecutorImplementation(exec, &name), ATTNOPS_SUCCESS);
+    std::string impl = name != nullptr ? name : "";
+    attnopsDestroyExecutor(exec);
+    return {impl, ws};
+}
+
+// The fused scheme runs by default where the (sequence, kv head) pairs can keep every core busy
+// (with a sink too); its workspace holds each thread's fp32 dQ of a whole sequence.
+TEST(FaBackwardImplementations, DefaultFusedSchemeByHeadPairsAndCores) {
+    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
+    if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "no fused entry runs on this CPU (needs AVX2, FMA, F16C)";
+    if (f.amxGranted) GTEST_SKIP() << "the AMX entry comes first here";
+    const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl;
+    attnopsDeviceInfo info{};
+    ASSERT_EQ(attnopsGetDeviceInfo(0, &info), ATTNOPS_SUCCESS);
+    const int64_t cores = info.usableCores, sq = 100, group = 2, d = 32;
+    ThreadsGuard guard;
+    ASSERT_EQ(attnopsSetDeviceThreads(0, 2), ATTNOPS_SUCCESS);
+    {
+        FaInstance inst(fixed("BNSD", F32, cores, sq, 90, 2 * group, 2, d));
+        runForward(inst);
+        FaGrads g = attnops::tools::makeGrads(inst);
+        const auto [impl, ws] = defaultGradPlan(inst, g);
+        EXPECT_EQ(impl, avx512 ? "avx512-fused" : "avx2-fused");
+        EXPECT_GE(ws, uint64_t(2 * group * sq * d) * sizeof(float)) << "2 threads' dQ accumulators";
+    }
+    {
+        FaInstance inst(withSink(fixed("BNSD", F32, cores, sq, 90, 2 * group, 2, d)));
+        runForward(inst);
+        FaGrads g = attnops::tools::makeGrads(inst);
+        EXPECT_EQ(defaultGradPlan(inst, g).first, avx512 ? "avx512-fused" : "avx2-fused");
+    }
+    if (cores > 1) {
+        FaInstance inst(fixed("BNSD", F32, 1, sq, 90, group, 1, d));
+        runForward(inst);
+        FaGrads g = attnops::tools::makeGrads(inst);
+        EXPECT_EQ(defaultGradPlan(inst, g).first, avx512 ? "avx512" : "avx2");
+    }
 }
 
 // ================================================================ 4. a TND batch of 100,000 sequences

@@ -1,7 +1,9 @@
 // FusedInferAttentionScore: results against the double reference under the tolerance rule on
 // every layout, GQA ratio, sparse mode, actual-length pattern, paged cache format and int8
-// dequantisation mode; paged equals contiguous bit for bit; determinism across thread counts;
-// and bad input giving the right status and a message naming the argument.
+// dequantisation mode; every implementation this CPU runs, forced, on the same problems; key
+// splits of long decode contexts around their edges; paged equals contiguous bit for bit;
+// determinism across thread counts; and bad input giving the right status and a message naming
+// the argument.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "forced_impl.hpp"
+#include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
 #include "threads_guard.hpp"
 
@@ -335,7 +339,7 @@ TEST(FiaCheck, TheComparisonCatchesAWrongElement) {
     p.qLens = {5, 3};
     FiaInstance inst(p);
     ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-    EXPECT_EQ(lastImplementation(), "tiled-generic");
+    EXPECT_NE(lastImplementation(), "reference");  // the comparison is not checking the oracle against itself
     ASSERT_TRUE(checkFia(inst).passed);
     const int64_t computed = 7, padding = ((1 * 5 + 4) * 2 + 1) * 16;  // (b 1, row 4, head 1): beyond qLens[1]
     const float saved = inst.attentionOut.get(computed);
@@ -368,6 +372,135 @@ TEST(FiaCheck, QuantSinkAndAttributeRules) {
                    "queryQuantMode = 3");
     FiaInstance ti(withMode(tnd({3}, {3}, 2, 2, 16), 4, -5, 10));
     expectRejected(planWith(ti, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "preTokens/nextTokens = -5/10");
+}
+
+// ---------------------------------------------------------------- implementations and key splits
+
+namespace {
+
+using attnops::fia::kSplitKeys;
+using attnops::testsupport::ForcedImpl;
+
+// Every entry of the implementation list, fastest first.
+const char* const kImplementations[] = {"avx512", "avx2", "tiled-generic", "reference"};
+
+// Problems every implementation must get right: each cache format and source dtype, int8 modes,
+// masks, sinks, decode contexts cut into several key splits, MTP-style TND rows.
+std::vector<FiaProblem> implementationProblems() {
+    std::vector<FiaProblem> ps;
+    for (const char* cache : {"BnBsH", "BnNBsD", "NZ"}) {
+        FiaProblem p = paged(decode("BNSD", 3, 0, 8, 2, 64), cache, 128);
+        p.dtype = ATTNOPS_BFLOAT16;
+        p.kvLens = {kSplitKeys + 130, 1, 2 * kSplitKeys};
+        ps.push_back(p);
+        p.int8Kv = true;
+        p.kvLens = {kSplitKeys - 1, 0, 300};
+        ps.push_back(p);
+    }
+    for (auto [km, vm] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {0, 1}}) {
+        FiaProblem p = decode("BSND", 2, kSplitKeys + 77, 4, 1, 32);
+        p.int8Kv = true;
+        p.keyQuantMode = km;
+        p.valueQuantMode = vm;
+        ps.push_back(p);
+    }
+    FiaProblem masked = decode("BSH", 2, kSplitKeys + 40, 4, 2, 16);
+    masked.maskKind = "random";
+    masked.sink = true;
+    ps.push_back(masked);
+    ps.push_back(paged(withMode(tnd({3, 1, 16}, {kSplitKeys + 500, 1, 40}, 8, 2, 32), 3), "BnNBsD", 64));
+    ps.push_back(withMode(prefill("BNSD", 2, 70, 90, 4, 2, 64), 3));
+    ps.push_back(decode("BNSD", 2, 50, 2, 2, 8));  // D = 8: below one AVX-512 vector
+    return ps;
+}
+
+// The implementations that run here and accept p, each forced: its status is SUCCESS, or
+// UNSUPPORTED_HARDWARE (not this CPU), or UNSUPPORTED_CONFIGURATION for a vector kernel whose
+// vectors do not divide the head dim.
+void expectEveryImplementation(const FiaProblem& p, int& ran) {
+    for (const char* impl : kImplementations) {
+        SCOPED_TRACE(impl);
+        FiaInstance inst(p);
+        attnopsStatus st;
+        {
+            ForcedImpl force(impl);
+            st = inst.run();
+        }
+        if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
+        const int64_t lanes = std::string(impl) == "avx512" ? 16 : std::string(impl) == "avx2" ? 8 : 1;
+        if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && p.dim % lanes != 0) continue;
+        ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        EXPECT_EQ(lastImplementation(), impl);
+        ++ran;
+        const FiaCheck r = checkFia(inst);
+        EXPECT_TRUE(r.passed) << p.describe() << ": " << r.firstFailure << " (error " << r.maxAbsError << ", tolerance "
+                              << r.tolerance << ", lse error " << r.maxLseError << ")";
+    }
+}
+
+}  // namespace
+
+TEST(FiaImplementations, EachAvailableImplementationMatchesReference) {
+    int ran = 0;
+    const std::vector<FiaProblem> problems = implementationProblems();
+    for (const FiaProblem& p : problems) expectEveryImplementation(p, ran);
+    EXPECT_GE(ran, 2 * int(problems.size()));  // at least tiled-generic and reference ran every problem
+}
+
+TEST(FiaImplementations, UnknownForcedNameIsAnError) {
+    ForcedImpl force("tiled-nonexistent");
+    FiaInstance inst(decode("BNSD", 1, 8, 2, 2, 16));
+    EXPECT_EQ(inst.run(), ATTNOPS_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(attnopsGetLastErrorMessage()).find("tiled-nonexistent"), std::string::npos);
+}
+
+// Split edges: contexts of one key, just below, at and just above one and two splits, on and
+// beside page boundaries; empty batches (length 0) between long ones.
+TEST(FiaSplits, ContextLengthsAroundSplitAndPageEdges) {
+    int ran = 0;
+    for (int64_t bs : {16, 128}) {
+        FiaProblem p = paged(decode("BNSD", 8, 0, 4, 1, 32), "BnBsH", bs);
+        p.dtype = ATTNOPS_BFLOAT16;
+        p.kvLens = {1, 0, kSplitKeys - 1, kSplitKeys, kSplitKeys + 1, 0, 2 * kSplitKeys - bs, 2 * kSplitKeys + bs + 1};
+        expectEveryImplementation(p, ran);
+    }
+    FiaProblem empty = decode("BSND", 3, kSplitKeys + 8, 4, 2, 16);
+    empty.kvLens = {0, 0, 0};  // every batch empty: output 0, lse +inf
+    expectEveryImplementation(empty, ran);
+    FiaProblem mtp = withMode(tnd({0, 2, 1}, {kSplitKeys + 3, 2 * kSplitKeys + 1, 0}, 4, 2, 16), 3);
+    expectEveryImplementation(mtp, ran);
+    EXPECT_GT(ran, 0);
+}
+
+// The same bits for 1, 2 and 3 worker threads with every implementation: key splits are cut from
+// the lengths alone and merged in their fixed order.
+TEST(FiaDeterminism, SplitKeysSameBitsForAnyThreadCountAndImplementation) {
+    testsupport::ThreadsGuard guard;
+    FiaProblem bf = paged(decode("BNSD", 3, 0, 8, 2, 64), "BnNBsD", 128);
+    bf.dtype = ATTNOPS_BFLOAT16;
+    bf.kvLens = {3 * kSplitKeys + 5, 17, kSplitKeys};
+    FiaProblem i8 = paged(decode("BSND", 2, 0, 4, 1, 32), "NZ", 32);
+    i8.int8Kv = true;
+    i8.keyQuantMode = 0;
+    i8.valueQuantMode = 1;
+    i8.kvLens = {2 * kSplitKeys + 31, kSplitKeys - 3};
+    FiaProblem single = decode("BSH", 1, 4 * kSplitKeys, 4, 4, 16);  // one request: parallel only by splits
+    single.sink = true;
+    for (const char* impl : kImplementations)
+        for (const FiaProblem& p : {bf, i8, single}) {
+            SCOPED_TRACE(std::string(impl) + " " + p.describe());
+            ForcedImpl force(impl);
+            ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
+            FiaInstance first(p);
+            const attnopsStatus st = first.run();
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) break;
+            ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            const std::vector<uint8_t> one = runBytes(p);
+            for (int32_t threads : {2, 3}) {
+                ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+                EXPECT_EQ(runBytes(p), one) << threads << " threads";
+            }
+        }
 }
 
 // ---------------------------------------------------------------- the other entry points

@@ -184,7 +184,7 @@ def tnd_case(dtype, qlens, kvlens, n1, n2, mode, pre=INT32_MAX, nxt=INT32_MAX, k
     mask = mask_for_mode(mode, max(qlens), max(kvlens), pre, nxt) if auto_mask else None
     out, smax, ssum, _, s, o, numels = npu_fusion_attention(
         q, k, v, n1, "TND", atten_mask=mask, scale=scale, keep_prob=keep_prob, pre_tockens=pre, next_tockens=nxt,
-        sparse_mode=mode, actual_seq_qlen=cq, actual_seq_kvlen=ck)
+        sparse_mode=mode, actual_seq_qlen=cq, actual_seq_kvlen=ck, softmax_layout="TND")
     assert out.shape == (t1, n1, dv) and smax.shape == (t1, n1, 8)
     dout = make(out.shape, dtype, seed + 3)
     out.backward(dout)
@@ -263,3 +263,28 @@ def test_varlen_lists_may_be_tensors():
     b = npu_fusion_attention(q, q, q, 2, "TND", actual_seq_qlen=torch.tensor([2, 6]),
                              actual_seq_kvlen=torch.tensor([2, 6], dtype=torch.int32))[0]
     assert torch.equal(a, b)
+
+
+def test_tnd_statistics_default_order_is_per_sequence_head_major():
+    """torch_npu's default TND statistics order (softmax_layout ""): per sequence a head-major
+    [N, s_i, 8] block, as MindSpeed's TND ring reads them; "TND" gives them token-major. The grad
+    takes either order back when told the same."""
+    from attnops.torch.merge import tnd_stats_from_token_major
+
+    q = make((7, 2, 8), torch.float32, 1)
+    cq = [3, 7]
+    _, m_tnd, s_tnd = npu_fusion_attention(q, q, q, 2, "TND", actual_seq_qlen=cq, actual_seq_kvlen=cq,
+                                           softmax_layout="TND")[:3]
+    out, m_def, s_def = npu_fusion_attention(q, q, q, 2, "TND", actual_seq_qlen=cq, actual_seq_kvlen=cq)[:3]
+    assert torch.equal(m_def, tnd_stats_from_token_major(m_tnd, cq))
+    assert torch.equal(s_def, tnd_stats_from_token_major(s_tnd, cq))
+    # Sequence 0 (3 tokens): head 0's rows, then head 1's. Flat element 1 (declared [0, 1]) is
+    # (token 1, head 0); flat element 3 (declared [1, 1]) is (token 0, head 1).
+    assert m_def[0, 1, 0] == m_tnd[1, 0, 0] and m_def[1, 1, 0] == m_tnd[0, 1, 0]
+    dy = make(out.shape, torch.float32, 2)
+    g_def = npu_fusion_attention_grad(q, q, q, dy, 2, "TND", softmax_max=m_def, softmax_sum=s_def, attention_in=out,
+                                      actual_seq_qlen=cq, actual_seq_kvlen=cq)
+    g_tnd = npu_fusion_attention_grad(q, q, q, dy, 2, "TND", softmax_max=m_tnd, softmax_sum=s_tnd, attention_in=out,
+                                      actual_seq_qlen=cq, actual_seq_kvlen=cq, softmax_layout="TND")
+    for a, b in zip(g_def[:3], g_tnd[:3]):
+        assert torch.equal(a, b)

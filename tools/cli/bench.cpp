@@ -4,7 +4,10 @@
 //   fp32 and fp16 attention -> the fp32 FMA peak (the fp16 paths compute in fp32),
 //   bf16 attention          -> the peak of this CPU's bf16 path (AMX where granted, else
 //                              AVX512-BF16 vdpbf16ps or the fp32 FMA peak, as cpu/bf16_path.hpp chose),
-//   Block Attention Residuals -> the DRAM read bandwidth.
+//   Block Attention Residuals -> the DRAM read bandwidth,
+//   FusedInferAttentionScore decode -> the DRAM read bandwidth (GB/s of key/value cache read:
+//                              the compulsory traffic of a decode step), and int8 KV against bf16
+//                              KV on the same context.
 #include "bench.hpp"
 
 #include <fmt/format.h>
@@ -14,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <numbers>
 #include <numeric>
 #include <optional>
@@ -22,6 +26,7 @@
 #include "flash_attention_cmd.hpp"
 #include "peaks.hpp"
 #include "problem_bar.hpp"
+#include "problem_fia.hpp"
 #include "problem_grad.hpp"
 #include "runner.hpp"
 
@@ -36,9 +41,44 @@ struct Workload {
     std::string name;
     std::string description;
     bool bar = false;
+    bool fia = false;  // a FusedInferAttentionScore decode step (bf16 query; the KV dtype in fiaProblem)
     tools::FaProblem fa;
     tools::BarProblem barProblem;
+    tools::FiaProblem fiaProblem;
 };
+
+// A decode step of `requests` requests with `context` cached tokens each, GQA 32/8, D 128, a
+// paged BnNBsD cache of 128-token blocks (each block of a kv head is one contiguous 32 KiB run),
+// bf16 query, bf16 or int8 KV (int8: per-channel bf16 scales, no offset, as vLLM-Ascend's C8).
+tools::FiaProblem decodeStep(int64_t requests, int64_t context, bool int8Kv) {
+    tools::FiaProblem p;
+    p.layout = "BSND";
+    p.batch = requests;
+    p.qSeqLen = 1;
+    p.kvLens.assign(size_t(requests), context);
+    p.heads = 32;
+    p.kvHeads = 8;
+    p.dim = 128;
+    p.dtype = ATTNOPS_BFLOAT16;
+    p.cache = "BnNBsD";
+    p.blockSize = 128;
+    p.int8Kv = int8Kv;
+    p.quantOffset = false;
+    p.lse = false;
+    return p;
+}
+
+// Bytes of key and value cache a decode step must read (plus per-token scales if any).
+double kvBytes(const tools::FiaProblem& p) {
+    const double element = p.int8Kv ? 1.0 : 2.0;
+    double bytes = 0.0;
+    for (int64_t b = 0; b < p.batches(); ++b) {
+        const double rows = double(p.kvLen(b)) * double(p.kvHeads);
+        bytes += rows * double(p.dim + p.vdim()) * element;
+        if (p.int8Kv) bytes += double(p.kvLen(b)) * 4.0 * double(p.keyQuantMode + p.valueQuantMode);
+    }
+    return bytes;
+}
 
 tools::FaProblem bnsd(int64_t heads, int64_t kvHeads, int64_t seq, int64_t dim, bool causal) {
     tools::FaProblem p = tools::fixed("BNSD", ATTNOPS_FLOAT32, 1, seq, seq, heads, kvHeads, dim);
@@ -78,7 +118,7 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
     const int64_t q = o.quick ? 8 : 1;
     std::vector<Workload> w;
     auto fa = [&](std::string name, std::string what, tools::FaProblem p) {
-        w.push_back({std::move(name), std::move(what), false, std::move(p), {}});
+        w.push_back({std::move(name), std::move(what), false, false, std::move(p), {}, {}});
     };
     const int64_t s4k = 4096 / q, s2k = 2048 / q;
     fa(fmt::format("bnsd-s{}-d128", s4k), fmt::format("BNSD B=1 N=16 S={} D=128, no mask", s4k), bnsd(16, 16, s4k, 128, false));
@@ -102,6 +142,17 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
        packed(tiny, 4, 1, 64));
     for (int64_t s : o.sweep)
         fa(fmt::format("sweep-s{}-d128", s), fmt::format("BNSD B=1 N=16 S={} D=128, no mask", s), bnsd(16, 16, s, 128, false));
+    auto decode = [&](int64_t requests, int64_t context, bool int8Kv) {
+        Workload d;
+        d.fia = true;
+        d.fiaProblem = decodeStep(requests, context, int8Kv);
+        d.name = fmt::format("decode-b{}-s{}-{}kv", requests, context, int8Kv ? "int8" : "bf16");
+        d.description = fmt::format("FIA decode B={} context={} N1=32 N2=8 D=128, paged BnNBsD block 128, bf16 Q, {} KV",
+                                    requests, context, int8Kv ? "int8 (per-channel scale)" : "bf16");
+        w.push_back(std::move(d));
+    };
+    for (bool int8Kv : {false, true}) decode(32, 4096 / q, int8Kv);
+    for (bool int8Kv : {false, true}) decode(1, 131072 / q, int8Kv);
     Workload bar;
     bar.bar = true;
     bar.barProblem.tokens = 8192 / q;
@@ -132,6 +183,12 @@ struct Peaks {
 };
 
 json problemJson(const Workload& w) {
+    if (w.fia) {
+        const tools::FiaProblem& p = w.fiaProblem;
+        return {{"op", "fused-infer-attention-decode"}, {"layout", p.layout}, {"batch", p.batch}, {"kvLens", p.kvLens},
+                {"heads", p.heads}, {"kvHeads", p.kvHeads}, {"dim", p.dim}, {"cache", p.cache}, {"blockSize", p.blockSize},
+                {"kvDtype", p.int8Kv ? "int8" : "bf16"}};
+    }
     if (w.bar)
         return {{"op", "block-attention-residuals"}, {"tokens", w.barProblem.tokens}, {"blocks", w.barProblem.blocks},
                 {"hidden", w.barProblem.hidden}, {"eps", w.barProblem.eps}};
@@ -169,6 +226,16 @@ Result runAttention(const Workload& w, attnopsDataType dt, bool backward, const 
         r.timing = timeCalls([&] { return tools::runBackward(inst, grads); }, o.repeat, o.warmUps);
         r.work = kBackwardFlopFactor * p.forwardFlops();
     }
+    r.implementation = tools::lastImplementation();
+    return r;
+}
+
+// One decode step: the bytes are the key/value cache read.
+Result runDecode(const Workload& w, const BenchOptions& o) {
+    tools::FiaInstance inst(w.fiaProblem);
+    Result r;
+    r.timing = timeCalls([&] { return inst.run(); }, o.repeat, o.warmUps);
+    r.work = kvBytes(w.fiaProblem);
     r.implementation = tools::lastImplementation();
     return r;
 }
@@ -269,7 +336,49 @@ int runBench(const BenchOptions& o) {
                    "median", "rate", "of peak");
         std::fflush(stdout);
     }
-    for (const Workload& w : chosen)
+    const bool forward = std::find(o.directions.begin(), o.directions.end(), "fwd") != o.directions.end();
+    std::map<int64_t, double> bf16DecodeMs;  // by context: the bf16 KV time the int8 KV one is compared with
+    for (const Workload& w : chosen) {
+        if (w.fia) {  // a decode step: bf16 query whatever --dtypes says, forward only
+            if (!forward) continue;
+            const Result r = runDecode(w, o);
+            const double seconds = r.timing.median() * 1e-3;
+            const double rate = r.work / seconds / 1e9;
+            const tools::FiaProblem& p = w.fiaProblem;
+            const int64_t context = p.kvLen(0);
+            json j = {{"workload", w.name},
+                      {"description", w.description},
+                      {"dtype", "bf16"},  // the query; the KV dtype is in the name and problem.kvDtype
+                      {"direction", "fwd"},
+                      {"implementation", r.implementation},
+                      {"problem", problemJson(w)},
+                      {"timing", timingJson(r.timing)},
+                      {"medianMs", r.timing.median()},
+                      {"bytes", r.work},
+                      {"GBs", rate},
+                      {"tokensPerSecond", double(p.batch) / seconds}};
+            if (peaks.readGBs > 0) {
+                j["peak"] = "DRAM read";
+                j["ratioToPeak"] = rate / peaks.readGBs;
+            }
+            std::string speedText;
+            if (!p.int8Kv) bf16DecodeMs[context] = r.timing.median();
+            else if (bf16DecodeMs.count(context) != 0) {
+                const double speedup = bf16DecodeMs[context] / r.timing.median();
+                j["speedupOverBf16Kv"] = speedup;
+                speedText = fmt::format(", {:.2f}x bf16 KV", speedup);
+            }
+            doc["results"].push_back(j);
+            if (table) {
+                const std::string ratioText =
+                    peaks.readGBs > 0 ? fmt::format("{:.1f}% DRAM read", 100.0 * rate / peaks.readGBs) : "-";
+                fmt::print("{:<28} {:<5} {:<4} {:<16} {:>11} {:>12} {} ({:.0f} tokens/s{})\n", w.name,
+                           p.int8Kv ? "i8kv" : "bf16", "fwd", r.implementation, formatMs(r.timing.median()),
+                           fmt::format("{:.1f} GB/s", rate), ratioText, double(p.batch) / seconds, speedText);
+                std::fflush(stdout);
+            }
+            continue;
+        }
         for (const std::string& dtype : o.dtypes)
             for (const std::string& direction : o.directions) {
                 const attnopsDataType dt = dtypeOf(dtype);
@@ -318,6 +427,7 @@ int runBench(const BenchOptions& o) {
                     std::fflush(stdout);
                 }
             }
+    }
     if (o.json) fmt::print("{}\n", doc.dump(2));
     if (!o.jsonFile.empty()) {
         std::ofstream out(o.jsonFile);

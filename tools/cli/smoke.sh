@@ -214,6 +214,8 @@ expect 0 "bench --quick, one workload, both directions" '^bnsd-s512-d128 +fp32 +
     "$cli" bench --quick --workloads bnsd-s512-d128,bar --dtypes fp32 --repeat 1 --warmup 0 --no-peaks
 expect 0 "bench --json with peaks" '"ratioToPeak"' -- \
     "$cli" bench --quick --workloads bar --dtypes bf16 --directions fwd --repeat 1 --json
+expect 0 "bench --quick, decode with bf16 and int8 KV" '^decode-b32-s512-int8kv +i8kv +fwd .*GB/s.*x bf16 KV' -- \
+    "$cli" bench --quick --workloads decode-b32 --repeat 1 --warmup 0 --no-peaks
 expect 2 "bench: unknown workload" 'matched no workload' -- "$cli" bench --workloads no-such-workload
 
 if [ "$failures" -ne 0 ]; then

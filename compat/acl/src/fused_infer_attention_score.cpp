@@ -44,193 +44,11 @@ private:
     std::vector<const attnopsTensor*> raw_;
 };
 
-}  // namespace
-
-extern "C" {
-
-aclnnStatus aclnnFusedInferAttentionScoreGetWorkspaceSize(
-    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
-    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
-    const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
-    const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
-    const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
-    const aclTensor* antiquantOffsetOptional, const aclTensor* blockTableOptional,
-    const aclTensor* queryPaddingSizeOptional, const aclTensor* kvPaddingSizeOptional, int64_t numHeads,
-    double scaleValue, int64_t preTokens, int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
-    int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
-    const aclTensor* attentionOut, const aclTensor* softmaxLse, uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnFusedInferAttentionScoreGetWorkspaceSize", [&] {
-        const attnops::Tensor queryV = view(query, "query");
-        const TensorListView keyV(key, "key");
-        const TensorListView valueV(value, "value");
-        const attnops::Tensor pseShiftOptionalV = view(pseShiftOptional, "pseShift");
-        const attnops::Tensor attenMaskOptionalV = view(attenMaskOptional, "attenMask");
-        const attnops::IntArray actualSeqLengthsOptionalV = view(actualSeqLengthsOptional, "actualSeqLengths");
-        const attnops::IntArray actualSeqLengthsKvOptionalV = view(actualSeqLengthsKvOptional, "actualSeqLengthsKv");
-        const attnops::Tensor deqScale1OptionalV = view(deqScale1Optional, "deqScale1");
-        const attnops::Tensor quantScale1OptionalV = view(quantScale1Optional, "quantScale1");
-        const attnops::Tensor deqScale2OptionalV = view(deqScale2Optional, "deqScale2");
-        const attnops::Tensor quantScale2OptionalV = view(quantScale2Optional, "quantScale2");
-        const attnops::Tensor quantOffset2OptionalV = view(quantOffset2Optional, "quantOffset2");
-        const attnops::Tensor antiquantScaleOptionalV = view(antiquantScaleOptional, "antiquantScale");
-        const attnops::Tensor antiquantOffsetOptionalV = view(antiquantOffsetOptional, "antiquantOffset");
-        const attnops::Tensor blockTableOptionalV = view(blockTableOptional, "blockTable");
-        const attnops::Tensor queryPaddingSizeOptionalV = view(queryPaddingSizeOptional, "queryPaddingSize");
-        const attnops::Tensor kvPaddingSizeOptionalV = view(kvPaddingSizeOptional, "kvPaddingSize");
-        const attnops::Tensor attentionOutV = view(attentionOut, "attentionOut");
-        const attnops::Tensor softmaxLseV = view(softmaxLse, "softmaxLse");
-        attnopsExecutor* created = nullptr;
-        attnops::check(attnopsFusedInferAttentionScoreGetWorkspaceSize(
-            queryV.get(), keyV.data(), keyV.size(), valueV.data(), valueV.size(), pseShiftOptionalV.get(),
-            attenMaskOptionalV.get(), actualSeqLengthsOptionalV.get(), actualSeqLengthsKvOptionalV.get(),
-            deqScale1OptionalV.get(), quantScale1OptionalV.get(), deqScale2OptionalV.get(), quantScale2OptionalV.get(),
-            quantOffset2OptionalV.get(), antiquantScaleOptionalV.get(), antiquantOffsetOptionalV.get(),
-            blockTableOptionalV.get(), queryPaddingSizeOptionalV.get(), kvPaddingSizeOptionalV.get(), numHeads,
-            scaleValue, preTokens, nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize,
-            antiquantMode, softmaxLseFlag, attentionOutV.get(), softmaxLseV.get(), workspaceSize,
-            executor == nullptr ? nullptr : &created));
-        *executor = toAclnn(created);
-    });
-}
-
-ATTNOPS_ACL_EXECUTE(aclnnFusedInferAttentionScore, attnopsFusedInferAttentionScore)
-
-aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
-    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
-    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
-    const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
-    const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
-    const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
-    const aclTensor* antiquantOffsetOptional, const aclTensor* blockTableOptional,
-    const aclTensor* queryPaddingSizeOptional, const aclTensor* kvPaddingSizeOptional,
-    const aclTensor* keyAntiquantScaleOptional, const aclTensor* keyAntiquantOffsetOptional,
-    const aclTensor* valueAntiquantScaleOptional, const aclTensor* valueAntiquantOffsetOptional,
-    const aclTensor* keySharedPrefixOptional, const aclTensor* valueSharedPrefixOptional,
-    const aclIntArray* actualSharedPrefixLenOptional, int64_t numHeads, double scaleValue, int64_t preTokens,
-    int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise,
-    int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag, int64_t keyAntiquantMode, int64_t valueAntiquantMode,
-    const aclTensor* attentionOut, const aclTensor* softmaxLse, uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnFusedInferAttentionScoreV2GetWorkspaceSize", [&] {
-        const attnops::Tensor queryV = view(query, "query");
-        const TensorListView keyV(key, "key");
-        const TensorListView valueV(value, "value");
-        const attnops::Tensor pseShiftOptionalV = view(pseShiftOptional, "pseShift");
-        const attnops::Tensor attenMaskOptionalV = view(attenMaskOptional, "attenMask");
-        const attnops::IntArray actualSeqLengthsOptionalV = view(actualSeqLengthsOptional, "actualSeqLengths");
-        const attnops::IntArray actualSeqLengthsKvOptionalV = view(actualSeqLengthsKvOptional, "actualSeqLengthsKv");
-        const attnops::Tensor deqScale1OptionalV = view(deqScale1Optional, "deqScale1");
-        const attnops::Tensor quantScale1OptionalV = view(quantScale1Optional, "quantScale1");
-        const attnops::Tensor deqScale2OptionalV = view(deqScale2Optional, "deqScale2");
-        const attnops::Tensor quantScale2OptionalV = view(quantScale2Optional, "quantScale2");
-        const attnops::Tensor quantOffset2OptionalV = view(quantOffset2Optional, "quantOffset2");
-        const attnops::Tensor antiquantScaleOptionalV = view(antiquantScaleOptional, "antiquantScale");
-        const attnops::Tensor antiquantOffsetOptionalV = view(antiquantOffsetOptional, "antiquantOffset");
-        const attnops::Tensor blockTableOptionalV = view(blockTableOptional, "blockTable");
-        const attnops::Tensor queryPaddingSizeOptionalV = view(queryPaddingSizeOptional, "queryPaddingSize");
-        const attnops::Tensor kvPaddingSizeOptionalV = view(kvPaddingSizeOptional, "kvPaddingSize");
-        const attnops::Tensor keyAntiquantScaleOptionalV = view(keyAntiquantScaleOptional, "keyAntiquantScale");
-        const attnops::Tensor keyAntiquantOffsetOptionalV = view(keyAntiquantOffsetOptional, "keyAntiquantOffset");
-        const attnops::Tensor valueAntiquantScaleOptionalV = view(valueAntiquantScaleOptional, "valueAntiquantScale");
-        const attnops::Tensor valueAntiquantOffsetOptionalV =
-            view(valueAntiquantOffsetOptional, "valueAntiquantOffset");
-        const attnops::Tensor keySharedPrefixOptionalV = view(keySharedPrefixOptional, "keySharedPrefix");
-        const attnops::Tensor valueSharedPrefixOptionalV = view(valueSharedPrefixOptional, "valueSharedPrefix");
-        const attnops::IntArray actualSharedPrefixLenOptionalV =
-            view(actualSharedPrefixLenOptional, "actualSharedPrefixLen");
-        const attnops::Tensor attentionOutV = view(attentionOut, "attentionOut");
-        const attnops::Tensor softmaxLseV = view(softmaxLse, "softmaxLse");
-        attnopsExecutor* created = nullptr;
-        attnops::check(attnopsFusedInferAttentionScoreV2GetWorkspaceSize(
-            queryV.get(), keyV.data(), keyV.size(), valueV.data(), valueV.size(), pseShiftOptionalV.get(),
-            attenMaskOptionalV.get(), actualSeqLengthsOptionalV.get(), actualSeqLengthsKvOptionalV.get(),
-            deqScale1OptionalV.get(), quantScale1OptionalV.get(), deqScale2OptionalV.get(), quantScale2OptionalV.get(),
-            quantOffset2OptionalV.get(), antiquantScaleOptionalV.get(), antiquantOffsetOptionalV.get(),
-            blockTableOptionalV.get(), queryPaddingSizeOptionalV.get(), kvPaddingSizeOptionalV.get(),
-            keyAntiquantScaleOptionalV.get(), keyAntiquantOffsetOptionalV.get(), valueAntiquantScaleOptionalV.get(),
-            valueAntiquantOffsetOptionalV.get(), keySharedPrefixOptionalV.get(), valueSharedPrefixOptionalV.get(),
-            actualSharedPrefixLenOptionalV.get(), numHeads, scaleValue, preTokens, nextTokens, inputLayout,
-            numKeyValueHeads, sparseMode, innerPrecise, blockSize, antiquantMode, softmaxLseFlag, keyAntiquantMode,
-            valueAntiquantMode, attentionOutV.get(), softmaxLseV.get(), workspaceSize,
-            executor == nullptr ? nullptr : &created));
-        *executor = toAclnn(created);
-    });
-}
-
-ATTNOPS_ACL_EXECUTE(aclnnFusedInferAttentionScoreV2, attnopsFusedInferAttentionScoreV2)
-
-aclnnStatus aclnnFusedInferAttentionScoreV3GetWorkspaceSize(
-    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
-    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
-    const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
-    const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
-    const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
-    const aclTensor* antiquantOffsetOptional, const aclTensor* blockTableOptional,
-    const aclTensor* queryPaddingSizeOptional, const aclTensor* kvPaddingSizeOptional,
-    const aclTensor* keyAntiquantScaleOptional, const aclTensor* keyAntiquantOffsetOptional,
-    const aclTensor* valueAntiquantScaleOptional, const aclTensor* valueAntiquantOffsetOptional,
-    const aclTensor* keySharedPrefixOptional, const aclTensor* valueSharedPrefixOptional,
-    const aclIntArray* actualSharedPrefixLenOptional, const aclTensor* queryRopeOptional,
-    const aclTensor* keyRopeOptional, const aclTensor* keyRopeAntiquantScaleOptional, int64_t numHeads,
-    double scaleValue, int64_t preTokens, int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
-    int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
-    int64_t keyAntiquantMode, int64_t valueAntiquantMode, const aclTensor* attentionOut, const aclTensor* softmaxLse,
-    uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnFusedInferAttentionScoreV3GetWorkspaceSize", [&] {
-        const attnops::Tensor queryV = view(query, "query");
-        const TensorListView keyV(key, "key");
-        const TensorListView valueV(value, "value");
-        const attnops::Tensor pseShiftOptionalV = view(pseShiftOptional, "pseShift");
-        const attnops::Tensor attenMaskOptionalV = view(attenMaskOptional, "attenMask");
-        const attnops::IntArray actualSeqLengthsOptionalV = view(actualSeqLengthsOptional, "actualSeqLengths");
-        const attnops::IntArray actualSeqLengthsKvOptionalV = view(actualSeqLengthsKvOptional, "actualSeqLengthsKv");
-        const attnops::Tensor deqScale1OptionalV = view(deqScale1Optional, "deqScale1");
-        const attnops::Tensor quantScale1OptionalV = view(quantScale1Optional, "quantScale1");
-        const attnops::Tensor deqScale2OptionalV = view(deqScale2Optional, "deqScale2");
-        const attnops::Tensor quantScale2OptionalV = view(quantScale2Optional, "quantScale2");
-        const attnops::Tensor quantOffset2OptionalV = view(quantOffset2Optional, "quantOffset2");
-        const attnops::Tensor antiquantScaleOptionalV = view(antiquantScaleOptional, "antiquantScale");
-        const attnops::Tensor antiquantOffsetOptionalV = view(antiquantOffsetOptional, "antiquantOffset");
-        const attnops::Tensor blockTableOptionalV = view(blockTableOptional, "blockTable");
-        const attnops::Tensor queryPaddingSizeOptionalV = view(queryPaddingSizeOptional, "queryPaddingSize");
-        const attnops::Tensor kvPaddingSizeOptionalV = view(kvPaddingSizeOptional, "kvPaddingSize");
-        const attnops::Tensor keyAntiquantScaleOptionalV = view(keyAntiquantScaleOptional, "keyAntiquantScale");
-        const attnops::Tensor keyAntiquantOffsetOptionalV = view(keyAntiquantOffsetOptional, "keyAntiquantOffset");
-        const attnops::Tensor valueAntiquantScaleOptionalV = view(valueAntiquantScaleOptional, "valueAntiquantScale");
-        const attnops::Tensor valueAntiquantOffsetOptionalV =
-            view(valueAntiquantOffsetOptional, "valueAntiquantOffset");
-        const attnops::Tensor keySharedPrefixOptionalV = view(keySharedPrefixOptional, "keySharedPrefix");
-        const attnops::Tensor valueSharedPrefixOptionalV = view(valueSharedPrefixOptional, "valueSharedPrefix");
-        const attnops::IntArray actualSharedPrefixLenOptionalV =
-            view(actualSharedPrefixLenOptional, "actualSharedPrefixLen");
-        const attnops::Tensor queryRopeOptionalV = view(queryRopeOptional, "queryRope");
-        const attnops::Tensor keyRopeOptionalV = view(keyRopeOptional, "keyRope");
-        const attnops::Tensor keyRopeAntiquantScaleOptionalV =
-            view(keyRopeAntiquantScaleOptional, "keyRopeAntiquantScale");
-        const attnops::Tensor attentionOutV = view(attentionOut, "attentionOut");
-        const attnops::Tensor softmaxLseV = view(softmaxLse, "softmaxLse");
-        attnopsExecutor* created = nullptr;
-        attnops::check(attnopsFusedInferAttentionScoreV3GetWorkspaceSize(
-            queryV.get(), keyV.data(), keyV.size(), valueV.data(), valueV.size(), pseShiftOptionalV.get(),
-            attenMaskOptionalV.get(), actualSeqLengthsOptionalV.get(), actualSeqLengthsKvOptionalV.get(),
-            deqScale1OptionalV.get(), quantScale1OptionalV.get(), deqScale2OptionalV.get(), quantScale2OptionalV.get(),
-            quantOffset2OptionalV.get(), antiquantScaleOptionalV.get(), antiquantOffsetOptionalV.get(),
-            blockTableOptionalV.get(), queryPaddingSizeOptionalV.get(), kvPaddingSizeOptionalV.get(),
-            keyAntiquantScaleOptionalV.get(), keyAntiquantOffsetOptionalV.get(), valueAntiquantScaleOptionalV.get(),
-            valueAntiquantOffsetOptionalV.get(), keySharedPrefixOptionalV.get(), valueSharedPrefixOptionalV.get(),
-            actualSharedPrefixLenOptionalV.get(), queryRopeOptionalV.get(), keyRopeOptionalV.get(),
-            keyRopeAntiquantScaleOptionalV.get(), numHeads, scaleValue, preTokens, nextTokens, inputLayout,
-            numKeyValueHeads, sparseMode, innerPrecise, blockSize, antiquantMode, softmaxLseFlag, keyAntiquantMode,
-            valueAntiquantMode, attentionOutV.get(), softmaxLseV.get(), workspaceSize,
-            executor == nullptr ? nullptr : &created));
-        *executor = toAclnn(created);
-    });
-}
-
-ATTNOPS_ACL_EXECUTE(aclnnFusedInferAttentionScoreV3, attnopsFusedInferAttentionScoreV3)
-
-aclnnStatus aclnnFusedInferAttentionScoreV4GetWorkspaceSize(
-    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
-    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
+// Phase 1 of every FusedInferAttentionScore version: the newest version's arguments (earlier versions pass what
+// they lack as NULL / their defaults), converted and handed to attnops.
+aclnnStatus planFusedInferAttentionScore(
+    const char* api, const aclTensor* query, const aclTensorList* key, const aclTensorList* value,
+    const aclTensor* pseShiftOptional, const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
     const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
     const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
     const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
@@ -246,7 +64,7 @@ aclnnStatus aclnnFusedInferAttentionScoreV4GetWorkspaceSize(
     int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
     int64_t keyAntiquantMode, int64_t valueAntiquantMode, int64_t queryQuantMode, const aclTensor* attentionOut,
     const aclTensor* softmaxLse, uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnFusedInferAttentionScoreV4GetWorkspaceSize", [&] {
+    return guardedOp(api, [&] {
         const attnops::Tensor queryV = view(query, "query");
         const TensorListView keyV(key, "key");
         const TensorListView valueV(value, "value");
@@ -299,75 +117,18 @@ aclnnStatus aclnnFusedInferAttentionScoreV4GetWorkspaceSize(
     });
 }
 
-ATTNOPS_ACL_EXECUTE(aclnnFusedInferAttentionScoreV4, attnopsFusedInferAttentionScoreV4)
-
-aclnnStatus aclnnPromptFlashAttentionGetWorkspaceSize(const aclTensor* query, const aclTensor* key,
-                                                      const aclTensor* value, const aclTensor* pseShift,
-                                                      const aclTensor* attenMask, const aclIntArray* actualSeqLengths,
-                                                      int64_t numHeads, double scaleValue, int64_t preTokens,
-                                                      int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
-                                                      const aclTensor* attentionOut, uint64_t* workspaceSize,
-                                                      aclOpExecutor** executor) {
-    return guardedOp("aclnnPromptFlashAttentionGetWorkspaceSize", [&] {
-        const attnops::Tensor queryV = view(query, "query");
-        const attnops::Tensor keyV = view(key, "key");
-        const attnops::Tensor valueV = view(value, "value");
-        const attnops::Tensor pseShiftV = view(pseShift, "pseShift");
-        const attnops::Tensor attenMaskV = view(attenMask, "attenMask");
-        const attnops::IntArray actualSeqLengthsV = view(actualSeqLengths, "actualSeqLengths");
-        const attnops::Tensor attentionOutV = view(attentionOut, "attentionOut");
-        attnopsExecutor* created = nullptr;
-        attnops::check(attnopsPromptFlashAttentionGetWorkspaceSize(
-            queryV.get(), keyV.get(), valueV.get(), pseShiftV.get(), attenMaskV.get(), actualSeqLengthsV.get(),
-            numHeads, scaleValue, preTokens, nextTokens, inputLayout, numKeyValueHeads, attentionOutV.get(),
-            workspaceSize, executor == nullptr ? nullptr : &created));
-        *executor = toAclnn(created);
-    });
-}
-
-ATTNOPS_ACL_EXECUTE(aclnnPromptFlashAttention, attnopsPromptFlashAttention)
-
-aclnnStatus aclnnPromptFlashAttentionV2GetWorkspaceSize(
-    const aclTensor* query, const aclTensor* key, const aclTensor* value, const aclTensor* pseShift,
-    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclIntArray* actualSeqLengthsKv,
-    const aclTensor* deqScale1, const aclTensor* quantScale1, const aclTensor* deqScale2, const aclTensor* quantScale2,
-    const aclTensor* quantOffset2, int64_t numHeads, double scaleValue, int64_t preTokens, int64_t nextTokens,
-    char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode, const aclTensor* attentionOut,
-    uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnPromptFlashAttentionV2GetWorkspaceSize", [&] {
-        const attnops::Tensor queryV = view(query, "query");
-        const attnops::Tensor keyV = view(key, "key");
-        const attnops::Tensor valueV = view(value, "value");
-        const attnops::Tensor pseShiftV = view(pseShift, "pseShift");
-        const attnops::Tensor attenMaskV = view(attenMask, "attenMask");
-        const attnops::IntArray actualSeqLengthsV = view(actualSeqLengths, "actualSeqLengths");
-        const attnops::IntArray actualSeqLengthsKvV = view(actualSeqLengthsKv, "actualSeqLengthsKv");
-        const attnops::Tensor deqScale1V = view(deqScale1, "deqScale1");
-        const attnops::Tensor quantScale1V = view(quantScale1, "quantScale1");
-        const attnops::Tensor deqScale2V = view(deqScale2, "deqScale2");
-        const attnops::Tensor quantScale2V = view(quantScale2, "quantScale2");
-        const attnops::Tensor quantOffset2V = view(quantOffset2, "quantOffset2");
-        const attnops::Tensor attentionOutV = view(attentionOut, "attentionOut");
-        attnopsExecutor* created = nullptr;
-        attnops::check(attnopsPromptFlashAttentionV2GetWorkspaceSize(
-            queryV.get(), keyV.get(), valueV.get(), pseShiftV.get(), attenMaskV.get(), actualSeqLengthsV.get(),
-            actualSeqLengthsKvV.get(), deqScale1V.get(), quantScale1V.get(), deqScale2V.get(), quantScale2V.get(),
-            quantOffset2V.get(), numHeads, scaleValue, preTokens, nextTokens, inputLayout, numKeyValueHeads, sparseMode,
-            attentionOutV.get(), workspaceSize, executor == nullptr ? nullptr : &created));
-        *executor = toAclnn(created);
-    });
-}
-
-ATTNOPS_ACL_EXECUTE(aclnnPromptFlashAttentionV2, attnopsPromptFlashAttentionV2)
-
-aclnnStatus aclnnPromptFlashAttentionV3GetWorkspaceSize(
-    const aclTensor* query, const aclTensor* key, const aclTensor* value, const aclTensor* pseShift,
-    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclIntArray* actualSeqLengthsKv,
-    const aclTensor* deqScale1, const aclTensor* quantScale1, const aclTensor* deqScale2, const aclTensor* quantScale2,
-    const aclTensor* quantOffset2, int64_t numHeads, double scaleValue, int64_t preTokens, int64_t nextTokens,
-    char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise,
-    const aclTensor* attentionOut, uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnPromptFlashAttentionV3GetWorkspaceSize", [&] {
+// Phase 1 of every PromptFlashAttention version: the newest version's arguments (earlier versions pass what
+// they lack as NULL / their defaults), converted and handed to attnops.
+aclnnStatus planPromptFlashAttention(const char* api, const aclTensor* query, const aclTensor* key,
+                                     const aclTensor* value, const aclTensor* pseShift, const aclTensor* attenMask,
+                                     const aclIntArray* actualSeqLengths, const aclIntArray* actualSeqLengthsKv,
+                                     const aclTensor* deqScale1, const aclTensor* quantScale1,
+                                     const aclTensor* deqScale2, const aclTensor* quantScale2,
+                                     const aclTensor* quantOffset2, int64_t numHeads, double scaleValue,
+                                     int64_t preTokens, int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
+                                     int64_t sparseMode, int64_t innerPrecise, const aclTensor* attentionOut,
+                                     uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return guardedOp(api, [&] {
         const attnops::Tensor queryV = view(query, "query");
         const attnops::Tensor keyV = view(key, "key");
         const attnops::Tensor valueV = view(value, "value");
@@ -391,110 +152,19 @@ aclnnStatus aclnnPromptFlashAttentionV3GetWorkspaceSize(
     });
 }
 
-ATTNOPS_ACL_EXECUTE(aclnnPromptFlashAttentionV3, attnopsPromptFlashAttentionV3)
-
-aclnnStatus aclnnIncreFlashAttentionGetWorkspaceSize(const aclTensor* query, const aclTensorList* key,
-                                                     const aclTensorList* value, const aclTensor* pseShift,
-                                                     const aclTensor* attenMask, const aclIntArray* actualSeqLengths,
-                                                     int64_t numHeads, double scaleValue, char* inputLayout,
-                                                     int64_t numKeyValueHeads, const aclTensor* attentionOut,
-                                                     uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnIncreFlashAttentionGetWorkspaceSize", [&] {
-        const attnops::Tensor queryV = view(query, "query");
-        const TensorListView keyV(key, "key");
-        const TensorListView valueV(value, "value");
-        const attnops::Tensor pseShiftV = view(pseShift, "pseShift");
-        const attnops::Tensor attenMaskV = view(attenMask, "attenMask");
-        const attnops::IntArray actualSeqLengthsV = view(actualSeqLengths, "actualSeqLengths");
-        const attnops::Tensor attentionOutV = view(attentionOut, "attentionOut");
-        attnopsExecutor* created = nullptr;
-        attnops::check(attnopsIncreFlashAttentionGetWorkspaceSize(
-            queryV.get(), keyV.data(), keyV.size(), valueV.data(), valueV.size(), pseShiftV.get(), attenMaskV.get(),
-            actualSeqLengthsV.get(), numHeads, scaleValue, inputLayout, numKeyValueHeads, attentionOutV.get(),
-            workspaceSize, executor == nullptr ? nullptr : &created));
-        *executor = toAclnn(created);
-    });
-}
-
-ATTNOPS_ACL_EXECUTE(aclnnIncreFlashAttention, attnopsIncreFlashAttention)
-
-aclnnStatus aclnnIncreFlashAttentionV2GetWorkspaceSize(
-    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShift,
-    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclTensor* dequantScale1,
-    const aclTensor* quantScale1, const aclTensor* dequantScale2, const aclTensor* quantScale2,
-    const aclTensor* quantOffset2, int64_t numHeads, double scaleValue, char* inputLayout, int64_t numKeyValueHeads,
-    const aclTensor* attentionOut, uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnIncreFlashAttentionV2GetWorkspaceSize", [&] {
-        const attnops::Tensor queryV = view(query, "query");
-        const TensorListView keyV(key, "key");
-        const TensorListView valueV(value, "value");
-        const attnops::Tensor pseShiftV = view(pseShift, "pseShift");
-        const attnops::Tensor attenMaskV = view(attenMask, "attenMask");
-        const attnops::IntArray actualSeqLengthsV = view(actualSeqLengths, "actualSeqLengths");
-        const attnops::Tensor dequantScale1V = view(dequantScale1, "dequantScale1");
-        const attnops::Tensor quantScale1V = view(quantScale1, "quantScale1");
-        const attnops::Tensor dequantScale2V = view(dequantScale2, "dequantScale2");
-        const attnops::Tensor quantScale2V = view(quantScale2, "quantScale2");
-        const attnops::Tensor quantOffset2V = view(quantOffset2, "quantOffset2");
-        const attnops::Tensor attentionOutV = view(attentionOut, "attentionOut");
-        attnopsExecutor* created = nullptr;
-        attnops::check(attnopsIncreFlashAttentionV2GetWorkspaceSize(
-            queryV.get(), keyV.data(), keyV.size(), valueV.data(), valueV.size(), pseShiftV.get(), attenMaskV.get(),
-            actualSeqLengthsV.get(), dequantScale1V.get(), quantScale1V.get(), dequantScale2V.get(), quantScale2V.get(),
-            quantOffset2V.get(), numHeads, scaleValue, inputLayout, numKeyValueHeads, attentionOutV.get(),
-            workspaceSize, executor == nullptr ? nullptr : &created));
-        *executor = toAclnn(created);
-    });
-}
-
-ATTNOPS_ACL_EXECUTE(aclnnIncreFlashAttentionV2, attnopsIncreFlashAttentionV2)
-
-aclnnStatus aclnnIncreFlashAttentionV3GetWorkspaceSize(
-    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShift,
-    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclTensor* dequantScale1,
-    const aclTensor* quantScale1, const aclTensor* dequantScale2, const aclTensor* quantScale2,
-    const aclTensor* quantOffset2, const aclTensor* antiquantScale, const aclTensor* antiquantOffset,
-    const aclTensor* blocktable, int64_t numHeads, double scaleValue, char* inputLayout, int64_t numKeyValueHeads,
-    int64_t blockSize, int64_t innerPrecise, const aclTensor* attentionOut, uint64_t* workspaceSize,
-    aclOpExecutor** executor) {
-    return guardedOp("aclnnIncreFlashAttentionV3GetWorkspaceSize", [&] {
-        const attnops::Tensor queryV = view(query, "query");
-        const TensorListView keyV(key, "key");
-        const TensorListView valueV(value, "value");
-        const attnops::Tensor pseShiftV = view(pseShift, "pseShift");
-        const attnops::Tensor attenMaskV = view(attenMask, "attenMask");
-        const attnops::IntArray actualSeqLengthsV = view(actualSeqLengths, "actualSeqLengths");
-        const attnops::Tensor dequantScale1V = view(dequantScale1, "dequantScale1");
-        const attnops::Tensor quantScale1V = view(quantScale1, "quantScale1");
-        const attnops::Tensor dequantScale2V = view(dequantScale2, "dequantScale2");
-        const attnops::Tensor quantScale2V = view(quantScale2, "quantScale2");
-        const attnops::Tensor quantOffset2V = view(quantOffset2, "quantOffset2");
-        const attnops::Tensor antiquantScaleV = view(antiquantScale, "antiquantScale");
-        const attnops::Tensor antiquantOffsetV = view(antiquantOffset, "antiquantOffset");
-        const attnops::Tensor blocktableV = view(blocktable, "blocktable");
-        const attnops::Tensor attentionOutV = view(attentionOut, "attentionOut");
-        attnopsExecutor* created = nullptr;
-        attnops::check(attnopsIncreFlashAttentionV3GetWorkspaceSize(
-            queryV.get(), keyV.data(), keyV.size(), valueV.data(), valueV.size(), pseShiftV.get(), attenMaskV.get(),
-            actualSeqLengthsV.get(), dequantScale1V.get(), quantScale1V.get(), dequantScale2V.get(), quantScale2V.get(),
-            quantOffset2V.get(), antiquantScaleV.get(), antiquantOffsetV.get(), blocktableV.get(), numHeads, scaleValue,
-            inputLayout, numKeyValueHeads, blockSize, innerPrecise, attentionOutV.get(), workspaceSize,
-            executor == nullptr ? nullptr : &created));
-        *executor = toAclnn(created);
-    });
-}
-
-ATTNOPS_ACL_EXECUTE(aclnnIncreFlashAttentionV3, attnopsIncreFlashAttentionV3)
-
-aclnnStatus aclnnIncreFlashAttentionV4GetWorkspaceSize(
-    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShift,
-    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclTensor* dequantScale1,
-    const aclTensor* quantScale1, const aclTensor* dequantScale2, const aclTensor* quantScale2,
-    const aclTensor* quantOffset2, const aclTensor* antiquantScale, const aclTensor* antiquantOffset,
-    const aclTensor* blocktable, const aclTensor* kvPaddingSize, int64_t numHeads, double scaleValue, char* inputLayout,
-    int64_t numKeyValueHeads, int64_t blockSize, int64_t innerPrecise, const aclTensor* attentionOut,
-    uint64_t* workspaceSize, aclOpExecutor** executor) {
-    return guardedOp("aclnnIncreFlashAttentionV4GetWorkspaceSize", [&] {
+// Phase 1 of every IncreFlashAttention version: the newest version's arguments (earlier versions pass what
+// they lack as NULL / their defaults), converted and handed to attnops.
+aclnnStatus planIncreFlashAttention(const char* api, const aclTensor* query, const aclTensorList* key,
+                                    const aclTensorList* value, const aclTensor* pseShift, const aclTensor* attenMask,
+                                    const aclIntArray* actualSeqLengths, const aclTensor* dequantScale1,
+                                    const aclTensor* quantScale1, const aclTensor* dequantScale2,
+                                    const aclTensor* quantScale2, const aclTensor* quantOffset2,
+                                    const aclTensor* antiquantScale, const aclTensor* antiquantOffset,
+                                    const aclTensor* blocktable, const aclTensor* kvPaddingSize, int64_t numHeads,
+                                    double scaleValue, char* inputLayout, int64_t numKeyValueHeads, int64_t blockSize,
+                                    int64_t innerPrecise, const aclTensor* attentionOut, uint64_t* workspaceSize,
+                                    aclOpExecutor** executor) {
+    return guardedOp(api, [&] {
         const attnops::Tensor queryV = view(query, "query");
         const TensorListView keyV(key, "key");
         const TensorListView valueV(value, "value");
@@ -520,6 +190,229 @@ aclnnStatus aclnnIncreFlashAttentionV4GetWorkspaceSize(
             workspaceSize, executor == nullptr ? nullptr : &created));
         *executor = toAclnn(created);
     });
+}
+
+}  // namespace
+
+extern "C" {
+
+aclnnStatus aclnnFusedInferAttentionScoreGetWorkspaceSize(
+    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
+    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
+    const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
+    const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
+    const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
+    const aclTensor* antiquantOffsetOptional, const aclTensor* blockTableOptional,
+    const aclTensor* queryPaddingSizeOptional, const aclTensor* kvPaddingSizeOptional, int64_t numHeads,
+    double scaleValue, int64_t preTokens, int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
+    int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
+    const aclTensor* attentionOut, const aclTensor* softmaxLse, uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planFusedInferAttentionScore(
+        "aclnnFusedInferAttentionScoreGetWorkspaceSize", query, key, value, pseShiftOptional, attenMaskOptional,
+        actualSeqLengthsOptional, actualSeqLengthsKvOptional, deqScale1Optional, quantScale1Optional, deqScale2Optional,
+        quantScale2Optional, quantOffset2Optional, antiquantScaleOptional, antiquantOffsetOptional, blockTableOptional,
+        queryPaddingSizeOptional, kvPaddingSizeOptional, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+        nullptr, nullptr, nullptr, nullptr, nullptr, numHeads, scaleValue, preTokens, nextTokens, inputLayout,
+        numKeyValueHeads, sparseMode, innerPrecise, blockSize, antiquantMode, softmaxLseFlag, 0, 0, 0, attentionOut,
+        softmaxLse, workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnFusedInferAttentionScore, attnopsFusedInferAttentionScoreV4)
+
+aclnnStatus aclnnFusedInferAttentionScoreV2GetWorkspaceSize(
+    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
+    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
+    const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
+    const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
+    const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
+    const aclTensor* antiquantOffsetOptional, const aclTensor* blockTableOptional,
+    const aclTensor* queryPaddingSizeOptional, const aclTensor* kvPaddingSizeOptional,
+    const aclTensor* keyAntiquantScaleOptional, const aclTensor* keyAntiquantOffsetOptional,
+    const aclTensor* valueAntiquantScaleOptional, const aclTensor* valueAntiquantOffsetOptional,
+    const aclTensor* keySharedPrefixOptional, const aclTensor* valueSharedPrefixOptional,
+    const aclIntArray* actualSharedPrefixLenOptional, int64_t numHeads, double scaleValue, int64_t preTokens,
+    int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise,
+    int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag, int64_t keyAntiquantMode, int64_t valueAntiquantMode,
+    const aclTensor* attentionOut, const aclTensor* softmaxLse, uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planFusedInferAttentionScore(
+        "aclnnFusedInferAttentionScoreV2GetWorkspaceSize", query, key, value, pseShiftOptional, attenMaskOptional,
+        actualSeqLengthsOptional, actualSeqLengthsKvOptional, deqScale1Optional, quantScale1Optional, deqScale2Optional,
+        quantScale2Optional, quantOffset2Optional, antiquantScaleOptional, antiquantOffsetOptional, blockTableOptional,
+        queryPaddingSizeOptional, kvPaddingSizeOptional, keyAntiquantScaleOptional, keyAntiquantOffsetOptional,
+        valueAntiquantScaleOptional, valueAntiquantOffsetOptional, keySharedPrefixOptional, valueSharedPrefixOptional,
+        actualSharedPrefixLenOptional, nullptr, nullptr, nullptr, nullptr, nullptr, numHeads, scaleValue, preTokens,
+        nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise, blockSize, antiquantMode, softmaxLseFlag,
+        keyAntiquantMode, valueAntiquantMode, 0, attentionOut, softmaxLse, workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnFusedInferAttentionScoreV2, attnopsFusedInferAttentionScoreV4)
+
+aclnnStatus aclnnFusedInferAttentionScoreV3GetWorkspaceSize(
+    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
+    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
+    const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
+    const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
+    const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
+    const aclTensor* antiquantOffsetOptional, const aclTensor* blockTableOptional,
+    const aclTensor* queryPaddingSizeOptional, const aclTensor* kvPaddingSizeOptional,
+    const aclTensor* keyAntiquantScaleOptional, const aclTensor* keyAntiquantOffsetOptional,
+    const aclTensor* valueAntiquantScaleOptional, const aclTensor* valueAntiquantOffsetOptional,
+    const aclTensor* keySharedPrefixOptional, const aclTensor* valueSharedPrefixOptional,
+    const aclIntArray* actualSharedPrefixLenOptional, const aclTensor* queryRopeOptional,
+    const aclTensor* keyRopeOptional, const aclTensor* keyRopeAntiquantScaleOptional, int64_t numHeads,
+    double scaleValue, int64_t preTokens, int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
+    int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
+    int64_t keyAntiquantMode, int64_t valueAntiquantMode, const aclTensor* attentionOut, const aclTensor* softmaxLse,
+    uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planFusedInferAttentionScore(
+        "aclnnFusedInferAttentionScoreV3GetWorkspaceSize", query, key, value, pseShiftOptional, attenMaskOptional,
+        actualSeqLengthsOptional, actualSeqLengthsKvOptional, deqScale1Optional, quantScale1Optional, deqScale2Optional,
+        quantScale2Optional, quantOffset2Optional, antiquantScaleOptional, antiquantOffsetOptional, blockTableOptional,
+        queryPaddingSizeOptional, kvPaddingSizeOptional, keyAntiquantScaleOptional, keyAntiquantOffsetOptional,
+        valueAntiquantScaleOptional, valueAntiquantOffsetOptional, keySharedPrefixOptional, valueSharedPrefixOptional,
+        actualSharedPrefixLenOptional, queryRopeOptional, keyRopeOptional, keyRopeAntiquantScaleOptional, nullptr,
+        nullptr, numHeads, scaleValue, preTokens, nextTokens, inputLayout, numKeyValueHeads, sparseMode, innerPrecise,
+        blockSize, antiquantMode, softmaxLseFlag, keyAntiquantMode, valueAntiquantMode, 0, attentionOut, softmaxLse,
+        workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnFusedInferAttentionScoreV3, attnopsFusedInferAttentionScoreV4)
+
+aclnnStatus aclnnFusedInferAttentionScoreV4GetWorkspaceSize(
+    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShiftOptional,
+    const aclTensor* attenMaskOptional, const aclIntArray* actualSeqLengthsOptional,
+    const aclIntArray* actualSeqLengthsKvOptional, const aclTensor* deqScale1Optional,
+    const aclTensor* quantScale1Optional, const aclTensor* deqScale2Optional, const aclTensor* quantScale2Optional,
+    const aclTensor* quantOffset2Optional, const aclTensor* antiquantScaleOptional,
+    const aclTensor* antiquantOffsetOptional, const aclTensor* blockTableOptional,
+    const aclTensor* queryPaddingSizeOptional, const aclTensor* kvPaddingSizeOptional,
+    const aclTensor* keyAntiquantScaleOptional, const aclTensor* keyAntiquantOffsetOptional,
+    const aclTensor* valueAntiquantScaleOptional, const aclTensor* valueAntiquantOffsetOptional,
+    const aclTensor* keySharedPrefixOptional, const aclTensor* valueSharedPrefixOptional,
+    const aclIntArray* actualSharedPrefixLenOptional, const aclTensor* queryRopeOptional,
+    const aclTensor* keyRopeOptional, const aclTensor* keyRopeAntiquantScaleOptional,
+    const aclTensor* dequantScaleQueryOptional, const aclTensor* learnableSinkOptional, int64_t numHeads,
+    double scaleValue, int64_t preTokens, int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
+    int64_t sparseMode, int64_t innerPrecise, int64_t blockSize, int64_t antiquantMode, bool softmaxLseFlag,
+    int64_t keyAntiquantMode, int64_t valueAntiquantMode, int64_t queryQuantMode, const aclTensor* attentionOut,
+    const aclTensor* softmaxLse, uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planFusedInferAttentionScore(
+        "aclnnFusedInferAttentionScoreV4GetWorkspaceSize", query, key, value, pseShiftOptional, attenMaskOptional,
+        actualSeqLengthsOptional, actualSeqLengthsKvOptional, deqScale1Optional, quantScale1Optional, deqScale2Optional,
+        quantScale2Optional, quantOffset2Optional, antiquantScaleOptional, antiquantOffsetOptional, blockTableOptional,
+        queryPaddingSizeOptional, kvPaddingSizeOptional, keyAntiquantScaleOptional, keyAntiquantOffsetOptional,
+        valueAntiquantScaleOptional, valueAntiquantOffsetOptional, keySharedPrefixOptional, valueSharedPrefixOptional,
+        actualSharedPrefixLenOptional, queryRopeOptional, keyRopeOptional, keyRopeAntiquantScaleOptional,
+        dequantScaleQueryOptional, learnableSinkOptional, numHeads, scaleValue, preTokens, nextTokens, inputLayout,
+        numKeyValueHeads, sparseMode, innerPrecise, blockSize, antiquantMode, softmaxLseFlag, keyAntiquantMode,
+        valueAntiquantMode, queryQuantMode, attentionOut, softmaxLse, workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnFusedInferAttentionScoreV4, attnopsFusedInferAttentionScoreV4)
+
+aclnnStatus aclnnPromptFlashAttentionGetWorkspaceSize(const aclTensor* query, const aclTensor* key,
+                                                      const aclTensor* value, const aclTensor* pseShift,
+                                                      const aclTensor* attenMask, const aclIntArray* actualSeqLengths,
+                                                      int64_t numHeads, double scaleValue, int64_t preTokens,
+                                                      int64_t nextTokens, char* inputLayout, int64_t numKeyValueHeads,
+                                                      const aclTensor* attentionOut, uint64_t* workspaceSize,
+                                                      aclOpExecutor** executor) {
+    return planPromptFlashAttention("aclnnPromptFlashAttentionGetWorkspaceSize", query, key, value, pseShift, attenMask,
+                                    actualSeqLengths, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, numHeads,
+                                    scaleValue, preTokens, nextTokens, inputLayout, numKeyValueHeads, 0, 1,
+                                    attentionOut, workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnPromptFlashAttention, attnopsPromptFlashAttentionV3)
+
+aclnnStatus aclnnPromptFlashAttentionV2GetWorkspaceSize(
+    const aclTensor* query, const aclTensor* key, const aclTensor* value, const aclTensor* pseShift,
+    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclIntArray* actualSeqLengthsKv,
+    const aclTensor* deqScale1, const aclTensor* quantScale1, const aclTensor* deqScale2, const aclTensor* quantScale2,
+    const aclTensor* quantOffset2, int64_t numHeads, double scaleValue, int64_t preTokens, int64_t nextTokens,
+    char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode, const aclTensor* attentionOut,
+    uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planPromptFlashAttention("aclnnPromptFlashAttentionV2GetWorkspaceSize", query, key, value, pseShift,
+                                    attenMask, actualSeqLengths, actualSeqLengthsKv, deqScale1, quantScale1, deqScale2,
+                                    quantScale2, quantOffset2, numHeads, scaleValue, preTokens, nextTokens, inputLayout,
+                                    numKeyValueHeads, sparseMode, 1, attentionOut, workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnPromptFlashAttentionV2, attnopsPromptFlashAttentionV3)
+
+aclnnStatus aclnnPromptFlashAttentionV3GetWorkspaceSize(
+    const aclTensor* query, const aclTensor* key, const aclTensor* value, const aclTensor* pseShift,
+    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclIntArray* actualSeqLengthsKv,
+    const aclTensor* deqScale1, const aclTensor* quantScale1, const aclTensor* deqScale2, const aclTensor* quantScale2,
+    const aclTensor* quantOffset2, int64_t numHeads, double scaleValue, int64_t preTokens, int64_t nextTokens,
+    char* inputLayout, int64_t numKeyValueHeads, int64_t sparseMode, int64_t innerPrecise,
+    const aclTensor* attentionOut, uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planPromptFlashAttention("aclnnPromptFlashAttentionV3GetWorkspaceSize", query, key, value, pseShift,
+                                    attenMask, actualSeqLengths, actualSeqLengthsKv, deqScale1, quantScale1, deqScale2,
+                                    quantScale2, quantOffset2, numHeads, scaleValue, preTokens, nextTokens, inputLayout,
+                                    numKeyValueHeads, sparseMode, innerPrecise, attentionOut, workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnPromptFlashAttentionV3, attnopsPromptFlashAttentionV3)
+
+aclnnStatus aclnnIncreFlashAttentionGetWorkspaceSize(const aclTensor* query, const aclTensorList* key,
+                                                     const aclTensorList* value, const aclTensor* pseShift,
+                                                     const aclTensor* attenMask, const aclIntArray* actualSeqLengths,
+                                                     int64_t numHeads, double scaleValue, char* inputLayout,
+                                                     int64_t numKeyValueHeads, const aclTensor* attentionOut,
+                                                     uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planIncreFlashAttention("aclnnIncreFlashAttentionGetWorkspaceSize", query, key, value, pseShift, attenMask,
+                                   actualSeqLengths, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, nullptr, numHeads, scaleValue, inputLayout, numKeyValueHeads, 0, 1,
+                                   attentionOut, workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnIncreFlashAttention, attnopsIncreFlashAttentionV4)
+
+aclnnStatus aclnnIncreFlashAttentionV2GetWorkspaceSize(
+    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShift,
+    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclTensor* dequantScale1,
+    const aclTensor* quantScale1, const aclTensor* dequantScale2, const aclTensor* quantScale2,
+    const aclTensor* quantOffset2, int64_t numHeads, double scaleValue, char* inputLayout, int64_t numKeyValueHeads,
+    const aclTensor* attentionOut, uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planIncreFlashAttention("aclnnIncreFlashAttentionV2GetWorkspaceSize", query, key, value, pseShift, attenMask,
+                                   actualSeqLengths, dequantScale1, quantScale1, dequantScale2, quantScale2,
+                                   quantOffset2, nullptr, nullptr, nullptr, nullptr, numHeads, scaleValue, inputLayout,
+                                   numKeyValueHeads, 0, 1, attentionOut, workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnIncreFlashAttentionV2, attnopsIncreFlashAttentionV4)
+
+aclnnStatus aclnnIncreFlashAttentionV3GetWorkspaceSize(
+    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShift,
+    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclTensor* dequantScale1,
+    const aclTensor* quantScale1, const aclTensor* dequantScale2, const aclTensor* quantScale2,
+    const aclTensor* quantOffset2, const aclTensor* antiquantScale, const aclTensor* antiquantOffset,
+    const aclTensor* blocktable, int64_t numHeads, double scaleValue, char* inputLayout, int64_t numKeyValueHeads,
+    int64_t blockSize, int64_t innerPrecise, const aclTensor* attentionOut, uint64_t* workspaceSize,
+    aclOpExecutor** executor) {
+    return planIncreFlashAttention("aclnnIncreFlashAttentionV3GetWorkspaceSize", query, key, value, pseShift, attenMask,
+                                   actualSeqLengths, dequantScale1, quantScale1, dequantScale2, quantScale2,
+                                   quantOffset2, antiquantScale, antiquantOffset, blocktable, nullptr, numHeads,
+                                   scaleValue, inputLayout, numKeyValueHeads, blockSize, innerPrecise, attentionOut,
+                                   workspaceSize, executor);
+}
+
+ATTNOPS_ACL_EXECUTE(aclnnIncreFlashAttentionV3, attnopsIncreFlashAttentionV4)
+
+aclnnStatus aclnnIncreFlashAttentionV4GetWorkspaceSize(
+    const aclTensor* query, const aclTensorList* key, const aclTensorList* value, const aclTensor* pseShift,
+    const aclTensor* attenMask, const aclIntArray* actualSeqLengths, const aclTensor* dequantScale1,
+    const aclTensor* quantScale1, const aclTensor* dequantScale2, const aclTensor* quantScale2,
+    const aclTensor* quantOffset2, const aclTensor* antiquantScale, const aclTensor* antiquantOffset,
+    const aclTensor* blocktable, const aclTensor* kvPaddingSize, int64_t numHeads, double scaleValue, char* inputLayout,
+    int64_t numKeyValueHeads, int64_t blockSize, int64_t innerPrecise, const aclTensor* attentionOut,
+    uint64_t* workspaceSize, aclOpExecutor** executor) {
+    return planIncreFlashAttention("aclnnIncreFlashAttentionV4GetWorkspaceSize", query, key, value, pseShift, attenMask,
+                                   actualSeqLengths, dequantScale1, quantScale1, dequantScale2, quantScale2,
+                                   quantOffset2, antiquantScale, antiquantOffset, blocktable, kvPaddingSize, numHeads,
+                                   scaleValue, inputLayout, numKeyValueHeads, blockSize, innerPrecise, attentionOut,
+                                   workspaceSize, executor);
 }
 
 ATTNOPS_ACL_EXECUTE(aclnnIncreFlashAttentionV4, attnopsIncreFlashAttentionV4)

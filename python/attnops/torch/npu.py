@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from . import _ops
+from .merge import _check_softmax_layout, tnd_stats_from_token_major, tnd_stats_to_token_major
 
 INT32_MAX = _ops.INT32_MAX
 
@@ -109,15 +110,23 @@ def npu_fusion_attention(
     sink: Optional[Tensor] = None,
     pre_tokens: Optional[int] = None,
     next_tokens: Optional[int] = None,
+    softmax_layout: str = "",
 ):
     """Returns (attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels).
 
-    softmax_max/softmax_sum: fp32 [B,N1,S1,8] ([T1,N1,8] for TND, in true T,N order), the value
-    repeated in the 8 lanes; softmax_out is an empty tensor (reserved, as in torch_npu).
-    Differentiable in query, key, value (and sink).
+    softmax_max/softmax_sum: fp32 [B,N1,S1,8] ([T1,N1,8] declared for TND), the value repeated in
+    the 8 lanes; softmax_out is an empty tensor (reserved, as in torch_npu). Differentiable in
+    query, key, value (and sink).
+
+    TND statistics order (``softmax_layout``, torch_npu's attribute): "" (the default, as in
+    torch_npu) returns them as torch_npu users' code reads them: per sequence a head-major
+    [N1, s_i, 8] block, the blocks concatenated (MindSpeed's TND ring reads them so;
+    attnops.torch.merge explains the evidence); "TND" returns them token-major, element (t, n)
+    at t*N1 + n. Other layouts ignore it.
     """
     if padding_mask is not None:
         raise ValueError("padding_mask: given: reserved, must be None")
+    _check_softmax_layout("softmax_layout", softmax_layout)
     _warn_null_mask(sparse_mode, atten_mask)
     if keep_prob < 1.0:
         seed, offset = draw_seed(), 0
@@ -129,6 +138,8 @@ def npu_fusion_attention(
         sink, _int_list(prefix), _int_list(q_start_idx), _int_list(kv_start_idx), float(scale),
         float(keep_prob), _tokens(pre_tockens, pre_tokens), _tokens(next_tockens, next_tokens), head_num,
         input_layout, inner_precise, sparse_mode, pse_type, seed, offset)
+    if input_layout == "TND" and softmax_layout != "TND":
+        smax, ssum = (tnd_stats_from_token_major(x, actual_seq_qlen) for x in (smax, ssum))
     softmax_out = query.new_empty((0,))
     return out, smax, ssum, softmax_out, seed, offset, numels
 
@@ -168,15 +179,20 @@ def npu_fusion_attention_grad(
     sink: Optional[Tensor] = None,
     pre_tokens: Optional[int] = None,
     next_tokens: Optional[int] = None,
+    softmax_layout: str = "",
 ):
     """Returns (dq, dk, dv, dpse); dpse is an empty tensor (pse gradients are not produced, as
     upstream). softmax_max, softmax_sum and attention_in (the forward's outputs) are required.
-    With a sink, its gradient is returned as a fifth element."""
+    With a sink, its gradient is returned as a fifth element. softmax_layout: the order of TND
+    statistics, as in npu_fusion_attention."""
     if padding_mask is not None:
         raise ValueError("padding_mask: given: reserved, must be None")
     for name, t in (("softmax_max", softmax_max), ("softmax_sum", softmax_sum), ("attention_in", attention_in)):
         if t is None:
             raise ValueError(f"{name}: None: required (the forward's output)")
+    _check_softmax_layout("softmax_layout", softmax_layout)
+    if input_layout == "TND" and softmax_layout != "TND":
+        softmax_max, softmax_sum = (tnd_stats_to_token_major(x, actual_seq_qlen) for x in (softmax_max, softmax_sum))
     _warn_null_mask(sparse_mode, atten_mask)
     dq, dk, dv, dsink = _ops.flash_attention_score_grad(
         query, key, value, dy, pse, None, atten_mask, softmax_max, softmax_sum, attention_in,

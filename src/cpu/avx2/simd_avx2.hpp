@@ -83,6 +83,41 @@ struct Avx2 {
         return _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(lo, x), _mm256_cmpgt_epi32(x, hi)), all());
     }
 
+    // kLanes stored elements as fp32: bf16 (a shift), fp16 (vcvtph2ps), int8 (exact).
+    ATTNOPS_AVX2_INLINE Vec loadBf16(const uint16_t* p) {
+        const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+    }
+    ATTNOPS_AVX2_INLINE Vec loadHalf(const uint16_t* p) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    ATTNOPS_AVX2_INLINE Vec loadInt8(const int8_t* p) {
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    }
+    // x rounded to the nearest bf16 / fp16 (ties to even), as fp32: the precision model's
+    // rounding of probabilities (cpu roundTo); inputs are finite and non-negative or NaN.
+    ATTNOPS_AVX2_INLINE Vec roundBf16(Vec x) {
+        const __m256i bits = _mm256_castps_si256(x);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+        const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+        return _mm256_castsi256_ps(_mm256_and_si256(rounded, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+    }
+    ATTNOPS_AVX2_INLINE Vec roundHalf(Vec x) {
+        return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    // out[i] = the sum of the lanes of x[i], i < 8: a fixed pairwise tree (hadd, then the halves).
+    ATTNOPS_AVX2_INLINE void sum8(const Vec* x, float* out) {
+        const Vec a = _mm256_hadd_ps(_mm256_hadd_ps(x[0], x[1]), _mm256_hadd_ps(x[2], x[3]));
+        const Vec b = _mm256_hadd_ps(_mm256_hadd_ps(x[4], x[5]), _mm256_hadd_ps(x[6], x[7]));
+        _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
+    }
+    // The sum of the lanes (fixed order).
+    ATTNOPS_AVX2_INLINE float sumLanes(Vec x) {
+        const __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+        const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+    }
+
     // dst[c] = fp16 src[c] as fp32, c < n (vcvtph2ps; the tail from a zero-padded copy).
     ATTNOPS_AVX2_INLINE void widenHalves(const uint16_t* src, int64_t n, float* __restrict dst) {
         int64_t c = 0;

@@ -1,5 +1,6 @@
 // The AVX-512 flash-attention backward entries, instances of the generic register-blocked kernel
-// (cpu/simd/fa_backward.hpp) on zmm vectors: fp32 FMAs in "avx512", vdpbf16ps on bf16 pairs in
+// (cpu/simd/fa_backward.hpp) on zmm vectors: fp32 FMAs in "avx512-fused" (the fused scheme) and
+// "avx512" (key and query units), vdpbf16ps on bf16 pairs in
 // "avx512-bf16" (which accepts only problems whose operands are all bf16; the planner gives the
 // others to "avx512", and all-bf16 ones too when this CPU's bf16 path is the widened one,
 // cpu/bf16_path.hpp).
@@ -28,6 +29,9 @@ void keyFloat(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
 void queryFloat(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) {
     simd_backward::runQueryUnit<cpu::Avx512, void>(p, t, u, s);
 }
+void headFloat(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
+    simd_backward::runHeadUnit<cpu::Avx512>(p, t, u, s);
+}
 void keyPairs(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
     simd_backward::runKeyUnit<cpu::Avx512, Pairs>(p, t, u, s);
 }
@@ -48,6 +52,18 @@ const BackwardKernel& backwardKernelAvx512Bf16() {
     static const BackwardKernel k{
         "avx512-bf16", hasAvx512Bf16, pairOperands, simd_backward::chooseTile<cpu::Avx512>, simd_backward::scratchBytes,
         keyPairs,      queryPairs};
+    return k;
+}
+const BackwardKernel& backwardKernelAvx512Fused() {
+    static const BackwardKernel k{"avx512-fused",
+                                  hasAvx512,
+                                  simd_backward::fusedAccepts,
+                                  simd_backward::chooseTile<cpu::Avx512>,
+                                  simd_backward::fusedScratchBytes,
+                                  nullptr,
+                                  nullptr,
+                                  false,
+                                  headFloat};
     return k;
 }
 const BackwardKernel& backwardKernelAvx512() {

@@ -86,6 +86,53 @@ struct Avx512 {
         return Mask(_mm512_cmp_epi32_mask(x, lo, _MM_CMPINT_NLT) & _mm512_cmp_epi32_mask(x, hi, _MM_CMPINT_LE));
     }
 
+    // kLanes stored elements as fp32: bf16 (a shift), fp16 (vcvtph2ps), int8 (exact).
+    ATTNOPS_AVX512_INLINE Vec loadBf16(const uint16_t* p) {
+        const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+    }
+    ATTNOPS_AVX512_INLINE Vec loadHalf(const uint16_t* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+    ATTNOPS_AVX512_INLINE Vec loadInt8(const int8_t* p) {
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    }
+    // x rounded to the nearest bf16 / fp16 (ties to even), as fp32 (see the AVX2 trait).
+    ATTNOPS_AVX512_INLINE Vec roundBf16(Vec x) {
+        const __m512i bits = _mm512_castps_si512(x);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+        const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+        return _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(int32_t(0xFFFF0000u))));
+    }
+    ATTNOPS_AVX512_INLINE Vec roundHalf(Vec x) {
+        return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    // Lanes 0..7 and 8..15 (vextractf64x4: AVX512F, where vextractf32x8 would need AVX512DQ;
+    // the zero-masked form, as GCC 12 reports the "undefined" vector of the unmasked form and of
+    // _mm512_castps512_ps256 as uninitialised).
+    ATTNOPS_AVX512_INLINE __m256 lowerHalf(Vec x) {
+        return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 0));
+    }
+    ATTNOPS_AVX512_INLINE __m256 upperHalf(Vec x) {
+        return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(x), 1));
+    }
+    // out[i] = the sum of the lanes of x[i], i < 8: each folded to 8 lanes, then the AVX2 tree.
+    ATTNOPS_AVX512_INLINE void sum8(const Vec* x, float* out) {
+        __m256 h[8];
+        for (int i = 0; i < 8; ++i)
+            h[i] = _mm256_add_ps(lowerHalf(x[i]), upperHalf(x[i]));
+        const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+        const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(h[4], h[5]), _mm256_hadd_ps(h[6], h[7]));
+        _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
+    }
+    // The sum of the lanes (fixed order).
+    ATTNOPS_AVX512_INLINE float sumLanes(Vec x) {
+        const __m256 o = _mm256_add_ps(lowerHalf(x), upperHalf(x));
+        const __m128 h = _mm_add_ps(_mm256_castps256_ps128(o), _mm256_extractf128_ps(o, 1));
+        const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+    }
+
     // dst[c] = fp16 src[c] as fp32, c < n (vcvtph2ps).
     ATTNOPS_AVX512_INLINE void widenHalves(const uint16_t* src, int64_t n, float* __restrict dst) {
         for (int64_t c = 0; c < n; c += kLanes) {

@@ -3,7 +3,7 @@
 // softmax with fp32 statistics, and the upstream precision model (probabilities rounded to the
 // query dtype before P.V, division by the sum at the end).
 //
-// Per score row the order of every reduction is fixed (head dim ascending for Q.K, keys
+// Takes key splits (kernel.hpp). Per score row the order of every reduction is fixed (head dim ascending for Q.K, keys
 // ascending for the sums and P.V), so results depend on neither threads nor scheduling.
 #include <algorithm>
 #include <cmath>
@@ -118,32 +118,11 @@ void accumulateRow(const Params& p, int64_t nk, float rowMax, float* __restrict 
     }
 }
 
-// Output row and lse: acc / sum (the sink joins the sum), or 0 and +inf when nothing was kept.
-void storeRow(const Params& p, int64_t b, int64_t n1, int64_t row, float m, float l, float* acc) {
-    const int64_t dv = p.core.dv;
-    if (l == 0.0f) {
-        for (int64_t c = 0; c < dv; ++c) p.core.out.store(b, n1, row, c, 0.0f);
-        if (p.writeLse) p.lse.store(b, n1, row, 0, std::numeric_limits<float>::infinity());
-        return;
-    }
-    if (!p.sink.empty()) {  // computed against max(m, sink) so that exp never overflows
-        const float sink = p.sink[size_t(n1)];
-        const float mFinal = sink > m ? sink : m;
-        const float old = std::exp(m - mFinal);
-        l = l * old + std::exp(sink - mFinal);
-        for (int64_t c = 0; c < dv; ++c) acc[c] *= old;
-        m = mFinal;
-    }
-    for (int64_t c = 0; c < dv; ++c) p.core.out.store(b, n1, row, c, acc[c] / l);
-    if (p.writeLse) p.lse.store(b, n1, row, 0, std::log(l) + m);
-}
-
 void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
     const fa::ForwardParams& c = p.core;
     Scratch sc(p, t, scratch);
     const int64_t sq = c.seq.qLen[size_t(u.b)], skv = c.seq.kvLen[size_t(u.b)];
     const fa::SeqRule rule = fa::seqRule(c.mask, u.b, sq, skv);
-    const fa::KeyRange keys = fa::keyRange(rule, u.q0, u.q1, skv);
     const int64_t rows = u.q1 - u.q0, qRow0 = c.seq.qStart[size_t(u.b)] + u.q0;
     for (int64_t g = 0; g < c.group; ++g) {
         fa::tile::loadRows(c.q, u.b, u.n2 * c.group + g, qRow0, rows, c.d, sc.q + g * rows * c.d);
@@ -153,8 +132,8 @@ void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
             std::fill(sc.acc + r * c.dv, sc.acc + (r + 1) * c.dv, 0.0f);
         }
     }
-    for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
-        const int64_t nk = std::min(t.keyRows, keys.hi - k0);
+    for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
+        const int64_t nk = std::min(t.keyRows, u.k1 - k0);
         loadKeyValueBlock(p, u, k0, nk, t.keyRows, sc);
         for (int64_t g = 0; g < c.group; ++g)
             for (int64_t r = 0; r < rows; ++r) {
@@ -169,7 +148,7 @@ void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
     for (int64_t g = 0; g < c.group; ++g)
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t at = g * rows + r;
-            storeRow(p, u.b, u.n2 * c.group + g, qRow0 + r, sc.m[at], sc.l[at], sc.acc + at * c.dv);
+            emitRow(p, u, g, r, sc.m[at], sc.l[at], sc.acc + at * c.dv);
         }
 }
 
@@ -179,7 +158,7 @@ bool always() { return true; }
 }  // namespace
 
 const ForwardKernel& forwardKernelTiled() {
-    static const ForwardKernel k{"tiled-generic", always, acceptsAll, chooseTile, scratchBytes, runUnit};
+    static const ForwardKernel k{"tiled-generic", always, acceptsAll, chooseTile, scratchBytes, runUnit, true};
     return k;
 }
 

@@ -12,8 +12,18 @@
 // mode's band evaluated per lane; a partly masked block only when the operands its zero
 // probabilities multiply are finite); the others take the row steps shared with the tiled kernel.
 //
+// The fused scheme (entries "avx2-fused", "avx512-fused"; fp32 products only) does the five
+// GEMMs once: one unit per (sequence, kv head) walks its key blocks in ascending order as key
+// units do and also adds dS . K to an fp32 dQ of the whole sequence in its scratch, so S and dP
+// are computed once instead of once per unit kind (7 GEMMs for 5), and Q, dO and the row
+// statistics are converted once per head instead of once per key block. Its parallelism is the
+// number of (sequence, kv head) pairs (the planner passes it over for problems with fewer pairs
+// than the machine has cores); problems whose per-head arrays would pass kMaxHeadRowsBytes go
+// to the two-kind scheme.
+//
 // Order of every reduction, fixed per element: dot products over the head dim ascending; dK
-// and dV over query heads of the group, then query rows ascending; dQ over keys ascending.
+// and dV over query heads of the group, then query rows ascending; dQ over keys ascending (in
+// both schemes).
 #pragma once
 
 #include <algorithm>
@@ -32,7 +42,18 @@ using simd::blockFullyKept;
 
 // One thread's arrays; "rows" are query rows, "keys" key rows. Key units use the [row][key]
 // arrays, query units the [key][row] ones.
+// Leading dimension of a key unit's GEMM operands with n columns: n rounded up to whole lines,
+// plus one line where that is a multiple of 256 bytes, so that a GEMM's column strip (the same
+// columns of successive rows) spreads over all L1 sets instead of a few (rows 512 bytes apart,
+// d = 128 or 128 keys, fall in 8 of the 64 sets of a 32 KiB 8-way L1 and evict each other).
+inline int64_t paddedLd(int64_t n) {
+    constexpr int64_t kSetStrideFloats = 64;
+    const int64_t ld = alignUp(n);
+    return ld % kSetStrideFloats == 0 ? ld + 16 : ld;
+}
+
 struct Scratch {
+    // Key-unit arrays have padded leading dimensions: paddedLd(d), paddedLd(dv), paddedLd(keyRows).
     float* qRows;       // [queryRows][d]        key unit: Q block;  query unit: unused
     float* doRows;      // [queryRows][dv]       key unit: dO block
     float* kt;          // [d][keyRows]          key unit: K block transposed
@@ -43,7 +64,7 @@ struct Scratch {
     float* dvAcc;       // [keyRows][dv]
     float* qt;          // [d][queryRows]        query unit: Q block transposed
     float* dot;         // [dv][queryRows]       query unit: dO block transposed
-    float* k;           // [keyRows][d]          query unit: K block
+    float* k;           // [keyRows][d]          query unit: K block (fused key unit: padded)
     float* v;           // [keyRows][dv]         query unit: V block
     float* st;          // [keyRows][queryRows]  query unit: scores, then P
     float* dpt;         // [keyRows][queryRows]  query unit: dP, then dS * scale
@@ -77,17 +98,18 @@ struct Scratch {
     template <typename Take>
     void carve(const BackwardParams& p, TileShape t, Take&& take) {
         const int64_t d = p.fwd.d, dv = p.fwd.dv, kr = t.keyRows, qr = t.queryRows;
-        qRows = take(qr * d);
-        doRows = take(qr * dv);
-        kt = take(d * kr);
-        vt = take(dv * kr);
-        s = take(qr * kr);
-        dp = take(qr * kr);
+        const int64_t ld = paddedLd(d), ldv = paddedLd(dv), lk = paddedLd(kr);
+        qRows = take(qr * ld);
+        doRows = take(qr * ldv);
+        kt = take(d * lk);
+        vt = take(dv * lk);
+        s = take(qr * lk);
+        dp = take(qr * lk);
         dkAcc = take(kr * d);
         dvAcc = take(kr * dv);
         qt = take(d * qr);
         dot = take(dv * qr);
-        k = take(kr * d);
+        k = take(kr * ld);
         v = take(kr * dv);
         st = take(kr * qr);
         dpt = take(kr * qr);
@@ -162,27 +184,39 @@ ATTNOPS_SIMD_INLINE float dotProduct(int64_t n, const float* a, const float* b) 
     return sum;
 }
 
-// dO rows [q0, q0 + rows) of head n1 (row-major into doRows when given, transposed into doT
-// with leading dimension ldt when given), delta = rowsum(dO * O) and the saved statistics
-// (lane 0). Returns whether some row is fully masked (saved sum 0).
+// The per-row values of query rows [q0, q0 + rows): delta = rowsum(dO * O) and the saved softmax
+// statistics (lane 0).
+struct RowStats {
+    float* delta;
+    float* rowMax;
+    float* rowSum;
+};
+
+// dO rows [q0, q0 + rows) of head n1 (row-major into doRows with leading dimension ldRows, or
+// dv when 0, when given; transposed into doT with leading dimension ldt when given) and their
+// RowStats (st; sc's arrays when not given).
+// Returns whether some row is fully masked (saved sum 0).
 template <class V>
 ATTNOPS_SIMD_INLINE bool loadQueryStats(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
-                                        int64_t ldt, Scratch& sc, float* doRows, float* doT) {
+                                        int64_t ldt, Scratch& sc, float* doRows, float* doT,
+                                        const RowStats* st = nullptr, int64_t ldRows = 0) {
+    const RowStats own{sc.delta, sc.rowMax, sc.rowSum};
+    if (st == nullptr) st = &own;
     const ForwardParams& p = bp.fwd;
     const int64_t row0 = p.seq.qStart[size_t(b)] + q0, dv = p.dv;
     const View4 out{p.out.data, p.out.dtype, {p.out.stride[0], p.out.stride[1], p.out.stride[2], p.out.stride[3]}};
     float* o = sc.row;
     bool anyEmpty = false;
     for (int64_t r = 0; r < rows; ++r) {
-        float* dyRow = doRows != nullptr ? doRows + r * dv : sc.dyRow;
+        float* dyRow = doRows != nullptr ? doRows + r * (ldRows != 0 ? ldRows : dv) : sc.dyRow;
         simd::loadRow<V>(bp.dy, b, n1, row0 + r, dv, dyRow);
         if (doT != nullptr)
             for (int64_t c = 0; c < dv; ++c) doT[c * ldt + r] = dyRow[c];
         simd::loadRow<V>(out, b, n1, row0 + r, dv, o);
-        sc.delta[r] = dotProduct(dv, dyRow, o);
-        sc.rowMax[r] = loadAsFloat(p.softmaxMax.data, p.softmaxMax.offset(b, n1, row0 + r, 0), DType::F32);
-        sc.rowSum[r] = loadAsFloat(p.softmaxSum.data, p.softmaxSum.offset(b, n1, row0 + r, 0), DType::F32);
-        anyEmpty = anyEmpty || sc.rowSum[r] == 0.0f;
+        st->delta[r] = dotProduct(dv, dyRow, o);
+        st->rowMax[r] = loadAsFloat(p.softmaxMax.data, p.softmaxMax.offset(b, n1, row0 + r, 0), DType::F32);
+        st->rowSum[r] = loadAsFloat(p.softmaxSum.data, p.softmaxSum.offset(b, n1, row0 + r, 0), DType::F32);
+        anyEmpty = anyEmpty || st->rowSum[r] == 0.0f;
     }
     return anyEmpty;
 }
@@ -194,33 +228,63 @@ ATTNOPS_SIMD_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n, i
 }
 
 // P = exp(scale * s - m) / l and dp := scale * P * (dp - delta) for query row `row` against nk
-// keys from key0; with a band, both are 0 for the pairs it masks.
+// keys from key0; with a band, both are 0 for the pairs it masks. With exactDelta, adds
+// sum_j P dP to it (per lane over the key vectors ascending, then the lanes ascending).
 template <class V>
 ATTNOPS_SIMD_INLINE void rowProbabilities(int64_t nk, float scale, float m, float l, float delta, float* s, float* dp,
-                                          const simd::BandLanes<V>* band, int64_t row, int64_t key0) {
+                                          const simd::BandLanes<V>* band, int64_t row, int64_t key0,
+                                          float* exactDelta = nullptr) {
     const auto vs = V::set1(scale), vm = V::set1(m), invL = V::set1(1.0f / l), vd = V::set1(delta);
+    auto sumPdP = V::zero();
     for (int64_t j = 0; j < nk; j += V::kLanes) {
         const auto mk = V::tail(nk - j);
         const auto kept = band != nullptr ? simd::keptKeys<V>(*band, key0 + j, row) : V::all();
         const auto x = V::mul(V::loadMasked(mk, s + j), vs);  // rounded like the forward's
         const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(x, vm)), invL));
         V::storeMasked(s + j, mk, pr);
-        const auto ds = V::mul(pr, V::sub(V::loadMasked(mk, dp + j), vd));
+        const auto g = V::loadMasked(mk, dp + j);
+        if (exactDelta != nullptr) sumPdP = V::fmadd(pr, V::zeroUnless(kept, g), sumPdP);  // masked dP may be inf
+        const auto ds = V::mul(pr, V::sub(g, vd));
         V::storeMasked(dp + j, mk, V::zeroUnless(kept, V::mul(ds, vs)));
+    }
+    if (exactDelta != nullptr) {
+        float lanes[V::kLanes];
+        V::store(lanes, sumPdP);
+        float sum = 0.0f;
+        for (float lane : lanes) sum += lane;
+        *exactDelta += sum;
     }
 }
 
 // Pairs = void: everything in fp32. Otherwise bf16 inputs multiplied as bf16 pairs with
 // vdpbf16ps, P and dS rounded to bf16 for the GEMMs they feed (as the naive low-precision computation of the tolerance
 // rule rounds them); otherwise everything in fp32.
+//
+// The fused scheme's per-(sequence, kv head) arrays, [group][sq] rows, filled before its first
+// key block: Q and dO as fp32 with the key unit's padded leading dimensions, converted once per
+// head instead of once per key block, and the fp32 dQ accumulator ([group][sq][d]).
+struct HeadRows {
+    float* q;
+    float* dO;
+    float* dq;
+    RowStats stats;
+    float* exactDelta;  // sum_j P dP over all keys, with a sink (its dsink terms)
+};
+
+// With head (the fused scheme, fp32 only): also dQ += dS . K into head->dq, from the dS this
+// unit computed anyway, so that no query unit has to compute S and dP a second time; the row
+// statistics come from head.
 template <class V, class Pairs>
-ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
+ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUnit& u, Scratch& sc,
+                              const HeadRows* head) {
     const ForwardParams& p = bp.fwd;
     constexpr bool kPairs = !std::is_void_v<Pairs>;
-    Scratch sc(bp, t, scratch);
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
     const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
     const int64_t nk = u.k1 - u.k0, kr = t.keyRows, d = p.d, dv = p.dv;
+    // (The bf16-pair packing writes its output with the leading dimension of its input, and the
+    // pair GEMMs read that as keyRows: no padding of the score rows there.)
+    const int64_t ld = paddedLd(d), ldv = paddedLd(dv), lk = kPairs ? kr : paddedLd(kr);
     const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + u.k0;
     const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
     const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
@@ -230,8 +294,16 @@ ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const Key
         Pairs::packColumnPairsTransposed(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.ktp);
         Pairs::packColumnPairsTransposed(p.v, u.b, u.n2, kvRow0, nk, dv, kr, sc.vtp);
     } else {
-        simd::loadRowsTransposed<V>(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.row, sc.kt);
-        simd::loadRowsTransposed<V>(p.v, u.b, u.n2, kvRow0, nk, dv, kr, sc.row, sc.vt);
+        simd::loadRowsTransposed<V>(p.k, u.b, u.n2, kvRow0, nk, d, lk, sc.row, sc.kt);
+        simd::loadRowsTransposed<V>(p.v, u.b, u.n2, kvRow0, nk, dv, lk, sc.row, sc.vt);
+    }
+    // The fused scheme's dQ GEMM reads K row-major, and multiplies the zero dS of masked pairs
+    // by it: a partly masked block goes through the GEMM only when K is finite.
+    const float* kRows = sc.k;
+    bool kFinite = true;
+    if (head != nullptr) {
+        simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, ld, sc.k);
+        kFinite = simd::allFinite<V>(kRows, nk, d, ld);
     }
     std::fill(sc.dkAcc, sc.dkAcc + nk * d, 0.0f);
     std::fill(sc.dvAcc, sc.dvAcc + nk * dv, 0.0f);
@@ -242,60 +314,156 @@ ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const Key
             const KeyRange keys = keyRange(rule, q0, q0 + rows, skv);
             if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
             const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
-            simd::loadRows<V>(p.q, u.b, n1, qRow0, rows, d, d, sc.qRows);
-            const bool anyEmpty = loadQueryStats<V>(bp, u.b, n1, q0, rows, 0, sc, sc.doRows, nullptr);
+            const float* qRows = sc.qRows;
+            const float* doRows = sc.doRows;
+            const float *delta = sc.delta, *rowMax = sc.rowMax, *rowSum = sc.rowSum;
+            float* dq = nullptr;
+            float* exactDelta = nullptr;
+            bool anyEmpty = false;
+            if (head != nullptr) {
+                const int64_t at = g * sq + q0;
+                qRows = head->q + at * ld;
+                doRows = head->dO + at * ldv;
+                delta = head->stats.delta + at;
+                rowMax = head->stats.rowMax + at;
+                rowSum = head->stats.rowSum + at;
+                anyEmpty = std::find(rowSum, rowSum + rows, 0.0f) != rowSum + rows;
+                dq = head->dq + at * d;
+                if (bp.sinkRowTerms != nullptr) exactDelta = head->exactDelta + at;
+            } else {
+                simd::loadRows<V>(p.q, u.b, n1, qRow0, rows, d, ld, sc.qRows);
+                simd::loadRows<V>(bp.dy, u.b, n1, qRow0, rows, dv, ldv, sc.doRows);
+                anyEmpty = loadQueryStats<V>(bp, u.b, n1, q0, rows, 0, sc, nullptr, nullptr);
+            }
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
                 Pairs::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
-                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, kr,
+                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, lk,
                                                           false);
-                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, kr,
+                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, lk,
                                                           false);
             } else {
-                simd::gemm<V, false>(rows, nk, d, sc.qRows, d, sc.kt, kr, sc.s, kr, false);      // S = Q . K^T
-                simd::gemm<V, false>(rows, nk, dv, sc.doRows, dv, sc.vt, kr, sc.dp, kr, false);  // dP = dO . V^T
+                simd::gemm<V, false>(rows, nk, d, qRows, ld, sc.kt, lk, sc.s, lk, false);      // S = Q . K^T
+                simd::gemm<V, false>(rows, nk, dv, doRows, ldv, sc.vt, lk, sc.dp, lk, false);  // dP = dO . V^T
             }
             const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
-            const bool finite =
-                bandVector && simd::allFinite<V>(sc.qRows, rows, d, d) && simd::allFinite<V>(sc.doRows, rows, dv, dv);
+            const bool finite = !full && bandVector && kFinite && simd::allFinite<V>(qRows, rows, d, ld) &&
+                                simd::allFinite<V>(doRows, rows, dv, ldv);
             if (vectorRows && !anyEmpty && (full || finite)) {
                 for (int64_t r = 0; r < rows; ++r)
-                    rowProbabilities<V>(nk, p.scale, sc.rowMax[r], sc.rowSum[r], sc.delta[r], sc.s + r * kr,
-                                        sc.dp + r * kr, full ? nullptr : &band, q0 + r, u.k0);
+                    rowProbabilities<V>(nk, p.scale, rowMax[r], rowSum[r], delta[r], sc.s + r * lk,
+                                        sc.dp + r * lk, full ? nullptr : &band, q0 + r, u.k0,
+                                        exactDelta != nullptr ? exactDelta + r : nullptr);
                 if constexpr (kPairs) {
                     const int64_t rowPairs = (rows + 1) / 2;
-                    Pairs::packFloatRowPairs(sc.s, rows, nk, kr, sc.pp);
-                    Pairs::packFloatRowPairs(sc.dp, rows, nk, kr, sc.dsp);
+                    Pairs::packFloatRowPairs(sc.s, rows, nk, lk, sc.pp);
+                    Pairs::packFloatRowPairs(sc.dp, rows, nk, lk, sc.dsp);
                     Pairs::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
                     Pairs::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
                     simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, sc.dvAcc, dv,
                                                              true);
                     simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, sc.dkAcc, d, true);
                 } else {
-                    simd::gemm<V, true>(nk, dv, rows, sc.s, kr, sc.doRows, dv, sc.dvAcc, dv, true);  // dV += P^T . dO
-                    simd::gemm<V, true>(nk, d, rows, sc.dp, kr, sc.qRows, d, sc.dkAcc, d, true);     // dK += dS^T . Q
+                    simd::gemm<V, true>(nk, dv, rows, sc.s, lk, doRows, ldv, sc.dvAcc, dv, true);  // dV += P^T . dO
+                    simd::gemm<V, true>(nk, d, rows, sc.dp, lk, qRows, ld, sc.dkAcc, d, true);     // dK += dS^T . Q
+                    if (dq != nullptr) simd::gemm<V, false>(rows, d, nk, sc.dp, lk, kRows, ld, dq, d, true);  // dQ += dS . K
                 }
                 continue;
             }
             for (int64_t r = 0; r < rows; ++r) {
-                if (sc.rowSum[r] == 0.0f) continue;  // fully masked row: P = 0
-                float* s = sc.s + r * kr;
-                float* dp = sc.dp + r * kr;
-                if (!tile::rowGradients(bp, u.b, n1, rule, q0 + r, u.k0, nk, skv, sc.rowMax[r], sc.rowSum[r],
-                                        sc.delta[r], s, dp, sc.kept, sc.keep, nullptr))
+                if (rowSum[r] == 0.0f) continue;  // fully masked row: P = 0
+                float* s = sc.s + r * lk;
+                float* dp = sc.dp + r * lk;
+                if (!tile::rowGradients(bp, u.b, n1, rule, q0 + r, u.k0, nk, skv, rowMax[r], rowSum[r], delta[r], s,
+                                        dp, sc.kept, sc.keep, exactDelta != nullptr ? exactDelta + r : nullptr))
                     continue;
                 for (int64_t j = 0; j < nk; ++j) {
                     if (!sc.kept[j]) continue;
                     float pd = s[j];
                     if (p.dropout.enabled) pd = sc.keep[j] ? pd * p.dropout.invKeepProb : 0.0f;
-                    simd::axpy<V>(dv, pd, sc.doRows + r * dv, sc.dvAcc + j * dv);
-                    simd::axpy<V>(d, p.scale * dp[j], sc.qRows + r * d, sc.dkAcc + j * d);
+                    simd::axpy<V>(dv, pd, doRows + r * ldv, sc.dvAcc + j * dv);
+                    simd::axpy<V>(d, p.scale * dp[j], qRows + r * ld, sc.dkAcc + j * d);
+                    if (dq != nullptr) simd::axpy<V>(d, p.scale * dp[j], kRows + j * ld, dq + r * d);
                 }
             }
         }
     }
     storeRows(bp.dk, u.b, u.n2, kvRow0, nk, d, sc.dkAcc);
     storeRows(bp.dv, u.b, u.n2, kvRow0, nk, dv, sc.dvAcc);
+}
+
+template <class V, class Pairs>
+ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
+    Scratch sc(bp, t, scratch);
+    keyBlock<V, Pairs>(bp, t, u, sc, nullptr);
+}
+
+// Floats of the fused scheme's HeadRows for `rows` query rows ([group][maxQLen]).
+inline uint64_t headRowsFloats(const ForwardParams& p, int64_t rows) {
+    return uint64_t(alignUp(rows * paddedLd(p.d)) + alignUp(rows * paddedLd(p.dv)) + alignUp(rows * p.d) +
+                    4 * alignUp(rows));
+}
+
+// Bound on the fused scheme's HeadRows per thread: 128 MiB, about 80K query rows (group * the
+// longest query sequence) at d = dv = 128. Longer sequences go to the two-kind scheme, whose
+// workspace does not grow with the sequence.
+constexpr uint64_t kMaxHeadRowsBytes = uint64_t(128) << 20;
+
+// Problems the fused scheme takes: those with bounded HeadRows.
+inline bool fusedAccepts(const BackwardParams& bp) {
+    const ForwardParams& p = bp.fwd;
+    constexpr int64_t kMaxRows = int64_t(1) << 40;  // no overflow in headRowsFloats below
+    const int64_t rows = p.group * p.seq.maxQLen;
+    return rows < kMaxRows && headRowsFloats(p, rows) * sizeof(float) <= kMaxHeadRowsBytes;
+}
+
+// The fused scheme's per-thread workspace: the Scratch, then the HeadRows of one (sequence, kv
+// head) with all its query heads.
+inline uint64_t fusedScratchBytes(const BackwardParams& p, TileShape t) {
+    return (uint64_t(Scratch::floats(p, t)) + headRowsFloats(p.fwd, p.fwd.group * p.fwd.seq.maxQLen)) *
+           sizeof(float);
+}
+
+// The fused scheme: one unit per (sequence, kv head) = u.b, u.n2 runs its key blocks in
+// ascending order, each as a key unit that also adds its dS . K to the dQ of every query row.
+// Each dQ element is then one FMA chain over the keys ascending (as in a query unit), and no
+// element is written by two units: the result does not depend on the thread count.
+template <class V>
+ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
+    const ForwardParams& p = bp.fwd;
+    Scratch sc(bp, t, scratch);
+    const int64_t maxRows = p.group * p.seq.maxQLen, ld = paddedLd(p.d), ldv = paddedLd(p.dv);
+    float* f = static_cast<float*>(scratch) + Scratch::floats(bp, t);
+    HeadRows head;
+    head.q = f;
+    f += alignUp(maxRows * ld);
+    head.dO = f;
+    f += alignUp(maxRows * ldv);
+    head.dq = f;
+    f += alignUp(maxRows * p.d);
+    head.stats.delta = f;
+    head.stats.rowMax = f + alignUp(maxRows);
+    head.stats.rowSum = f + 2 * alignUp(maxRows);
+    head.exactDelta = f + 3 * alignUp(maxRows);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)], d = p.d;
+    const int64_t qRow0 = p.seq.qStart[size_t(u.b)];
+    std::fill(head.dq, head.dq + p.group * sq * d, 0.0f);
+    std::fill(head.exactDelta, head.exactDelta + p.group * sq, 0.0f);
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        const RowStats st{head.stats.delta + g * sq, head.stats.rowMax + g * sq, head.stats.rowSum + g * sq};
+        simd::loadRows<V>(p.q, u.b, n1, qRow0, sq, d, ld, head.q + g * sq * ld);
+        loadQueryStats<V>(bp, u.b, n1, 0, sq, 0, sc, head.dO + g * sq * ldv, nullptr, &st, ldv);
+    }
+    for (int64_t k0 = 0; k0 < skv; k0 += t.keyRows)
+        keyBlock<V, void>(bp, t, KeyUnit{u.b, u.n2, k0, std::min(skv, k0 + t.keyRows)}, sc, &head);
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        storeRows(bp.dq, u.b, n1, qRow0, sq, d, head.dq + g * sq * d);
+        if (bp.sinkRowTerms != nullptr)
+            tile::writeSinkRowTerms(bp, u.b, n1, 0, sq, head.stats.rowMax + g * sq, head.stats.rowSum + g * sq,
+                                    head.exactDelta + g * sq);
+    }
 }
 
 // rowProbabilities for a [key][row] block, 16 rows per vector (rows from row0, keys from key0);

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "core/error.hpp"
 
 namespace attnops::bar {
 
@@ -18,13 +17,6 @@ const std::vector<const Kernel*>& kernels() {
 namespace {
 
 constexpr int64_t kReduceColumns = 1024;  // hidden columns per item of the final du reduction
-
-void checkThreads(const Plan& plan, ThreadPool& pool) {
-    if (pool.size() > plan.threads)
-        runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
-                     "after attnopsSetDeviceThreads",
-                     pool.size(), plan.threads);
-}
 
 // u = normWeight * projWeight in fp32, formed once per call.
 float* pseudoQuery(const Sources& s, const Plan& plan, void* workspace) {
@@ -40,7 +32,7 @@ char* scratchOf(const Plan& plan, void* workspace, int worker) {
 }  // namespace
 
 void runForward(const ForwardParams& p, const Plan& plan, void* workspace, ThreadPool& pool) {
-    checkThreads(plan, pool);
+    pool.requirePlannedFor(plan.threads);
     const float* u = pseudoQuery(p.src, plan, workspace);
     pool.parallelFor(plan.chunks, [&](int64_t c, int worker) {
         const int64_t t0 = c * plan.chunkTokens, t1 = std::min(p.src.tokens, t0 + plan.chunkTokens);
@@ -49,7 +41,7 @@ void runForward(const ForwardParams& p, const Plan& plan, void* workspace, Threa
 }
 
 void runBackward(const BackwardParams& p, const Plan& plan, void* workspace, ThreadPool& pool) {
-    checkThreads(plan, pool);
+    pool.requirePlannedFor(plan.threads);
     const Sources& s = p.src;
     const float* u = pseudoQuery(s, plan, workspace);
     float* partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + plan.partialsOffset);

@@ -2,7 +2,6 @@
 // sum over rows in a fixed order; nothing depends on which thread ran what.
 #include "ops/flash_attention_score/backward.hpp"
 
-#include "core/error.hpp"
 
 namespace attnops::fa {
 
@@ -10,7 +9,9 @@ const std::vector<const BackwardKernel*>& backwardKernels() {
     static const std::vector<const BackwardKernel*> list = {
         &backwardKernelAmx(),
         &backwardKernelAvx512Bf16(),
+        &backwardKernelAvx512Fused(),
         &backwardKernelAvx512(),
+        &backwardKernelAvx2Fused(),
         &backwardKernelAvx2(),
         &backwardKernelTiledAvx512(),
         &backwardKernelTiledAvx2(),
@@ -50,22 +51,27 @@ void zeroTails(const BackwardParams& bp) {
 }  // namespace
 
 void runBackward(const BackwardParams& bp, const BackwardPlan& plan, void* workspace, ThreadPool& pool) {
-    if (pool.size() > plan.threads)
-        runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
-                     "after attnopsSetDeviceThreads",
-                     pool.size(), plan.threads);
+    pool.requirePlannedFor(plan.threads);
     const ForwardParams& p = bp.fwd;
     auto scratchOf = [&](int worker) { return static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker); };
-    pool.parallelFor(plan.keyUnits.chunks(), [&](int64_t c, int worker) {
-        plan.keyUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
-            plan.kernel->runKeyUnit(bp, plan.tile, keyUnitAt(p, plan.tile, b, local), scratchOf(worker));
+    if (plan.kernel->runHeadUnit != nullptr) {
+        pool.parallelFor(plan.headUnits.chunks(), [&](int64_t c, int worker) {
+            plan.headUnits.forEachInChunk(c, [&](int64_t b, int64_t n2) {
+                plan.kernel->runHeadUnit(bp, plan.tile, KeyUnit{b, n2, 0, p.seq.kvLen[size_t(b)]}, scratchOf(worker));
+            });
         });
-    });
-    pool.parallelFor(plan.queryUnits.chunks(), [&](int64_t c, int worker) {
-        plan.queryUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
-            plan.kernel->runQueryUnit(bp, plan.tile, queryUnitAt(p, plan.tile, b, local), scratchOf(worker));
+    } else {
+        pool.parallelFor(plan.keyUnits.chunks(), [&](int64_t c, int worker) {
+            plan.keyUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
+                plan.kernel->runKeyUnit(bp, plan.tile, keyUnitAt(p, plan.tile, b, local), scratchOf(worker));
+            });
         });
-    });
+        pool.parallelFor(plan.queryUnits.chunks(), [&](int64_t c, int worker) {
+            plan.queryUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
+                plan.kernel->runQueryUnit(bp, plan.tile, queryUnitAt(p, plan.tile, b, local), scratchOf(worker));
+            });
+        });
+    }
     if (bp.dsink != nullptr) pool.parallelFor(p.n1, [&](int64_t n1, int) { sinkGradient(bp, n1); });
     if (p.varlen) zeroTails(bp);
 }

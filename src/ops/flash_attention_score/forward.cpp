@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "core/error.hpp"
 
 namespace attnops::fa {
 
@@ -43,10 +42,7 @@ void writeTails(const ForwardParams& p) {
 }  // namespace
 
 void runForward(const ForwardParams& p, const ForwardPlan& plan, void* workspace, ThreadPool& pool) {
-    if (pool.size() > plan.threads)
-        runtimeError("the device has {} worker threads but the call was planned for {}; plan the call again "
-                     "after attnopsSetDeviceThreads",
-                     pool.size(), plan.threads);
+    pool.requirePlannedFor(plan.threads);
     pool.parallelFor(plan.units.chunks(), [&](int64_t c, int worker) {
         void* scratch = static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker);
         plan.units.forEachInChunk(c, [&](int64_t b, int64_t local) {

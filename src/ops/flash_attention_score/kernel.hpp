@@ -38,7 +38,9 @@ const std::vector<const ForwardKernel*>& forwardKernels();
 // no atomics or cross-thread sums are needed (determinism):
 //   key unit:   dk, dv rows [k0, k1) of kv head n2 of sequence b (summed over the G query heads
 //               in ascending order, query rows ascending);
-//   query unit: dq rows [q0, q1) of the query heads of kv head n2 (keys ascending).
+//   query unit: dq rows [q0, q1) of the query heads of kv head n2 (keys ascending);
+// or, in a fused kernel, one kind:
+//   head unit:  dq, dk, dv rows of kv head n2 of sequence b and of its query heads.
 struct KeyUnit {
     int64_t b = 0, n2 = 0, k0 = 0, k1 = 0;
 };
@@ -52,6 +54,9 @@ struct BackwardKernel {
     void (*runKeyUnit)(const BackwardParams&, TileShape, const KeyUnit&, void* scratch);
     void (*runQueryUnit)(const BackwardParams&, TileShape, const WorkUnit&, void* scratch);
     bool forceOnly = false;  // as ForwardKernel::forceOnly
+    // When set, the fused scheme: one unit per (sequence, kv head) writes its dq, dk and dv rows
+    // (KeyUnit with k0 = 0, k1 = kv length); runKeyUnit and runQueryUnit are not called.
+    void (*runHeadUnit)(const BackwardParams&, TileShape, const KeyUnit&, void* scratch) = nullptr;
 };
 
 const std::vector<const BackwardKernel*>& backwardKernels();
@@ -59,7 +64,9 @@ const std::vector<const BackwardKernel*>& backwardKernels();
 const BackwardKernel& backwardKernelAmx();
 const BackwardKernel& backwardKernelAmxEmulated();
 const BackwardKernel& backwardKernelAvx512Bf16();
+const BackwardKernel& backwardKernelAvx512Fused();
 const BackwardKernel& backwardKernelAvx512();
+const BackwardKernel& backwardKernelAvx2Fused();
 const BackwardKernel& backwardKernelAvx2();
 const BackwardKernel& backwardKernelTiledAvx512();
 const BackwardKernel& backwardKernelTiledAvx2();

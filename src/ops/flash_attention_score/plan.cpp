@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "cpu/bf16_path.hpp"
+#include "ops/common/choose_kernel.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
 namespace attnops::fa {
@@ -26,33 +27,16 @@ int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1
 // Whether the automatic choice passes over a legal entry: the emulated AMX kernels (forceOnly),
 // and avx512-bf16 when this CPU computes bf16 faster another way (the process-wide bf16 path,
 // decided on first need: here).
-bool passedOver(const ForwardKernel& k) {
+bool passedOver(const ForwardKernel& k, const ForwardParams&, const PlatformInfo&) {
     return k.forceOnly || (&k == &forwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
 }
-bool passedOver(const BackwardKernel& k) {
+// And a fused backward (one unit per sequence and kv head) when the problem has fewer such pairs
+// than the machine has usable cores: the two-kind scheme's units (per key or query block) keep
+// them busy, at 7 GEMMs for 5. The rule reads the process-wide core count, never the device's
+// thread count, so that the result stays the same for any thread count.
+bool passedOver(const BackwardKernel& k, const BackwardParams& bp, const PlatformInfo& info) {
+    if (k.runHeadUnit != nullptr && bp.fwd.seq.count * bp.fwd.n2 < int64_t(info.usableCores)) return true;
     return k.forceOnly || (&k == &backwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
-}
-
-// The first entry of `list` that runs here, accepts the problem and is not passed over, or the
-// one ATTNOPS_FORCE_IMPL names.
-template <typename Kernel, typename Params>
-const Kernel& chooseKernel(const std::vector<const Kernel*>& list, const Params& p, const std::string& forced,
-                           const char* op) {
-    if (!forced.empty()) {
-        for (const Kernel* k : list)
-            if (forced == k->name) {
-                if (!k->available())
-                    fail(ATTNOPS_ERROR_UNSUPPORTED_HARDWARE, fmt::format("ATTNOPS_FORCE_IMPL = {}: this CPU cannot run it", forced));
-                if (!k->accepts(p)) unsupported("ATTNOPS_FORCE_IMPL = {}: the implementation does not accept this problem", forced);
-                return *k;
-            }
-        std::string names;
-        for (const Kernel* k : list) names += std::string(names.empty() ? "" : ", ") + k->name;
-        invalidArgument("ATTNOPS_FORCE_IMPL", forced, "is not a {} implementation ({})", op, names);
-    }
-    for (const Kernel* k : list)
-        if (k->available() && k->accepts(p) && !passedOver(*k)) return *k;
-    internalError("no {} kernel accepted the problem", op);
 }
 
 // Cost of query rows [q0, q1) of sequence b against the keys they may attend.
@@ -147,7 +131,8 @@ std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::s
 ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const PlatformInfo& info,
                             const std::string& forcedKernel) {
     ForwardPlan plan;
-    plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FlashAttentionScore");
+    plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FlashAttentionScore",
+                                 [&](const ForwardKernel& k) { return passedOver(k, p, info); });
     plan.tile = plan.kernel->tile(p, info);
     plan.threads = std::max(1, threads);
     plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
@@ -166,7 +151,8 @@ BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const P
                               const std::string& forcedKernel) {
     const ForwardParams& p = bp.fwd;
     BackwardPlan plan;
-    plan.kernel = &chooseKernel(backwardKernels(), bp, forcedKernel, "FlashAttentionScoreGrad");
+    plan.kernel = &chooseKernel(backwardKernels(), bp, forcedKernel, "FlashAttentionScoreGrad",
+                                 [&](const BackwardKernel& k) { return passedOver(k, bp, info); });
     plan.tile = plan.kernel->tile(bp, info);
     plan.threads = std::max(1, threads);
     plan.scratchPerThread = (plan.kernel->scratchBytes(bp, plan.tile) + 63) / 64 * 64;
@@ -174,6 +160,18 @@ BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const P
     const uint64_t sinkTerms = bp.dsink ? uint64_t(bp.sinkRows) * uint64_t(p.n1) * sizeof(float) : 0;
     plan.workspaceBytes = plan.sinkTermsOffset + (sinkTerms + 63) / 64 * 64;
     const TileShape tile = plan.tile;
+    if (plan.kernel->runHeadUnit != nullptr) {
+        // A head unit's cost: its query blocks' costs.
+        plan.headUnits = partitionUnits(
+            p.seq.count, plan.threads, [&](int64_t) { return p.n2; },
+            [&](int64_t b, int64_t) {
+                double cost = 0;
+                for (int64_t q0 = 0, sq = p.seq.qLen[size_t(b)]; q0 < sq; q0 += tile.queryRows)
+                    cost += queryBlockCost(p, b, q0, std::min(sq, q0 + tile.queryRows));
+                return cost + double(kUnitOverhead);
+            });
+        return plan;
+    }
     plan.queryUnits = partitionUnits(
         p.seq.count, plan.threads, [&](int64_t b) { return p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.queryRows); },
         [&](int64_t b, int64_t local) {

@@ -53,6 +53,7 @@ struct BackwardPlan : PlanBase {
     int32_t threads = 1;
     UnitSpace keyUnits;             // (sequence, kv head, key block): dk, dv
     UnitSpace queryUnits;           // (sequence, kv head, query block): dq
+    UnitSpace headUnits;            // (sequence, kv head): all three, when the kernel is fused
     uint64_t scratchPerThread = 0;
     uint64_t sinkTermsOffset = 0;   // bytes into the workspace of BackwardParams::sinkRowTerms
     uint64_t workspaceBytes = 0;

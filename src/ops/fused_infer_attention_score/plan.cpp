@@ -1,9 +1,11 @@
-// Kernel choice, tile shape and cost-balanced work partition of FusedInferAttentionScore.
+// Kernel choice, tile shape, key splits and cost-balanced work partition of
+// FusedInferAttentionScore.
 #include "ops/fused_infer_attention_score/plan.hpp"
 
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "ops/common/choose_kernel.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
 namespace attnops::fia {
@@ -18,20 +20,51 @@ void append(std::string& key, const T& value) {
 
 int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1) / blockRows; }
 
-}  // namespace
-
-WorkUnit unitAt(const Params& p, TileShape tile, int64_t b, int64_t local) {
-    const int64_t blocks = blocksOf(p.core.seq.qLen[size_t(b)], tile.queryRows);
-    const int64_t first = (local % blocks) * tile.queryRows;
-    return WorkUnit{b, local / blocks, first, std::min(p.core.seq.qLen[size_t(b)], first + tile.queryRows)};
+fa::KeyRange blockKeys(const Params& p, int64_t b, int64_t q0, int64_t q1) {
+    const int64_t sq = p.core.seq.qLen[size_t(b)], skv = p.core.seq.kvLen[size_t(b)];
+    return fa::keyRange(fa::seqRule(p.core.mask, b, sq, skv), q0, q1, skv);
 }
 
-std::string planKey(const Params& p, int32_t threads) {
+void appendSource(std::string& key, const KvSource& s, const AntiquantSpec& q) {
+    append(key, s.dtype);
+    append(key, s.dimStride);
+    append(key, s.dimGroup);
+    append(key, q.mode);
+}
+
+}  // namespace
+
+WorkUnit unitAt(const Params& p, const Plan& plan, int64_t b, int64_t local, float* partialArea) {
+    const int64_t sq = p.core.seq.qLen[size_t(b)], splits = plan.splits[size_t(b)];
+    const int64_t blocks = blocksOf(sq, plan.tile.queryRows);
+    const int64_t perHead = blocks * splits, block = (local % perHead) / splits, split = local % splits;
+    WorkUnit u;
+    u.b = b;
+    u.n2 = local / perHead;
+    u.q0 = block * plan.tile.queryRows;
+    u.q1 = std::min(sq, u.q0 + plan.tile.queryRows);
+    const fa::KeyRange keys = blockKeys(p, b, u.q0, u.q1);
+    u.k0 = keys.lo;
+    u.k1 = keys.hi;
+    if (splits > 1) {  // one query block: records of split s of kv head n2 at (n2 * splits + s)
+        u.k0 = keys.lo + split * kSplitKeys;
+        u.k1 = std::min(keys.hi, u.k0 + kSplitKeys);
+        const uint64_t record = uint64_t(p.core.group * sq * partialRowFloats(p.core.dv));
+        if (partialArea != nullptr) u.partial = partialArea + plan.partialAt[size_t(b)] + uint64_t(u.n2 * splits + split) * record;
+    }
+    return u;
+}
+
+std::string planKey(const Params& p, int32_t threads, const std::string& forcedKernel) {
     const fa::ForwardParams& c = p.core;
-    std::string key;
+    std::string key = forcedKernel + "|";
     append(key, threads);
     append(key, c.q.dtype);
-    append(key, p.key.dtype);
+    append(key, c.q.stride[3]);
+    append(key, c.out.dtype);
+    appendSource(key, p.key, p.keyQuant);
+    appendSource(key, p.value, p.valueQuant);
+    append(key, p.cache);
     for (int64_t v : {c.batch, c.n1, c.n2, c.d, c.dv, c.mask.sparseMode, c.mask.preTokens, c.mask.nextTokens})
         append(key, v);
     append(key, c.mask.explicitMask);
@@ -43,27 +76,38 @@ std::string planKey(const Params& p, int32_t threads) {
     return key;
 }
 
-Plan makePlan(const Params& p, int32_t threads) {
+Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel) {
     Plan plan;
-    for (const ForwardKernel* k : forwardKernels())
-        if (k->available() && k->accepts(p)) {
-            plan.kernel = k;
-            break;
-        }
-    if (plan.kernel == nullptr) internalError("no FusedInferAttentionScore kernel accepted the problem");
+    plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FusedInferAttentionScore",
+                                [](const ForwardKernel&) { return false; });
     plan.tile = plan.kernel->tile(p);
     plan.threads = std::max(1, threads);
     plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
-    plan.workspaceBytes = plan.scratchPerThread * uint64_t(plan.threads);
-    const TileShape tile = plan.tile;
     const fa::ForwardParams& c = p.core;
+    const TileShape tile = plan.tile;
+    // Key splits: only where a batch's query rows form one block (its units would otherwise be
+    // its kv heads alone), and from the lengths alone.
+    plan.splits.assign(size_t(c.seq.count), 1);
+    plan.partialAt.assign(size_t(c.seq.count), 0);
+    uint64_t partialFloats = 0;
+    for (int64_t b = 0; b < c.seq.count; ++b) {
+        const int64_t sq = c.seq.qLen[size_t(b)];
+        if (!plan.kernel->splitsKeys || blocksOf(sq, tile.queryRows) != 1) continue;
+        const fa::KeyRange keys = blockKeys(p, b, 0, sq);
+        const int64_t splits = std::max<int64_t>(1, blocksOf(keys.hi - keys.lo, kSplitKeys));
+        if (splits == 1) continue;
+        plan.splits[size_t(b)] = splits;
+        plan.partialAt[size_t(b)] = partialFloats;
+        partialFloats += uint64_t(c.n2 * splits * c.group * sq * partialRowFloats(c.dv));
+    }
+    plan.partialOffset = plan.scratchPerThread * uint64_t(plan.threads);
+    plan.workspaceBytes = plan.partialOffset + (partialFloats * sizeof(float) + 63) / 64 * 64;
     plan.units = fa::partitionUnits(
-        c.seq.count, plan.threads, [&](int64_t b) { return c.n2 * blocksOf(c.seq.qLen[size_t(b)], tile.queryRows); },
+        c.seq.count, plan.threads,
+        [&](int64_t b) { return c.n2 * blocksOf(c.seq.qLen[size_t(b)], tile.queryRows) * plan.splits[size_t(b)]; },
         [&](int64_t b, int64_t local) {
-            const WorkUnit u = unitAt(p, tile, b, local);
-            const int64_t sq = c.seq.qLen[size_t(b)], skv = c.seq.kvLen[size_t(b)];
-            const fa::KeyRange keys = fa::keyRange(fa::seqRule(c.mask, b, sq, skv), u.q0, u.q1, skv);
-            return double(c.group) * double((u.q1 - u.q0) * (keys.hi - keys.lo) + kUnitOverhead);
+            const WorkUnit u = unitAt(p, plan, b, local, nullptr);
+            return double(c.group) * double((u.q1 - u.q0) * (u.k1 - u.k0) + kUnitOverhead);
         });
     return plan;
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Context parallelism (attnops.torch.cp) on one machine: time per training step (forward +
+backward of one causal attention) for W = 1, 2, 4 gloo processes with ring, all-gather and
+Ulysses, the fraction of that time spent waiting for communication to finish (what compute did
+not hide), and the bytes each rank sends per step.
+
+Threads per rank = cores / W (at least 1). Each configuration runs a warm-up step, then --steps
+timed steps; the median is reported, with the rank that waited longest.
+
+  PYTHONPATH=python python3 bench/cp_bench.py --seq 4096 --heads 8 --dim 64 --dtype fp32 \
+      --json bench/results/<machine>/cp_bench.json   (<machine>: a slug naming the CPU)
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seq", type=int, default=4096, help="global sequence length")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    ap.add_argument("--worlds", default="1,2,4")
+    ap.add_argument("--comms", default="ring,allgather,ulysses")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--json", help="write the results here")
+    return ap.parse_args()
+
+
+def worker(rank, world, comm, args, store, out_dir):
+    import attnops
+    from attnops.torch import cp
+
+    threads = max(1, (os.cpu_count() or 1) // world)
+    attnops.set_threads(threads)
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=1800))
+    g = torch.Generator().manual_seed(rank)
+    s = args.seq // world
+    dt = DTYPES[args.dtype]
+    q = torch.randn(args.batch, s, args.heads, args.dim, generator=g).to(dt).requires_grad_()
+    k = torch.randn(args.batch, s, args.kv_heads, args.dim, generator=g).to(dt).requires_grad_()
+    v = torch.randn(args.batch, s, args.kv_heads, args.dim, generator=g).to(dt).requires_grad_()
+    dout = torch.randn(args.batch, s, args.heads, args.dim, generator=g).to(dt)
+    times, waits, sent = [], [], 0
+    for step in range(args.steps + 1):
+        dist.barrier()
+        cp.comm_stats.reset()
+        t0 = time.perf_counter()
+        out = cp.flash_attn_func(q, k, v, causal=True, comm=comm, scheme="zigzag")
+        out.backward(dout)
+        elapsed = time.perf_counter() - t0
+        if step:  # step 0 warms up
+            times.append(elapsed)
+            waits.append(cp.comm_stats.wait_s)
+            sent = sum(cp.comm_stats.bytes.values())
+    result = dict(rank=rank, time_s=statistics.median(times), wait_s=statistics.median(waits), sent_bytes=sent,
+                  threads=threads)
+    torch.save(result, os.path.join(out_dir, f"{comm}-{world}-{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def main():
+    args = parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in (int(w) for w in args.worlds.split(",")):
+            for comm in (args.comms.split(",") if world > 1 else ["plain"]):
+                store = os.path.join(tmp, f"store-{comm}-{world}")
+                mp.start_processes(worker, args=(world, comm if world > 1 else "ring", args, store, tmp),
+                                   nprocs=world, start_method="spawn", join=True)
+                ranks = [torch.load(os.path.join(tmp, f"{comm if world > 1 else 'ring'}-{world}-{r}.pt"))
+                         for r in range(world)]
+                step = max(r["time_s"] for r in ranks)
+                wait = max(r["wait_s"] for r in ranks)
+                row = dict(world=world, comm=comm, step_s=step, wait_s=wait, wait_fraction=wait / step,
+                           sent_mib_per_rank=max(r["sent_bytes"] for r in ranks) / 2**20,
+                           threads_per_rank=ranks[0]["threads"])
+                rows.append(row)
+                print(f"W={world} {comm:9s} step {step * 1e3:9.1f} ms  waiting {wait * 1e3:8.1f} ms "
+                      f"({100 * wait / step:5.1f}%)  sent {row['sent_mib_per_rank']:8.2f} MiB/rank  "
+                      f"threads/rank {row['threads_per_rank']}", flush=True)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(args=vars(args), cpu_count=os.cpu_count(), torch=torch.__version__, results=rows), f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,807 @@
+"""Context parallelism on torch.distributed: one attention spread over the processes of a group,
+each holding a shard of the sequence (gloo on CPU; the code assumes no device except in the
+attnops kernel call, so NCCL can follow with a GPU backend).
+
+Three ways to move data (``comm=``):
+- ``"ring"``: K/V blocks travel around the ring with ``batch_isend_irecv``, double-buffered: the
+  transfer of step s+1 is posted before the block of step s is computed. Partial results merge
+  in fp32 by their softmax statistics (attnops.torch.merge). The backward sends K/V around again
+  and the fp32 dK/dV accumulators one hop behind them; they come home after W hops.
+- ``"allgather"`` (Llama 3 style): all-gather K/V, one kernel call per local query chunk over the
+  key prefix it needs (bottom-right causal), no merge; dK/dV go back by a reduce-scatter (an
+  all-to-all and a sum in rank order, so the result does not depend on the backend's reduction
+  order).
+- ``"ulysses"``: all-to-all from sequence shards to head shards, the plain op over the whole
+  sequence for N/W heads, all-to-all back (K/V heads are repeated when Nk is not divisible by W).
+
+Sharding (``scheme=``): ``"zigzag"`` cuts the sequence into 2W chunks and gives rank r chunks r
+and 2W-1-r (every rank then does the same causal work); ``"contiguous"`` gives rank r the r-th of
+W equal pieces. :func:`shard` / :func:`unshard` move tensors between the two views.
+
+Numerics: ring and all-gather call the kernels in fp32 whatever the input dtype (partial outputs,
+statistics and gradients are fp32 and are cast once at the end), so a bf16/fp16 run is at least
+as accurate as the single-process op. With W = 1 every entry point is the plain op itself (bit
+for bit). Results are bitwise reproducible run to run at a given W: every sum has a fixed order.
+
+Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own);
+self-attention (equal local query and key lengths); no mask or causal (per sequence for TND);
+GQA/MQA; Dv != D. Not yet: band/prefix masks, pse, sink, dropout keyed by global positions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from typing import Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from . import _ops
+from .merge import merge_max_sum, tnd_stats_from_token_major
+from .flash_attn import _CAUSAL_MASK
+from .flash_attn import flash_attn_func as _plain_flash_attn_func
+from .flash_attn import flash_attn_varlen_func as _plain_flash_attn_varlen_func
+from .npu import npu_fusion_attention as _plain_npu_fusion_attention
+
+INT32_MAX = _ops.INT32_MAX
+SCHEMES = ("zigzag", "contiguous")
+COMMS = ("ring", "allgather", "ulysses")
+# The sequence axis of each supported layout.
+SEQ_DIM = {"BSND": 1, "BNSD": 2, "BSH": 1, "SBH": 0}
+
+
+class CommStats:
+    """What this process sent since the last reset: transfers by kind (one per send or
+    collective call), bytes sent by kind, and seconds spent waiting for communication to finish
+    (the part not hidden behind compute)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.transfers: Counter = Counter()
+        self.bytes: Counter = Counter()
+        self.wait_s = 0.0
+
+    def record(self, kind: str, sent: Tensor) -> None:
+        self.transfers[kind] += 1
+        self.bytes[kind] += sent.numel() * sent.element_size()
+
+
+comm_stats = CommStats()
+
+
+# ---------------------------------------------------------------------------------------------
+# Group and sharding
+
+
+def _group_info(group):
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("group: torch.distributed is not initialized: call torch.distributed.init_process_group "
+                           "first")
+    g = group if group is not None else dist.group.WORLD
+    world, rank = dist.get_world_size(g), dist.get_rank(g)
+    if rank < 0:
+        raise ValueError("group: this process is not a member of the given process group")
+    return g, world, rank
+
+
+def _check_scheme(scheme: str) -> None:
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme = {scheme!r}: must be one of {', '.join(SCHEMES)}")
+
+
+def _lengths(cu_seqlens, total: int) -> list:
+    """Per-sequence lengths from cumulative lengths (CANN style without a leading 0, or
+    flash-attn style with one: a leading 0 is an empty first sequence, which changes nothing)."""
+    cum = [int(x) for x in (cu_seqlens.tolist() if isinstance(cu_seqlens, Tensor) else cu_seqlens)]
+    if any(b < a for a, b in zip(cum, cum[1:])) or (cum and cum[0] < 0) or (cum[-1] if cum else 0) != total:
+        raise ValueError(f"cu_seqlens = {cum}: must be non-decreasing cumulative lengths ending at the sequence "
+                         f"length {total}")
+    return [b - a for a, b in zip([0] + cum[:-1], cum)]
+
+
+def _shard_one(seq_len: int, world: int, rank: int, scheme: str, device, what: str = "sequence length") -> Tensor:
+    parts = 2 * world if scheme == "zigzag" else world
+    if seq_len % parts:
+        raise ValueError(f"{what} {seq_len}: must be divisible by {parts} for scheme {scheme!r} with {world} ranks "
+                         "(pad the sequence)")
+    c = seq_len // parts
+    first = torch.arange(rank * c, (rank + 1) * c, device=device)
+    if scheme == "contiguous":
+        return first
+    last = parts - 1 - rank
+    return torch.cat([first, torch.arange(last * c, (last + 1) * c, device=device)])
+
+
+def shard_index(seq_len: int, world_size: int, rank: int, scheme: str = "zigzag", device=None, *,
+                cu_seqlens=None) -> Tensor:
+    """Global sequence positions held by ``rank`` (int64, in local order). With ``cu_seqlens``
+    (packed sequences, TND; cumulative lengths with or without a leading 0) every sequence is
+    sharded on its own and the rank holds its share of each, sequence after sequence."""
+    _check_scheme(scheme)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank = {rank}, world_size = {world_size}: need 0 <= rank < world_size")
+    if cu_seqlens is None:
+        return _shard_one(seq_len, world_size, rank, scheme, device)
+    parts, start = [], 0
+    for i, n in enumerate(_lengths(cu_seqlens, seq_len)):
+        parts.append(_shard_one(n, world_size, rank, scheme, device, f"length of sequence {i}") + start)
+        start += n
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
+
+
+def _held(seq_len: int, world: int, scheme: str, device, cu_seqlens=None) -> Tensor:
+    """Global positions of the rows of all ranks concatenated rank by rank."""
+    return torch.cat([shard_index(seq_len, world, j, scheme, device, cu_seqlens=cu_seqlens) for j in range(world)])
+
+
+def shard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None) -> Tensor:
+    """This rank's shard of a global tensor (no communication)."""
+    _, world, rank = _group_info(group)
+    return x.index_select(seq_dim, shard_index(x.shape[seq_dim], world, rank, scheme, x.device,
+                                               cu_seqlens=cu_seqlens))
+
+
+def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None) -> Tensor:
+    """The global tensor from every rank's shard (an all-gather; every rank gets it)."""
+    g, world, _ = _group_info(group)
+    local = x.contiguous()
+    parts = [torch.empty_like(local) for _ in range(world)]
+    dist.all_gather(parts, local, group=g)
+    full = torch.cat(parts, seq_dim)
+    return full.index_select(seq_dim, torch.argsort(_held(full.shape[seq_dim], world, scheme, x.device, cu_seqlens)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel calls (BSND views; the only place that needs attnops' CPU kernels)
+
+
+def _attn(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, q_cum=None, kv_cum=None):
+    """(out, max, sum) with the statistics as [B,S,N,1] fp32. causal = bottom-right. With q_cum
+    and kv_cum (packed sequences: B = 1, cumulative lengths) the call is TND, per sequence."""
+    mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    if q_cum is not None:
+        out, mx, sm = _ops.flash_attention_score(q[0], k[0], v[0], None, None, mask, q_cum, kv_cum, None, None, None,
+                                                 None, scale, 1.0, INT32_MAX, nxt, q.shape[2], "TND", 0, mode, 1, 0, 0)
+        return out[None], mx[None, ..., :1], sm[None, ..., :1]
+    out, mx, sm = _ops.flash_attention_score(q, k, v, None, None, mask, None, None, None, None, None, None, scale, 1.0,
+                                             INT32_MAX, nxt, q.shape[2], "BSND", 0, mode, 1, 0, 0)
+    return out, mx[..., :1].transpose(1, 2), sm[..., :1].transpose(1, 2)
+
+
+def _attn_grad(q, k, v, dout, mx, sm, out, causal: bool, scale: float, q_cum=None, kv_cum=None):
+    """(dq, dk, dv) from the global statistics mx/sm ([B,S,N,1]) and the global output."""
+    mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    if q_cum is not None:
+        dq, dk, dv, _ = _ops.flash_attention_score_grad(q[0], k[0], v[0], dout[0], None, None, mask,
+                                                        mx[0].contiguous(), sm[0].contiguous(), out[0], q_cum, kv_cum,
+                                                        None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[2],
+                                                        "TND", 0, mode, 1, 0, 0)
+        return dq[None], dk[None], dv[None]
+    stats = [x.transpose(1, 2).contiguous() for x in (mx, sm)]
+    dq, dk, dv, _ = _ops.flash_attention_score_grad(q, k, v, dout, None, None, mask, stats[0], stats[1], out, None, None,
+                                                    None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[2],
+                                                    "BSND", 0, mode, 1, 0, 0)
+    return dq, dk, dv
+
+
+# Rows along the sequence axis (1): a slice, or an index tensor (per-sequence chunks of packed
+# sequences; the indices are distinct, so index_add_ adds each once).
+def _take(t: Tensor, rows) -> Tensor:
+    return t[:, rows] if isinstance(rows, slice) else t.index_select(1, rows)
+
+
+def _put(t: Tensor, rows, value: Tensor) -> None:
+    if isinstance(rows, slice):
+        t[:, rows] = value
+    else:
+        t.index_copy_(1, rows, value)
+
+
+def _add(t: Tensor, rows, value: Tensor) -> None:
+    if isinstance(rows, slice):
+        t[:, rows] += value
+    else:
+        t.index_add_(1, rows, value)
+
+
+def _pack(*ts: Tensor, dtype=None) -> Tensor:
+    return torch.cat([t.reshape(-1) for t in ts]).to(dtype or ts[0].dtype)
+
+
+def _unpack(flat: Tensor, *shapes):
+    out, at = [], 0
+    for shape in shapes:
+        n = math.prod(shape)
+        out.append(flat[at:at + n].view(shape))
+        at += n
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Ring
+
+
+class _Ring:
+    """Sends to the next rank and receives from the previous one, both posted at once."""
+
+    def __init__(self, g, world: int, rank: int):
+        self.g = g
+        self.next = dist.get_global_rank(g, (rank + 1) % world)
+        self.prev = dist.get_global_rank(g, (rank - 1) % world)
+
+    def start(self, send: Tensor, recv: Tensor, kind: str):
+        comm_stats.record(kind, send)
+        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.g),
+                                       dist.P2POp(dist.irecv, recv, self.prev, self.g)])
+
+    @staticmethod
+    def wait(reqs) -> None:
+        t0 = time.perf_counter()
+        for req in reqs:
+            req.wait()
+        comm_stats.wait_s += time.perf_counter() - t0
+
+
+def _ring_block(scheme: str, causal: bool, rank: int, src: int, s_local: int, world: int, lengths=None,
+                device=None):
+    """(local query rows, rows of src's K/V, causal, query cumulative lengths, key cumulative
+    lengths) of the step that holds rank src's K/V, or None when no query of this rank sees any
+    of those keys. The lengths are None except for packed sequences (``lengths``), where every
+    sequence contributes its own chunks and the rows are index tensors."""
+    full = slice(0, s_local)
+    local_cum = half_cum = None
+    if lengths is not None and scheme == "contiguous":
+        local_cum = _cum([n // world for n in lengths], device)
+    elif lengths is not None:  # zigzag: every sequence's two local chunks, c rows each
+        c = [n // (2 * world) for n in lengths]
+        local_cum, half_cum = _cum([2 * x for x in c], device), _cum(c, device)
+        starts = [int(x) - 2 * n for x, n in zip(local_cum.tolist(), c)]
+        first = torch.cat([torch.arange(a, a + n, device=device) for a, n in zip(starts, c)])
+        second = first + torch.tensor(c, device=device).repeat_interleave(torch.tensor(c, device=device))
+    else:
+        first, second = slice(0, s_local // 2), slice(s_local // 2, s_local)
+    if not causal:
+        return full, full, False, local_cum, local_cum
+    if src == rank:
+        return full, full, True, local_cum, local_cum
+    if scheme == "contiguous":
+        return (full, full, False, local_cum, local_cum) if src < rank else None
+    # zigzag: this rank holds chunks (rank, 2W-1-rank) (of every sequence), src (src, 2W-1-src).
+    if src < rank:  # both local chunks come after src's first chunk and before its second
+        return full, first, False, local_cum, half_cum
+    return second, full, False, half_cum, local_cum  # only the second local chunk sees src's chunks
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths=None):
+        ring = _Ring(g, world, rank)
+        b, s, n, _ = q.shape
+        qc = q.float()
+        out = q.new_zeros((b, s, n, v.shape[3]), dtype=torch.float32)
+        mx = q.new_full((b, s, n, 1), -math.inf, dtype=torch.float32)
+        sm = q.new_zeros((b, s, n, 1), dtype=torch.float32)
+        cur = _pack(k, v)
+        nxt = torch.empty_like(cur)
+        for step in range(world):
+            reqs = ring.start(cur, nxt, "kv") if step + 1 < world else []
+            block = _ring_block(scheme, causal, rank, (rank - step) % world, s, world, lengths, q.device)
+            if block is not None:
+                qr, kr, blk_causal, q_cum, kv_cum = block
+                kk, vv = _unpack(cur, k.shape, v.shape)
+                o, m, l = _attn(_take(qc, qr), _take(kk, kr).float(), _take(vv, kr).float(), blk_causal, scale, q_cum,
+                                kv_cum)
+                for t, new in zip((out, mx, sm), merge_max_sum(_take(out, qr), _take(mx, qr), _take(sm, qr), o, m, l)):
+                    _put(t, qr, new)
+            _Ring.wait(reqs)
+            cur, nxt = nxt, cur
+        ctx.save_for_backward(q, k, v, out, mx, sm)
+        ctx.cfg = (scale, causal, scheme, g, world, rank, lengths)
+        ctx.mark_non_differentiable(mx, sm)
+        return out.to(q.dtype), mx, sm
+
+    @staticmethod
+    def backward(ctx, dout, _dmx, _dsm):
+        q, k, v, out, mx, sm = ctx.saved_tensors
+        scale, causal, scheme, g, world, rank, lengths = ctx.cfg
+        ring = _Ring(g, world, rank)
+        s = q.shape[1]
+        qc, doc = q.float(), dout.float()
+        dq = torch.zeros_like(qc)
+        cur = _pack(k, v)
+        nxt = torch.empty_like(cur)
+        # dK/dV of the block held at a step: this rank's share is computed into `local`, the
+        # shares of the ranks that held the block before arrive in `acc[1]`; their sum travels on.
+        local = q.new_empty(cur.shape, dtype=torch.float32)
+        acc = [torch.zeros_like(local), torch.zeros_like(local)]
+        dkv_reqs = []
+        for step in range(world):
+            kv_reqs = ring.start(cur, nxt, "kv") if step + 1 < world else []
+            local.zero_()
+            block = _ring_block(scheme, causal, rank, (rank - step) % world, s, world, lengths, q.device)
+            if block is not None:
+                qr, kr, blk_causal, q_cum, kv_cum = block
+                kk, vv = _unpack(cur, k.shape, v.shape)
+                dq_b, dk_b, dv_b = _attn_grad(_take(qc, qr), _take(kk, kr).float(), _take(vv, kr).float(),
+                                              _take(doc, qr), _take(mx, qr), _take(sm, qr), _take(out, qr),
+                                              blk_causal, scale, q_cum, kv_cum)
+                _add(dq, qr, dq_b)
+                lk, lv = _unpack(local, k.shape, v.shape)
+                _add(lk, kr, dk_b)
+                _add(lv, kr, dv_b)
+            _Ring.wait(dkv_reqs)
+            send = acc[1] if step > 0 else acc[0]
+            if step > 0:
+                send += local
+            else:
+                send.copy_(local)
+            recv = acc[0] if send is acc[1] else acc[1]
+            dkv_reqs = ring.start(send, recv, "dkv")
+            _Ring.wait(kv_reqs)
+            cur, nxt = nxt, cur
+            acc = [send, recv]
+        _Ring.wait(dkv_reqs)  # the last hop brings this rank's own dK/dV home
+        dk, dv = _unpack(acc[1], k.shape, v.shape)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# All-gather K/V
+
+
+def _query_chunks(scheme: str, causal: bool, world: int, rank: int, s_local: int):
+    """(local query rows, end of the global key prefix they need, causal) per kernel call."""
+    s = s_local * world
+    if not causal:
+        return [(slice(0, s_local), s, False)]
+    if scheme == "contiguous":
+        return [(slice(0, s_local), (rank + 1) * s_local, True)]
+    c = s_local // 2
+    return [(slice(0, c), (rank + 1) * c, True), (slice(c, s_local), (2 * world - rank) * c, True)]
+
+
+def _all_gather_kv(k, v, g, world, scheme, cu_seqlens=None):
+    """Global K and V (fp32, global sequence order; sequence axis 1) from every rank's shard."""
+    local = _pack(k, v)
+    gathered = local.new_empty(world * local.numel())  # gloo wants the flat form
+    comm_stats.record("allgather_kv", local)
+    t0 = time.perf_counter()
+    dist.all_gather_into_tensor(gathered, local, group=g)
+    comm_stats.wait_s += time.perf_counter() - t0
+    gathered = gathered.view(world, -1)
+    ks, vs = zip(*(_unpack(gathered[j], k.shape, v.shape) for j in range(world)))
+    order = torch.argsort(_held(k.shape[1] * world, world, scheme, k.device, cu_seqlens))
+    return torch.cat(ks, 1).index_select(1, order).float(), torch.cat(vs, 1).index_select(1, order).float()
+
+
+def _reduce_scatter(dkg: Tensor, dvg: Tensor, k: Tensor, v: Tensor, g, world: int, scheme: str, cu_seqlens=None):
+    """This rank's fp32 dK/dV from every rank's global-sized fp32 dK/dV (sequence axis 1): each
+    rank's share of each shard exchanged all-to-all, summed in rank order (so the result does not
+    depend on the backend's reduction order)."""
+    held = _held(dkg.shape[1], world, scheme, dkg.device, cu_seqlens)
+    dk_parts = dkg.index_select(1, held).chunk(world, 1)
+    dv_parts = dvg.index_select(1, held).chunk(world, 1)
+    send = torch.stack([_pack(a, b) for a, b in zip(dk_parts, dv_parts)])
+    recv = torch.empty_like(send)
+    comm_stats.record("reduce_scatter_dkv", send)
+    t0 = time.perf_counter()
+    dist.all_to_all_single(recv, send, group=g)
+    comm_stats.wait_s += time.perf_counter() - t0
+    total = recv[0].clone()
+    for j in range(1, world):
+        total += recv[j]
+    return _unpack(total, k.shape, v.shape)
+
+
+
+class _AllGatherAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank):
+        kg, vg = _all_gather_kv(k, v, g, world, scheme)
+        b, s, n, _ = q.shape
+        qc = q.float()
+        out = q.new_empty((b, s, n, v.shape[3]), dtype=torch.float32)
+        mx = q.new_empty((b, s, n, 1), dtype=torch.float32)
+        sm = torch.empty_like(mx)
+        for rows, end, blk_causal in _query_chunks(scheme, causal, world, rank, s):
+            out[:, rows], mx[:, rows], sm[:, rows] = _attn(qc[:, rows], kg[:, :end], vg[:, :end], blk_causal, scale)
+        ctx.save_for_backward(q, k, v, out, mx, sm)
+        ctx.cfg = (scale, causal, scheme, g, world, rank)
+        ctx.mark_non_differentiable(mx, sm)
+        return out.to(q.dtype), mx, sm
+
+    @staticmethod
+    def backward(ctx, dout, _dmx, _dsm):
+        q, k, v, out, mx, sm = ctx.saved_tensors
+        scale, causal, scheme, g, world, rank = ctx.cfg
+        kg, vg = _all_gather_kv(k, v, g, world, scheme)  # gathered again rather than kept: W x less memory
+        qc, doc = q.float(), dout.float()
+        dq = torch.empty_like(qc)
+        dkg, dvg = torch.zeros_like(kg), torch.zeros_like(vg)
+        for rows, end, blk_causal in _query_chunks(scheme, causal, world, rank, q.shape[1]):
+            dq[:, rows], dk_b, dv_b = _attn_grad(qc[:, rows], kg[:, :end], vg[:, :end], doc[:, rows], mx[:, rows],
+                                                 sm[:, rows], out[:, rows], blk_causal, scale)
+            dkg[:, :end] += dk_b
+            dvg[:, :end] += dv_b
+        dk, dv = _reduce_scatter(dkg, dvg, k, v, g, world, scheme)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
+
+
+def _varlen_pairs(lengths, scheme: str, causal: bool, world: int, rank: int, device):
+    """Packed sequences: per (sequence, local chunk) in local row order, the chunk's length and
+    the global key rows it needs (a prefix of its sequence when causal, all of it otherwise).
+    Returns (query lengths, key row index, key lengths)."""
+    parts = 2 * world if scheme == "zigzag" else world
+    q_lens, kv_rows, kv_lens, start = [], [], [], 0
+    for n in lengths:
+        c = n // parts
+        for chunk in ([rank] if scheme == "contiguous" else [rank, parts - 1 - rank]):
+            end = start + ((chunk + 1) * c if causal else n)
+            q_lens.append(c)
+            kv_lens.append(end - start)
+            kv_rows.append(torch.arange(start, end, device=device))
+        start += n
+    return q_lens, torch.cat(kv_rows), kv_lens
+
+
+def _cum(lens, device) -> Tensor:
+    return torch.tensor(lens, dtype=torch.int64, device=device).cumsum(0)
+
+
+class _AllGatherVarlen(torch.autograd.Function):
+    """TND: all-gather K/V, then one kernel call in which every (sequence, local chunk) pair is a
+    packed sequence of its own with the keys it needs (bottom-right causal when causal)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths):
+        cum = _cum(lengths, q.device)
+        kg, vg = (t[0] for t in _all_gather_kv(k[None], v[None], g, world, scheme, cum))
+        q_lens, kv_rows, kv_lens = _varlen_pairs(lengths, scheme, causal, world, rank, q.device)
+        aq, ak = _cum(q_lens, q.device), _cum(kv_lens, q.device)
+        mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+        out, mx, sm = _ops.flash_attention_score(q.float(), kg.index_select(0, kv_rows), vg.index_select(0, kv_rows),
+                                                 None, None, mask, aq, ak, None, None, None, None, scale, 1.0,
+                                                 INT32_MAX, nxt, q.shape[1], "TND", 0, mode, 1, 0, 0)
+        mx, sm = mx[..., :1].contiguous(), sm[..., :1].contiguous()
+        ctx.save_for_backward(q, k, v, out, mx, sm, kv_rows, aq, ak, cum)
+        ctx.cfg = (scale, causal, scheme, g, world)
+        ctx.mark_non_differentiable(mx, sm)
+        return out.to(q.dtype), mx, sm
+
+    @staticmethod
+    def backward(ctx, dout, _dmx, _dsm):
+        q, k, v, out, mx, sm, kv_rows, aq, ak, cum = ctx.saved_tensors
+        scale, causal, scheme, g, world = ctx.cfg
+        kg, vg = (t[0] for t in _all_gather_kv(k[None], v[None], g, world, scheme, cum))
+        mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+        dq, dkp, dvp, _ = _ops.flash_attention_score_grad(
+            q.float(), kg.index_select(0, kv_rows), vg.index_select(0, kv_rows), dout.float(), None, None, mask, mx,
+            sm, out, aq, ak, None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[1], "TND", 0, mode, 1, 0, 0)
+        # A key row serves both local chunks of its sequence: index_add_ sums the two in row
+        # order (deterministic on the CPU).
+        dkg = torch.zeros_like(kg).index_add_(0, kv_rows, dkp)
+        dvg = torch.zeros_like(vg).index_add_(0, kv_rows, dvp)
+        dk, dv = _reduce_scatter(dkg[None], dvg[None], k[None], v[None], g, world, scheme, cum)
+        return (dq.to(q.dtype), dk[0].to(k.dtype), dv[0].to(v.dtype)) + (None,) * 7
+
+
+# ---------------------------------------------------------------------------------------------
+# Ulysses
+
+
+def _a2a(send: Tensor, g, kind: str) -> Tensor:
+    send = send.contiguous()
+    recv = torch.empty_like(send)
+    comm_stats.record(kind, send)
+    t0 = time.perf_counter()
+    dist.all_to_all_single(recv, send, group=g)
+    comm_stats.wait_s += time.perf_counter() - t0
+    return recv
+
+
+def _seq_to_heads(x: Tensor, g, world: int) -> Tensor:
+    """[B, S_local, N, D] (rows of this rank, all heads) -> [B, W*S_local, N/W, D] (rows of every
+    rank, rank-major; this rank's head group)."""
+    b, s, n, d = x.shape
+    recv = _a2a(x.reshape(b, s, world, n // world, d).permute(2, 0, 1, 3, 4), g, "alltoall")
+    return recv.permute(1, 0, 2, 3, 4).reshape(b, world * s, n // world, d)
+
+
+def _heads_to_seq(y: Tensor, g, world: int) -> Tensor:
+    """The inverse of _seq_to_heads."""
+    b, sw, n, d = y.shape
+    recv = _a2a(y.reshape(b, world, sw // world, n, d).permute(1, 0, 2, 3, 4), g, "alltoall")
+    return recv.permute(1, 2, 0, 3, 4).reshape(b, sw // world, world * n, d)
+
+
+class _SeqToHeads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, g, world):
+        ctx.cfg = (g, world)
+        return _seq_to_heads(x, g, world)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _heads_to_seq(dy, *ctx.cfg), None, None
+
+
+class _HeadsToSeq(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y, g, world):
+        ctx.cfg = (g, world)
+        return _heads_to_seq(y, g, world)
+
+    @staticmethod
+    def backward(ctx, dx):
+        return _seq_to_heads(dx, *ctx.cfg), None, None
+
+
+def _ulysses(q, k, v, scale, causal, scheme, g, world, rank, lengths=None):
+    """q/k/v BSND (TND as B = 1 with ``lengths``, the packed sequences' lengths)."""
+    n, nk = q.shape[2], k.shape[2]
+    if n % world:
+        raise ValueError(f"query heads {n}: must be divisible by the group size {world} for comm='ulysses'")
+    dtype = q.dtype
+    if nk % world:
+        # Repeat K/V heads up to the query heads (n % nk == 0 is the kernel's GQA rule). The
+        # repeated heads' gradients are summed by autograd: in fp32, so that they are rounded
+        # once, as the kernel's own GQA sum is.
+        q, k, v = (t.float().repeat_interleave(n // t.shape[2], dim=2) if t is not q else t.float()
+                   for t in (q, k, v))
+    qh, kh, vh = (_SeqToHeads.apply(t, g, world) for t in (q, k, v))
+    order = None
+    if causal or lengths is not None:
+        # The causal mask and packed sequences need the global order; a full mask does not care.
+        cum = _cum(lengths, q.device) if lengths is not None else None
+        inverse = _held(qh.shape[1], world, scheme, q.device, cum)  # global position of each rank-major row
+        order = torch.argsort(inverse)
+        qh, kh, vh = (t.index_select(1, order) for t in (qh, kh, vh))
+    mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    if lengths is None:
+        out, mx, sm = _ops.flash_attention_score(qh, kh, vh, None, None, mask, None, None, None, None, None, None,
+                                                 scale, 1.0, INT32_MAX, nxt, qh.shape[2], "BSND", 0, mode, 1, 0, 0)
+        stats = torch.cat([mx[..., :1], sm[..., :1]], 3).transpose(1, 2)  # [B, S, N/W, 2]
+    else:
+        out, mx, sm = _ops.flash_attention_score(qh[0], kh[0], vh[0], None, None, mask, cum, cum, None, None, None,
+                                                 None, scale, 1.0, INT32_MAX, nxt, qh.shape[2], "TND", 0, mode, 1, 0,
+                                                 0)
+        out, stats = out[None], torch.cat([mx[..., :1], sm[..., :1]], 2)[None]  # [1, T, N/W, 2]
+    if order is not None:
+        # Rank-major again: global position inverse[i] is the i-th row held by the ranks.
+        out, stats = out.index_select(1, inverse), stats.index_select(1, inverse)
+    stats = _heads_to_seq(stats.detach(), g, world)
+    return _HeadsToSeq.apply(out, g, world).to(dtype), stats[..., :1], stats[..., 1:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+
+
+def _bsnd(x: Tensor, layout: str, heads: int, name: str) -> Tensor:
+    """A BSND view of x (no copy)."""
+    if layout in ("BSND", "BNSD"):
+        if x.dim() != 4:
+            raise ValueError(f"{name}: rank {x.dim()} for input_layout {layout}: must be 4")
+        return x if layout == "BSND" else x.transpose(1, 2)
+    if x.dim() != 3:
+        raise ValueError(f"{name}: rank {x.dim()} for input_layout {layout}: must be 3")
+    h = x.shape[2]
+    if heads <= 0 or h % heads:
+        raise ValueError(f"{name}: hidden size {h}: must be a multiple of {heads} heads for input_layout {layout}")
+    if layout == "BSH":
+        return x.unflatten(2, (heads, h // heads))
+    return x.unflatten(2, (heads, h // heads)).transpose(0, 1)
+
+
+def _from_bsnd(x: Tensor, layout: str) -> Tensor:
+    if layout == "BSND":
+        return x
+    if layout == "BNSD":
+        return x.transpose(1, 2).contiguous()
+    if layout == "BSH":
+        return x.flatten(2)
+    return x.transpose(0, 1).flatten(2).contiguous()
+
+
+def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_layout: str, *, scale: float,
+              causal: bool = False, group=None, comm: str = "ring", scheme: str = "zigzag", cu_seqlens=None):
+    """Attention over the global sequence, called with this rank's shards (held as ``scheme``
+    says). Differentiable in query, key and value. Returns (out in the input layout, softmax_max,
+    softmax_sum), the statistics fp32 [B, N, S_local] (TND: [T_local, N], token-major) of the
+    whole sequence for this rank's rows. causal: self-attention, each global query sees keys at
+    or before its position (per sequence for TND).
+
+    TND (packed sequences): ``cu_seqlens`` gives the global cumulative lengths (with or without a
+    leading 0); every sequence is sharded on its own (``shard(..., cu_seqlens=)``).
+
+    Every rank of the group must call it with the same shapes and arguments."""
+    g, world, rank = _group_info(group)
+    checked = _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens)
+    if input_layout == "TND":
+        return _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, checked)
+    q, k, v = checked
+    if world == 1:
+        out, mx, sm = _attn_plain(query, key, value, head_num, input_layout, scale, causal)
+        return out, mx, sm
+    if comm == "ring":
+        out, mx, sm = _RingAttention.apply(q, k, v, scale, causal, scheme, g, world, rank)
+    elif comm == "allgather":
+        out, mx, sm = _AllGatherAttention.apply(q, k, v, scale, causal, scheme, g, world, rank)
+    else:
+        out, mx, sm = _ulysses(q, k, v, scale, causal, scheme, g, world, rank)
+    return _from_bsnd(out, input_layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
+
+
+def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens):
+    """Checks the arguments, before any communication (so that every rank fails alike, whatever
+    W), and returns BSND views (q, k, v), or for TND the packed sequences' lengths."""
+    if comm not in COMMS:
+        raise ValueError(f"comm = {comm!r}: must be one of {', '.join(COMMS)}")
+    _check_scheme(scheme)
+    if input_layout not in SEQ_DIM and input_layout != "TND":
+        raise ValueError(f"input_layout = {input_layout!r}: must be one of {', '.join(SEQ_DIM)}, TND")
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype}: must equal query's {query.dtype}")
+    if input_layout == "TND":
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dim() != 3:
+                raise ValueError(f"{name}: rank {t.dim()} for input_layout TND: must be 3 ([T_local, N, D])")
+        if key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]:
+            raise ValueError(f"key/value: local token counts {key.shape[0]}/{value.shape[0]}: must equal query's "
+                             f"{query.shape[0]} (self-attention shards)")
+        if cu_seqlens is None:
+            raise ValueError("cu_seqlens: None: required for input_layout TND (the global cumulative sequence "
+                             "lengths)")
+        lengths = _lengths(cu_seqlens, query.shape[0] * world)
+        for i, n in enumerate(lengths):
+            _shard_one(n, world, 0, scheme, None, f"length of sequence {i}")
+        return lengths
+    q = _bsnd(query, input_layout, head_num, "query")
+    # BSH/SBH name only the query heads: K/V heads follow from the head size (GQA).
+    d = q.shape[3]
+    nk = key.shape[2] // d if input_layout in ("BSH", "SBH") else 0
+    k = _bsnd(key, input_layout, nk, "key")
+    v = _bsnd(value, input_layout, k.shape[2], "value")
+    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
+        raise ValueError(f"key/value: local sequence lengths {k.shape[1]}/{v.shape[1]}: must equal query's "
+                         f"{q.shape[1]} (self-attention shards)")
+    if scheme == "zigzag" and q.shape[1] % 2:
+        raise ValueError(f"query: local sequence length {q.shape[1]}: must be even for scheme 'zigzag' (two chunks)")
+    return q, k, v
+
+
+def _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, lengths):
+    if world == 1:
+        mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+        cum = _cum(lengths, query.device)
+        out, mx, sm = _ops.flash_attention_score(query, key, value, None, None, mask, cum, cum, None, None, None, None,
+                                                 scale, 1.0, INT32_MAX, nxt, head_num, "TND", 0, mode, 1, 0, 0)
+        return out, mx[..., 0], sm[..., 0]
+    if comm == "ring":
+        out, mx, sm = _RingAttention.apply(query[None], key[None], value[None], scale, causal, scheme, g, world, rank,
+                                           lengths)
+        return out[0], mx[0, ..., 0], sm[0, ..., 0]
+    if comm == "allgather":
+        out, mx, sm = _AllGatherVarlen.apply(query, key, value, scale, causal, scheme, g, world, rank, lengths)
+        return out, mx[..., 0], sm[..., 0]
+    out, mx, sm = _ulysses(query[None], key[None], value[None], scale, causal, scheme, g, world, rank, lengths)
+    return out[0], mx[0, ..., 0], sm[0, ..., 0]
+
+
+def _attn_plain(query, key, value, head_num, layout, scale, causal):
+    """W = 1: the plain op in the caller's layout, bit for bit."""
+    mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    out, mx, sm = _ops.flash_attention_score(query, key, value, None, None, mask, None, None, None, None, None, None,
+                                             scale, 1.0, INT32_MAX, nxt, head_num, layout, 0, mode, 1, 0, 0)
+    return out, mx[..., 0], sm[..., 0]
+
+
+def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_layout: str,
+                         pse: Optional[Tensor] = None, padding_mask: Optional[Tensor] = None,
+                         atten_mask: Optional[Tensor] = None, scale: float = 1.0, keep_prob: float = 1.0,
+                         pre_tockens: int = INT32_MAX, next_tockens: int = INT32_MAX, inner_precise: int = 0,
+                         prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode: int = 0,
+                         gen_mask_parallel: bool = True, sync: bool = False, *, group=None, comm: str = "ring",
+                         scheme: str = "zigzag", softmax_layout: str = ""):
+    """torch_npu.npu_fusion_attention over the sequence shards of a group: the 7-tuple (out,
+    softmax_max, softmax_sum, softmax_out, seed, offset, numels), the statistics [B,N,S_local,8]
+    for this rank's rows. Masks: atten_mask None (full attention, whatever sparse_mode says, as in
+    torch_npu) or sparse_mode 2/3 with the compressed causal mask (per sequence for TND).
+
+    TND: actual_seq_qlen = actual_seq_kvlen = the global cumulative lengths (CANN style); the
+    statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
+    (the rank's share of each sequence). With a group of one process this is the plain op."""
+    g, world, _ = _group_info(group)
+    for name, val in (("pse", pse), ("padding_mask", padding_mask), ("prefix", prefix)):
+        if val is not None:
+            raise ValueError(f"{name}: given: not supported under context parallelism, must be None")
+    if input_layout != "TND" and (actual_seq_qlen is not None or actual_seq_kvlen is not None):
+        raise ValueError(f"actual_seq_qlen/actual_seq_kvlen: given with input_layout {input_layout}: only TND takes them")
+    if input_layout == "TND":
+        as_list = [None if x is None else [int(y) for y in (x.tolist() if isinstance(x, Tensor) else x)]
+                   for x in (actual_seq_qlen, actual_seq_kvlen)]
+        if as_list[0] is None or as_list[0] != as_list[1]:
+            raise ValueError(f"actual_seq_qlen = {as_list[0]}, actual_seq_kvlen = {as_list[1]}: under context "
+                             "parallelism both must be given and equal (self-attention over packed sequences)")
+    if keep_prob != 1.0:
+        raise ValueError(f"keep_prob = {keep_prob}: dropout is not supported under context parallelism yet, must be 1")
+    if atten_mask is not None and sparse_mode not in (2, 3):
+        raise ValueError(f"atten_mask with sparse_mode = {sparse_mode}: under context parallelism a mask must be the "
+                         "compressed causal one (sparse_mode 2 or 3); pass atten_mask=None for full attention")
+    causal = atten_mask is not None
+    if world == 1:
+        _checked(query, key, value, head_num, input_layout, comm, scheme, world, actual_seq_qlen)
+        return _plain_npu_fusion_attention(query, key, value, head_num, input_layout, atten_mask=atten_mask,
+                                           scale=scale, pre_tockens=pre_tockens, next_tockens=next_tockens,
+                                           inner_precise=inner_precise, sparse_mode=sparse_mode,
+                                           actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
+                                           softmax_layout=softmax_layout)
+    out, mx, sm = attention(query, key, value, head_num, input_layout, scale=scale, causal=causal, group=g, comm=comm,
+                            scheme=scheme, cu_seqlens=actual_seq_qlen)
+    lanes = _ops.STAT_LANES
+    mx, sm = (x[..., None].expand(*x.shape, lanes).contiguous() for x in (mx, sm))
+    if input_layout == "TND" and softmax_layout != "TND":
+        local_cum = _cum([n // world for n in _lengths(actual_seq_qlen, query.shape[0] * world)], query.device)
+        mx, sm = (tnd_stats_from_token_major(x, local_cum) for x in (mx, sm))
+    return out, mx, sm, query.new_empty((0,)), 0, 0, 0
+
+
+def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                    causal: bool = False, window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                    alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
+                    return_attn_probs: bool = False, *, group=None, comm: str = "ring", scheme: str = "zigzag"):
+    """flash_attn_func over the sequence shards of a group: q/k/v [B, S_local, H, D] -> out
+    [B, S_local, H, D] (and softmax_lse [B, H, S_local] with return_attn_probs). With a group of
+    one process this is attnops.torch.flash_attn_func."""
+    g, world, _ = _group_info(group)
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p = {dropout_p}: dropout is not supported under context parallelism yet, must be 0")
+    if tuple(window_size) != (-1, -1) or softcap != 0.0 or alibi_slopes is not None:
+        raise ValueError(f"window_size = {tuple(window_size)}, softcap = {softcap}, alibi_slopes: not supported under "
+                         "context parallelism (must be (-1, -1), 0.0, None)")
+    if world == 1:
+        _checked(q, k, v, q.shape[2], "BSND", comm, scheme, world, None)
+        return _plain_flash_attn_func(q, k, v, 0.0, softmax_scale, causal, return_attn_probs=return_attn_probs)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    out, mx, sm = attention(q, k, v, q.shape[2], "BSND", scale=scale, causal=causal, group=g, comm=comm, scheme=scheme)
+    if return_attn_probs:
+        return out, (mx + torch.log(sm)).detach(), None
+    return out
+
+
+def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                           max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                           softmax_scale: Optional[float] = None, causal: bool = False,
+                           window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                           alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
+                           return_attn_probs: bool = False, block_table: Optional[Tensor] = None, *, group=None,
+                           comm: str = "allgather", scheme: str = "zigzag"):
+    """flash_attn_varlen_func over the shards of packed sequences: q/k/v [T_local, H, D], each
+    sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q = cu_seqlens_k = the
+    global cumulative lengths (int32, leading 0). Returns out
+    [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs)."""
+    g, world, _ = _group_info(group)
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p = {dropout_p}: dropout is not supported under context parallelism yet, must be 0")
+    if tuple(window_size) != (-1, -1) or softcap != 0.0 or alibi_slopes is not None or block_table is not None:
+        raise ValueError(f"window_size = {tuple(window_size)}, softcap = {softcap}, alibi_slopes, block_table: not "
+                         "supported under context parallelism (must be (-1, -1), 0.0, None, None)")
+    if not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu()):
+        raise ValueError("cu_seqlens_k: differs from cu_seqlens_q: under context parallelism both must be the same "
+                         "global cumulative lengths (self-attention)")
+    if world == 1:
+        _checked(q, k, v, q.shape[1], "TND", comm, scheme, world, cu_seqlens_q)
+        return _plain_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0,
+                                             softmax_scale, causal, return_attn_probs=return_attn_probs)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, causal=causal, group=g, comm=comm,
+                            scheme=scheme, cu_seqlens=cu_seqlens_q)
+    if return_attn_probs:
+        return out, (mx + torch.log(sm)).detach().transpose(0, 1), None
+    return out

@@ -1,0 +1,482 @@
+// The FusedInferAttentionScore forward written once over an instruction-set trait V
+// (cpu/simd/microkernels.hpp), instantiated by the avx2 and avx512 entries. Decode reads the KV
+// cache once: the rows of a whole GQA group (G query heads x the unit's query rows) go through
+// each key and value row of their kv head together, and every key/value vector is converted in
+// registers (bf16 by a shift, fp16 by vcvtph2ps, int8 exactly) right before the FMAs that use
+// it, straight from where the row lies (strided, paged BnBsH / BnNBsD, NZ), so nothing is copied.
+//
+// int8 dequantisation (x + offset) * scale never touches the keys and values one by one: it is
+// folded into the query rows, the scores, the probabilities and the final accumulators, each
+// far fewer than the cache elements they meet (s scale, o offset, c channel, t or j token):
+//   key, per channel:  q.k^ = sum_c (q_c s_c) k_c + sum_c q_c s_c o_c        -> q' = q * s, A = q'.o
+//   key, per token:    q.k^ = s_t (q.k + o_t sum_c q_c)                       -> B = sum q
+//   value, per channel: sum_j p_j v^_jc = s_c (sum_j p_j v_jc + o_c sum_j p_j) -> W = sum p
+//   value, per token:   sum_j p_j v^_jc = sum_j (p_j s_j) v_jc + sum_j p_j s_j o_j -> WO
+// so the inner loops are the same for every source dtype. fp32 arithmetic throughout, with the
+// precision model of spec section A: probabilities rounded to the query dtype before P.V.
+//
+// Order of every reduction, fixed per element: q.k over the head dim in V::kLanes-wide lanes
+// ascending, then the lanes by V::sum8's fixed tree; the row max and sum over keys ascending
+// (per lane, then the lanes); P.V over keys ascending. Nothing depends on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/generic/score_row.hpp"
+#include "cpu/simd/microkernels.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
+#include "ops/fused_infer_attention_score/kernel.hpp"
+
+namespace attnops::fia::simd_forward {
+
+namespace simd = cpu::simd;
+using fa::tile::kNegInf;
+using simd::alignUp;
+
+constexpr int64_t kRowTile = 4;      // query rows sharing each converted key/value vector
+constexpr int64_t kDotKeys = 2;      // keys per dot step: 2 x kRowTile accumulators = one V::sum8
+constexpr int64_t kGroupRows = 64;   // query rows of a unit, all heads of the group together
+constexpr int64_t kKeyRows = 64;     // keys per block: a decode block's keys and values (2 x 16 KiB
+                                     // at D 128, bf16) stay in L1 between the two passes over them
+constexpr int64_t kLineBytes = 64;
+
+struct Scratch {
+    float* q;        // [R][d] query rows (key per-channel scale folded in), R = G * queryRows
+    float* qa;       // [R] A: q'.keyOffset (per channel)
+    float* qb;       // [R] B: sum of q (per-token key offsets)
+    float* st;       // [R][keyRows] scores, then probabilities
+    float* acc;      // [R][dv]
+    float* m;        // [R] running max
+    float* l;        // [R] running sum
+    float* w;        // [R] sum of probabilities times value token scales (per-channel value offsets)
+    float* wo;       // [R] sum of probabilities times value token scales and offsets (per token)
+    float* kScale;   // [keyRows] per-token key scale of the block's keys (1 if none)
+    float* kOffset;  // [keyRows]
+    float* vScale;   // [keyRows]
+    float* vOffset;  // [keyRows]
+    const char** kRow;  // [keyRows] address of each key row of the block
+    const char** vRow;  // [keyRows]
+    const char** kNext;  // [keyRows] key rows of the next block, prefetched during this block's Q.K
+    const char** vNext;  // [keyRows] value rows of the next block, likewise
+    int64_t nextRows = 0;  // rows of the next block
+    int64_t* kChunk;    // [d / kLanes] element offset of each vector of a key row (NZ: dim groups)
+    int64_t* vChunk;    // [dv / kLanes]
+    int64_t* kLines;    // [d / kLanes] byte offsets within a key row, one per cache line it touches
+    int64_t* vLines;    // [dv / kLanes]
+    int64_t kLineCount = 0, vLineCount = 0;
+    uint8_t* kept;      // [keyRows]
+
+    static int64_t floats(const Params& p, TileShape t) {
+        const int64_t R = p.core.group * t.queryRows, kr = t.keyRows;
+        return alignUp(R * p.core.d) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) + 4 * alignUp(R) +
+               4 * alignUp(kr) + 4 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) + 2 * alignUp(2 * p.core.dv) +
+               alignUp(kr);
+    }
+
+    Scratch(const Params& p, TileShape t, void* base) {
+        const int64_t R = p.core.group * t.queryRows, kr = t.keyRows;
+        float* f = static_cast<float*>(base);
+        auto take = [&](int64_t n) {
+            float* r = f;
+            f += alignUp(n);
+            return r;
+        };
+        q = take(R * p.core.d);
+        qa = take(R);
+        qb = take(R);
+        st = take(R * kr);
+        acc = take(R * p.core.dv);
+        m = take(R);
+        l = take(R);
+        w = take(R);
+        wo = take(R);
+        kScale = take(kr);
+        kOffset = take(kr);
+        vScale = take(kr);
+        vOffset = take(kr);
+        kRow = reinterpret_cast<const char**>(take(2 * kr));
+        vRow = reinterpret_cast<const char**>(take(2 * kr));
+        kNext = reinterpret_cast<const char**>(take(2 * kr));
+        vNext = reinterpret_cast<const char**>(take(2 * kr));
+        kChunk = reinterpret_cast<int64_t*>(take(2 * p.core.d));
+        vChunk = reinterpret_cast<int64_t*>(take(2 * p.core.dv));
+        kLines = reinterpret_cast<int64_t*>(take(2 * p.core.d));
+        vLines = reinterpret_cast<int64_t*>(take(2 * p.core.dv));
+        kept = reinterpret_cast<uint8_t*>(take(kr));
+    }
+};
+
+inline TileShape chooseTile(const Params& p) {
+    return TileShape{std::max<int64_t>(1, kGroupRows / p.core.group), kKeyRows};
+}
+
+inline uint64_t scratchBytes(const Params& p, TileShape t) { return uint64_t(Scratch::floats(p, t)) * sizeof(float); }
+
+// Every vector of a row lies in one run of unit-stride elements: the head dims are whole vectors
+// and NZ dim groups hold whole vectors.
+template <class V>
+bool acceptsSource(const KvSource& s, int64_t dim) {
+    // The key/value dtypes check.cpp admits (fp32 is not one).
+    const bool known = s.dtype == DType::F16 || s.dtype == DType::BF16 || s.dtype == DType::I8;
+    return known && dim % V::kLanes == 0 && s.dimStride == 1 && (s.dimGroup == 0 || s.dimGroup % V::kLanes == 0);
+}
+
+template <class V>
+bool accepts(const Params& p) {
+    return acceptsSource<V>(p.key, p.core.d) && acceptsSource<V>(p.value, p.core.dv);
+}
+
+// kLanes elements of a stored row from element offset `at`, as fp32.
+template <class V, DType T>
+ATTNOPS_SIMD_INLINE typename V::Vec loadVec(const char* row, int64_t at) {
+    static_assert(T == DType::F16 || T == DType::BF16 || T == DType::I8);
+    if constexpr (T == DType::F16) return V::loadHalf(reinterpret_cast<const uint16_t*>(row) + at);
+    if constexpr (T == DType::BF16) return V::loadBf16(reinterpret_cast<const uint16_t*>(row) + at);
+    if constexpr (T == DType::I8) return V::loadInt8(reinterpret_cast<const int8_t*>(row) + at);
+}
+
+// Asks for the cache lines of a row (offsets from lineOffsets) ahead of their use: the cache is
+// read once, row by row from scattered pages, so the hardware prefetchers see short runs only.
+ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) __builtin_prefetch(row + lines[i], 0, 3);
+}
+
+// st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, two keys per step.
+// The first row tile prefetches the next block's key and value rows (`pre`, NULL for the
+// others): a block ahead of their use, as the cache is read once from scattered pages.
+template <class V, DType T, int NR>
+ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t nk, const float* q,
+                             int64_t ldq, float* st, int64_t ldst, const Scratch* pre) {
+    using Vec = typename V::Vec;
+    for (int64_t j = 0; j < nk; j += kDotKeys) {
+        if (pre != nullptr)
+            for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
+                prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
+                prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
+            }
+        const char* k0 = kRow[j];
+        const char* k1 = kRow[std::min(j + 1, nk - 1)];  // an odd last key goes twice, once discarded
+        Vec acc[kDotKeys * kRowTile];
+#pragma GCC unroll 8
+        for (int i = 0; i < kDotKeys * kRowTile; ++i) acc[i] = V::zero();
+        for (int64_t c = 0, v = 0; c < d; c += V::kLanes, ++v) {
+            const int64_t at = kChunk[v];
+            const Vec x0 = loadVec<V, T>(k0, at), x1 = loadVec<V, T>(k1, at);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; ++r) {
+                const Vec qv = V::load(q + r * ldq + c);
+                acc[r] = V::fmadd(qv, x0, acc[r]);
+                acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
+            }
+        }
+        alignas(32) float sums[kDotKeys * kRowTile];
+        V::sum8(acc, sums);
+        for (int r = 0; r < NR; ++r) {
+            st[r * ldst + j] = sums[r];
+            if (j + 1 < nk) st[r * ldst + j + 1] = sums[kRowTile + r];
+        }
+    }
+}
+
+// acc[r * ldacc + c .. + NV * kLanes) += sum_j st[r * ldst + j] * value_j[c ..] for NR rows,
+// keys ascending. SkipZero: keys whose probability is 0 in every row are skipped (masked keys
+// never touch the output, even if their values are not finite).
+template <class V, DType T, int NR, int NV, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulateColumns(int64_t c, const char* const* vRow, const int64_t* vChunk, int64_t nk,
+                                       const float* st, int64_t ldst, float* acc, int64_t ldacc) {
+    using Vec = typename V::Vec;
+    constexpr int64_t L = V::kLanes;
+    int64_t at[NV];
+    for (int v = 0; v < NV; ++v) at[v] = vChunk[c / L + v];
+    Vec a[kRowTile][NV];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r)
+        for (int v = 0; v < NV; ++v) a[r][v] = V::load(acc + r * ldacc + c + v * L);
+    for (int64_t j = 0; j < nk; ++j) {
+        if constexpr (SkipZero) {
+            bool any = false;
+            for (int r = 0; r < NR; ++r) any = any || st[r * ldst + j] != 0.0f;
+            if (!any) continue;
+        }
+        Vec x[NV];
+        for (int v = 0; v < NV; ++v) x[v] = loadVec<V, T>(vRow[j], at[v]);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; ++r) {
+            const Vec pb = V::set1(st[r * ldst + j]);
+            for (int v = 0; v < NV; ++v) a[r][v] = V::fmadd(pb, x[v], a[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r)
+        for (int v = 0; v < NV; ++v) V::store(acc + r * ldacc + c + v * L, a[r][v]);
+}
+
+// All dv columns, two vectors at a time (then one).
+template <class V, DType T, int NR, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const int64_t* vChunk, int64_t nk,
+                                    const float* st, int64_t ldst, float* acc, int64_t ldacc) {
+    constexpr int64_t L = V::kLanes;
+    int64_t c = 0;
+    for (; c + 2 * L <= dv; c += 2 * L)
+        accumulateColumns<V, T, NR, 2, SkipZero>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
+    if (c < dv) accumulateColumns<V, T, NR, 1, SkipZero>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
+}
+
+// The row tiles of R rows, each tile of NR = min(kRowTile, rows left) rows.
+template <class V, DType T>
+ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, const Scratch& sc, int64_t nk, int64_t ldst) {
+    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
+        const float* q = sc.q + r0 * d;
+        float* st = sc.st + r0 * ldst;
+        const Scratch* pre = r0 == 0 ? &sc : nullptr;
+        switch (std::min(kRowTile, R - r0)) {
+            case 1: dotRows<V, T, 1>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
+            case 2: dotRows<V, T, 2>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
+            case 3: dotRows<V, T, 3>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
+            default: dotRows<V, T, 4>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
+        }
+    }
+}
+
+template <class V, DType T, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst) {
+    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
+        const float* st = sc.st + r0 * ldst;
+        float* acc = sc.acc + r0 * dv;
+        switch (std::min(kRowTile, R - r0)) {
+            case 1: accumulateRows<V, T, 1, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            case 2: accumulateRows<V, T, 2, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            case 3: accumulateRows<V, T, 3, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            default: accumulateRows<V, T, 4, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+        }
+    }
+}
+
+template <class V>
+ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, const Scratch& sc, int64_t nk, int64_t ldst) {
+    switch (t) {
+        case DType::F16: return dots<V, DType::F16>(R, d, sc, nk, ldst);
+        case DType::BF16: return dots<V, DType::BF16>(R, d, sc, nk, ldst);
+        default: return dots<V, DType::I8>(R, d, sc, nk, ldst);
+    }
+}
+
+template <class V, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulateOf(DType t, int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst) {
+    switch (t) {
+        case DType::F16: return accumulate<V, DType::F16, SkipZero>(R, dv, sc, nk, ldst);
+        case DType::BF16: return accumulate<V, DType::BF16, SkipZero>(R, dv, sc, nk, ldst);
+        default: return accumulate<V, DType::I8, SkipZero>(R, dv, sc, nk, ldst);
+    }
+}
+
+inline int64_t elementBytes(DType t) { return t == DType::I8 ? 1 : 2; }
+
+// Element offset of vector v of a row (NZ: vector v lies in dim group v * kLanes / dimGroup),
+// and the byte offsets of the row's vectors that start a new cache line; returns their count.
+inline int64_t chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64_t* chunk, int64_t* lines) {
+    const int64_t bytes = elementBytes(s.dtype);
+    int64_t count = 0;
+    for (int64_t c = 0, v = 0; c < dim; c += lanes, ++v) {
+        chunk[v] = s.dimOffset(c);
+        const int64_t at = chunk[v] * bytes;
+        if (count == 0 || at / kLineBytes != lines[count - 1] / kLineBytes) lines[count++] = at;
+    }
+    return count;
+}
+
+// Addresses of rows [k0, k0 + nk) of kv head m of batch b: one table lookup per page, then
+// rowStride steps (no division per row).
+inline void sourceRows(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t k0, int64_t nk,
+                       const char** rows) {
+    const char* base = static_cast<const char*>(s.data);
+    const int64_t bytes = elementBytes(s.dtype), step = s.rowStride * bytes;
+    const int64_t run = p.table.data == nullptr ? nk : p.table.blockSize;  // rows that step by rowStride
+    for (int64_t j = 0; j < nk;) {
+        const int64_t t = k0 + j, n = std::min(nk - j, run - (p.table.data == nullptr ? 0 : t % run));
+        const char* row = base + kvRowOffset(p, s, b, m, t) * bytes;
+        for (int64_t i = 0; i < n; ++i, row += step) rows[j + i] = row;
+        j += n;
+    }
+}
+inline void keyRows(const Params& p, int64_t b, int64_t m, int64_t k0, int64_t nk, const char** rows) {
+    sourceRows(p, p.key, b, m, k0, nk, rows);
+}
+inline void valueRows(const Params& p, int64_t b, int64_t m, int64_t k0, int64_t nk, const char** rows) {
+    sourceRows(p, p.value, b, m, k0, nk, rows);
+}
+
+// Per-token scale and offset of rows [k0, k0 + nk) of batch b (1 and 0 unless the source is
+// per-token quantised).
+inline void tokenTerms(const AntiquantSpec& q, int64_t b, int64_t k0, int64_t nk, float* scale, float* offset) {
+    // Padded to whole vectors (1 and 0), which the score and softmax steps read past nk.
+    const int64_t padded = alignUp(nk);
+    if (q.mode != Antiquant::PerToken) {
+        std::fill(scale, scale + padded, 1.0f);
+        std::fill(offset, offset + padded, 0.0f);
+        return;
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+        const int64_t t = k0 + j;
+        scale[j] = q.tokenScale[b * q.tokenStride[0] + t * q.tokenStride[1]];
+        offset[j] = q.tokenOffset ? q.tokenOffset[b * q.tokenOffsetStride[0] + t * q.tokenOffsetStride[1]] : 0.0f;
+    }
+    std::fill(scale + nk, scale + padded, 1.0f);
+    std::fill(offset + nk, offset + padded, 0.0f);
+}
+
+// Per-channel scale and offset of channel c of kv head m (one entry: per tensor).
+inline float channelScale(const AntiquantSpec& q, int64_t m, int64_t c) {
+    return q.scale.size() == 1 ? q.scale[0] : q.scale[size_t(m * q.headDim + c)];
+}
+inline float channelOffset(const AntiquantSpec& q, int64_t m, int64_t c) {
+    if (q.offset.empty()) return 0.0f;
+    return q.offset.size() == 1 ? q.offset[0] : q.offset[size_t(m * q.headDim + c)];
+}
+
+// The query rows of the group, the key dequantisation folded in (A, B of the file comment).
+template <class V>
+ATTNOPS_SIMD_FN void loadQueries(const Params& p, const WorkUnit& u, int64_t rows, Scratch& sc) {
+    const fa::ForwardParams& c = p.core;
+    const int64_t d = c.d, qRow0 = c.seq.qStart[size_t(u.b)] + u.q0;
+    const AntiquantSpec& kq = p.keyQuant;
+    for (int64_t g = 0; g < c.group; ++g)
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t i = g * rows + r;
+            float* q = sc.q + i * d;
+            simd::loadRow<V>(c.q, u.b, u.n2 * c.group + g, qRow0 + r, d, q);
+            float a = 0.0f, bsum = 0.0f;
+            if (kq.mode == Antiquant::PerChannel) {
+                for (int64_t e = 0; e < d; ++e) {
+                    q[e] *= channelScale(kq, u.n2, e);
+                    a += q[e] * channelOffset(kq, u.n2, e);
+                }
+            } else if (kq.mode == Antiquant::PerToken) {
+                for (int64_t e = 0; e < d; ++e) bsum += q[e];
+            }
+            sc.qa[i] = a;
+            sc.qb[i] = bsum;
+        }
+}
+
+// Raw dots of row i -> finished scores (dequantisation terms, scale; with `masked`, the band and
+// the explicit mask through the shared row step). Returns the row max over kept keys (-inf if
+// none, NaN if a kept score is NaN).
+template <class V>
+ATTNOPS_SIMD_FN float finishRowScores(const Params& p, const WorkUnit& u, const fa::SeqRule& rule, int64_t g,
+                                      int64_t row, int64_t k0, int64_t nk, int64_t skv, bool masked, const Scratch& sc,
+                                      float* s, float a, float bsum) {
+    using Vec = typename V::Vec;
+    const Vec av = V::set1(a), bv = V::set1(bsum), scale = V::set1(masked ? 1.0f : p.core.scale);
+    Vec mx = V::set1(kNegInf);
+    auto nan = V::none();
+    for (int64_t j = 0; j < nk; j += V::kLanes) {  // lanes from nk on: scratch, left out by mk
+        const auto mk = V::tail(nk - j);
+        const Vec raw = V::load(s + j);
+        const Vec x = V::mul(V::mul(V::load(sc.kScale + j), V::add(V::add(raw, av), V::mul(V::load(sc.kOffset + j), bv))),
+                             scale);
+        V::store(s + j, x);
+        nan = V::maskOr(nan, V::maskAnd(mk, V::isNan(x)));
+        mx = V::max(mx, V::select(mk, V::set1(kNegInf), x));
+    }
+    if (masked) return fa::tile::finishScores(p.core, u.b, u.n2 * p.core.group + g, rule, row, k0, nk, skv, s, sc.kept);
+    if (V::any(nan)) return __builtin_nanf("");
+    alignas(64) float lanes[V::kLanes];
+    V::store(lanes, mx);
+    float m = kNegInf;
+    for (float x : lanes) m = x > m ? x : m;
+    return m;
+}
+
+// Online-softmax update of row i with a block of finished scores s: s becomes the rounded
+// probabilities times the value token scales, and m, l, w, wo and the accumulator row are
+// rescaled and updated.
+template <class V>
+ATTNOPS_SIMD_FN void softmaxRow(const Params& p, int64_t nk, float rowMax, float* s, const Scratch& sc, int64_t i) {
+    using Vec = typename V::Vec;
+    const float mOld = sc.m[i];
+    const float mNew = (rowMax > mOld || rowMax != rowMax) ? rowMax : mOld;
+    const float alpha = mOld == kNegInf ? 0.0f : cpu::fastExp(mOld - mNew);
+    const Vec mv = V::set1(mNew);
+    Vec sum = V::zero(), w = V::zero(), wo = V::zero();
+    for (int64_t j = 0; j < nk; j += V::kLanes) {  // lanes from nk on get probability 0
+        const auto mk = V::tail(nk - j);
+        const Vec e = V::zeroUnless(mk, simd::exp<V>(V::sub(V::load(s + j), mv)));
+        sum = V::add(sum, e);
+        Vec pr = e;
+        if (p.probDType == DType::BF16) pr = V::roundBf16(e);
+        if (p.probDType == DType::F16) pr = V::roundHalf(e);
+        pr = V::mul(pr, V::load(sc.vScale + j));
+        w = V::add(w, pr);
+        wo = V::fmadd(pr, V::load(sc.vOffset + j), wo);
+        V::store(s + j, pr);
+    }
+    sc.l[i] = sc.l[i] * alpha + V::sumLanes(sum);
+    sc.w[i] = sc.w[i] * alpha + V::sumLanes(w);
+    sc.wo[i] = sc.wo[i] * alpha + V::sumLanes(wo);
+    sc.m[i] = mNew;
+    float* acc = sc.acc + i * p.core.dv;  // dv is a whole number of vectors (accepts)
+    for (int64_t c = 0; c < p.core.dv; c += V::kLanes) V::store(acc + c, V::mul(V::load(acc + c), V::set1(alpha)));
+}
+
+// The unit: query rows [q0, q1) of every head of kv head n2's group against keys [k0, k1).
+template <class V>
+ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
+    const fa::ForwardParams& c = p.core;
+    Scratch sc(p, t, scratch);
+    const int64_t sq = c.seq.qLen[size_t(u.b)], skv = c.seq.kvLen[size_t(u.b)];
+    const fa::SeqRule rule = fa::seqRule(c.mask, u.b, sq, skv);
+    const int64_t rows = u.q1 - u.q0, R = c.group * rows, d = c.d, dv = c.dv, ldst = t.keyRows;
+    loadQueries<V>(p, u, rows, sc);
+    std::fill(sc.m, sc.m + R, kNegInf);
+    std::fill(sc.l, sc.l + R, 0.0f);
+    std::fill(sc.w, sc.w + R, 0.0f);
+    std::fill(sc.wo, sc.wo + R, 0.0f);
+    std::fill(sc.acc, sc.acc + R * dv, 0.0f);
+    sc.kLineCount = chunkOffsets(p.key, d, V::kLanes, sc.kChunk, sc.kLines);
+    sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
+    const int64_t firstRows = std::min(t.keyRows, u.k1 - u.k0);
+    if (firstRows > 0) {
+        keyRows(p, u.b, u.n2, u.k0, firstRows, sc.kNext);
+        valueRows(p, u.b, u.n2, u.k0, firstRows, sc.vNext);
+    }
+    for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
+        const int64_t nk = std::min(t.keyRows, u.k1 - k0);
+        std::swap(sc.kRow, sc.kNext);
+        std::swap(sc.vRow, sc.vNext);
+        sc.nextRows = std::max<int64_t>(0, std::min(t.keyRows, u.k1 - k0 - nk));
+        keyRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.kNext);
+        valueRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.vNext);
+        tokenTerms(p.keyQuant, u.b, k0, nk, sc.kScale, sc.kOffset);
+        tokenTerms(p.valueQuant, u.b, k0, nk, sc.vScale, sc.vOffset);
+        dotsOf<V>(p.key.dtype, R, d, sc, nk, ldst);
+        const bool masked = c.mask.explicitMask || !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
+        for (int64_t i = 0; i < R; ++i) {
+            float* s = sc.st + i * ldst;
+            const int64_t g = i / rows, row = u.q0 + i % rows;
+            const float rowMax = finishRowScores<V>(p, u, rule, g, row, k0, nk, skv, masked, sc, s, sc.qa[i], sc.qb[i]);
+            if (rowMax == kNegInf) {  // nothing kept in this block for this row
+                std::fill(s, s + nk, 0.0f);
+                continue;
+            }
+            softmaxRow<V>(p, nk, rowMax, s, sc, i);
+        }
+        if (masked)
+            accumulateOf<V, true>(p.value.dtype, R, dv, sc, nk, ldst);
+        else
+            accumulateOf<V, false>(p.value.dtype, R, dv, sc, nk, ldst);
+    }
+    const AntiquantSpec& vq = p.valueQuant;
+    for (int64_t i = 0; i < R; ++i) {
+        float* acc = sc.acc + i * dv;
+        if (vq.mode == Antiquant::PerChannel)
+            for (int64_t e = 0; e < dv; ++e)
+                acc[e] = channelScale(vq, u.n2, e) * (acc[e] + channelOffset(vq, u.n2, e) * sc.w[i]);
+        else if (vq.mode == Antiquant::PerToken)
+            for (int64_t e = 0; e < dv; ++e) acc[e] += sc.wo[i];
+        emitRow(p, u, i / rows, i % rows, sc.m[i], sc.l[i], acc);
+    }
+}
+
+}  // namespace attnops::fia::simd_forward

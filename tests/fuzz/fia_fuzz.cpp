@@ -1,0 +1,119 @@
+// libFuzzer target over the inference family's two-phase APIs (FusedInferAttentionScore V4,
+// PromptFlashAttention V3, IncreFlashAttention V4): layouts, shapes (including 0), GQA ratios,
+// dtypes (fp16/bf16, int8 key/value with dequantisation scales of any shape), paged caches in the
+// three formats with block tables whose entries and widths are fuzzed, actual lengths (per batch
+// and cumulative, wrong sizes, negative, too long), masks, sparse modes, tokens, sinks and NULL
+// arguments; buffers are sized exactly to their views, so AddressSanitizer sees any read outside
+// the cache or the table. Accepted problems are executed.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "fuzz_input.hpp"
+
+namespace {
+
+using attnops::fuzz::Bytes;
+using attnops::fuzz::execute;
+using attnops::fuzz::FuzzArray;
+using attnops::fuzz::FuzzTensor;
+
+const attnopsDataType kHalf[] = {ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_FLOAT32, ATTNOPS_INT8};
+const char* const kFiaLayouts[] = {"BSH", "BSND", "BNSD", "TND", "SBH", "bsnd", ""};
+const attnopsDataType kMaskTypes[] = {ATTNOPS_BOOL, ATTNOPS_UINT8, ATTNOPS_INT8, ATTNOPS_FLOAT16};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    attnops::fuzz::launchBlockingOnce();
+    Bytes in(data, size);
+    const std::string layout = kFiaLayouts[in.small(0, 6)];
+    const attnopsDataType qType = kHalf[in.small(0, 1) + (in.small(0, 15) == 0 ? 2 : 0)];
+    const attnopsDataType kvType = in.small(0, 3) == 0 ? ATTNOPS_INT8 : (in.small(0, 15) == 0 ? kHalf[in.small(0, 3)] : qType);
+    const int64_t b = in.small(0, 3), sq = in.small(0, 5) == 0 ? in.small(0, 20) : 1, skv = in.small(0, 40);
+    const int64_t kvn = in.small(1, 3), n = kvn * in.small(1, 3) + (in.small(0, 15) == 0 ? 1 : 0);
+    const int64_t d = in.small(0, 3) == 0 ? in.small(0, 40) : 16 * in.small(1, 4);
+    const auto pick = [&](int64_t v) { return in.small(0, 15) == 0 ? v + 1 : v; };  // occasionally wrong
+    FuzzTensor q, k, v, out, lse, mask, table, kScale, kOffset, vScale, vOffset, sink;
+    FuzzArray qLens, kvLens;
+    q.make(in, qType, attnops::fuzz::layoutShape(layout, b, sq, n, d));
+    const int cache = in.small(0, 3);  // 0: contiguous; 1 BnBsH, 2 BnNBsD, 3 NZ
+    const int64_t blockSize = in.small(0, 3) == 0 ? in.small(0, 40) : 16 * in.small(1, 2);
+    const int64_t blocks = in.small(0, 6), perSeq = in.small(0, 4);
+    if (cache == 0) {
+        k.make(in, kvType, attnops::fuzz::layoutShape(layout, pick(b), skv, kvn, d));
+        v.make(in, kvType, attnops::fuzz::layoutShape(layout, b, pick(skv), kvn, pick(d)));
+    } else {
+        const int64_t d0 = kvType == ATTNOPS_INT8 ? 32 : 16;
+        const std::vector<int64_t> shape = cache == 1   ? std::vector<int64_t>{blocks, blockSize, kvn * d}
+                                           : cache == 2 ? std::vector<int64_t>{blocks, kvn, blockSize, d}
+                                                        : std::vector<int64_t>{blocks, kvn, d / d0, blockSize, d0};
+        k.make(in, kvType, shape);
+        v.make(in, kvType, shape);
+        std::vector<int64_t> tshape = {pick(b), perSeq};
+        table.make(in, in.small(0, 7) == 0 ? ATTNOPS_INT64 : ATTNOPS_INT32, tshape);
+        // Block ids: mostly in range, sometimes outside or negative.
+        if (table.bytes && in.flag()) {
+            auto* ids = reinterpret_cast<int32_t*>(table.bytes.get());
+            for (int64_t i = 0; i < b * perSeq && table.bytes; ++i) ids[i] = int32_t(in.small(-1, blocks));
+        }
+    }
+    out.make(in, in.small(0, 15) == 0 ? ATTNOPS_FLOAT32 : qType, attnops::fuzz::layoutShape(layout, b, sq, n, pick(d)));
+    const bool lseFlag = in.flag();
+    if (lseFlag) lse.make(in, ATTNOPS_FLOAT32, layout == "TND" ? std::vector<int64_t>{sq, n, 1} : std::vector<int64_t>{b, n, pick(sq), 1});
+    const int64_t mode = in.small(0, 7) == 0 ? in.small(-1, 10) : in.small(0, 4);
+    if (in.flag()) {
+        const bool compressed = mode >= 2 && in.flag();
+        mask.make(in, kMaskTypes[in.small(0, 3)],
+                  compressed ? std::vector<int64_t>{2048, 2048} : std::vector<int64_t>{pick(b), 1, sq, pick(skv)});
+    }
+    if (kvType == ATTNOPS_INT8) {
+        const std::vector<int64_t> perChannel = {kvn * d}, perToken = {b, skv + in.small(0, 2)};
+        const int64_t keyMode = in.small(0, 2), valueMode = in.small(0, 2);
+        kScale.make(in, keyMode == 1 ? ATTNOPS_FLOAT32 : qType, keyMode == 1 ? perToken : perChannel);
+        vScale.make(in, valueMode == 1 ? ATTNOPS_FLOAT32 : qType, valueMode == 1 ? perToken : perChannel);
+        if (in.flag()) kOffset.make(in, keyMode == 1 ? ATTNOPS_FLOAT32 : qType, keyMode == 1 ? perToken : perChannel);
+        if (in.flag()) vOffset.make(in, valueMode == 1 ? ATTNOPS_FLOAT32 : qType, valueMode == 1 ? perToken : perChannel);
+    }
+    if (in.small(0, 3) == 0) sink.make(in, qType, {pick(n)});
+    if (in.flag()) qLens.make(in, in.small(0, 3) == 0 ? in.small(0, 4) : b);
+    if (in.flag() || cache != 0 || layout == "TND") kvLens.make(in, in.small(0, 3) == 0 ? in.small(0, 4) : b);
+    const int64_t keyMode = in.small(0, 2), valueMode = in.small(0, 2);
+    const int64_t pre = in.flag() ? in.wide() : 2147483647, next = in.flag() ? in.wide() : 2147483647;
+    const double scale = in.flag() ? 0.125 : -1.0;
+    const attnopsTensor* keys[1] = {k.handle};
+    const attnopsTensor* values[1] = {v.handle};
+    const uint64_t count = in.small(0, 15) == 0 ? 0 : 1;
+    uint64_t ws = 0;
+    attnopsExecutor* exec = nullptr;
+    switch (in.small(0, 2)) {
+        case 0: {
+            const attnopsStatus st = attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
+                in.small(0, 15) == 0 ? nullptr : q.handle, keys, count, values, count, nullptr, mask.handle, qLens.handle,
+                kvLens.handle, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, table.handle, nullptr, nullptr,
+                kScale.handle, kOffset.handle, vScale.handle, vOffset.handle, nullptr, nullptr, nullptr, nullptr, nullptr,
+                nullptr, nullptr, sink.handle, n, scale, pre, next, layout.c_str(), pick(kvn), mode, in.small(0, 4),
+                blockSize, in.small(0, 2), lseFlag, keyMode, valueMode, 0, out.handle, lse.handle, &ws, &exec);
+            execute(st, ws, exec, attnopsFusedInferAttentionScoreV4);
+            break;
+        }
+        case 1: {
+            const attnopsStatus st = attnopsPromptFlashAttentionV3GetWorkspaceSize(
+                q.handle, k.handle, v.handle, nullptr, mask.handle, qLens.handle, kvLens.handle, nullptr, nullptr, nullptr,
+                nullptr, nullptr, n, scale, pre, next, layout.c_str(), kvn, mode, 1, out.handle, &ws, &exec);
+            execute(st, ws, exec, attnopsPromptFlashAttentionV3);
+            break;
+        }
+        default: {
+            const attnopsStatus st = attnopsIncreFlashAttentionV4GetWorkspaceSize(
+                q.handle, keys, count, values, count, nullptr, mask.handle, kvLens.handle, nullptr, nullptr, nullptr,
+                nullptr, nullptr, nullptr, nullptr, table.handle, nullptr, n, scale, layout.c_str(), kvn, blockSize, 1,
+                out.handle, &ws, &exec);
+            execute(st, ws, exec, attnopsIncreFlashAttentionV4);
+            break;
+        }
+    }
+    return 0;
+}
