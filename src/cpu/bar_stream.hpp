@@ -19,7 +19,7 @@
 // Rows whose hidden stride is not 1 are gathered through the generic row conversion first.
 //
 // Every reduction over H has a fixed order (the backward's: four 16-lane fp32 accumulators over
-// fixed 64-column groups; the forward's: one 16-lane fp64 accumulator per dot, see
+// fixed 64-column groups; the forward's on fp32 rows: one 16-lane fp64 accumulator per dot, see
 // loadWithStats), so results are the same on every run and for any thread count. The trait gives
 // every ISA the same 16 lanes (AVX2 as two 8-lane halves) and the same fused operations, so
 // stream-avx2 and stream-avx512 give the same bits.
@@ -140,13 +140,13 @@ ATTNOPS_BAR_STREAM_INLINE typename V::F loadPadded(const float* y, int64_t e, in
     return remaining >= kW ? V::load(y + e) : load16<V>(y, e, DType::F32, remaining);
 }
 
-// x[e..e+16) = the row's elements as fp32; dz += z * x, dy += y * x.
+// x[e..e+16) = the row's elements as fp32; dz += z * x (z = nullptr: x itself), dy += y * x.
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE void loadStep(const void* src, DType dtype, const float* z, const float* y, float* x,
                                         int64_t e, int64_t remaining, typename V::F& dz, typename V::F& dy) {
     const typename V::F xv = load16<V>(src, e, dtype, remaining);
     V::store(x + e, xv);
-    dz = V::fmadd(loadPadded<V>(z, e, remaining), xv, dz);
+    dz = V::fmadd(z == nullptr ? xv : loadPadded<V>(z, e, remaining), xv, dz);
     dy = V::fmadd(loadPadded<V>(y, e, remaining), xv, dy);
 }
 
@@ -172,8 +172,8 @@ ATTNOPS_BAR_STREAM_INLINE void prefetchAhead(const void* src, int64_t e, int64_t
     for (int64_t line = 0; line < 4 * kW * bytes; line += 64) __builtin_prefetch(ahead + line, 0, 3);
 }
 
-// The backward's pass over source i of token t: loads it into x (fp32) and returns z . x and
-// y . x, reading the row once.
+// Loads source i of token t into x (fp32) and returns z . x (z = nullptr: x . x) and y . x in
+// fp32, reading the row once (the backward's pass, and the forward's for fp16/bf16 rows).
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
                                             const float* __restrict y, float* __restrict x, float& dotZ, float& dotY) {
@@ -214,11 +214,20 @@ ATTNOPS_BAR_STREAM_INLINE double sumLanes(const typename V::D& d) {
 // gradNormWeight, as large as a naive fp32 implementation's and decided by rounding luck. With
 // fp64 dots and an fp64 softmax the statistics are correctly rounded up to a fraction of an ulp,
 // and the weight gradients land ~10x below the naive fp32 error (T=3 N=9 H=130 in
-// tests/python/test_block_attention_residuals.py). The extra work (conversions and fp64 FMAs)
-// is hidden under the memory stream.
+// tests/python/test_block_attention_residuals.py). Only fp32 rows take this path: on fp16/bf16
+// rows the conversions and fp64 FMAs no longer hide under the (halved) memory stream (bf16
+// forward on AMD EPYC Zen 3: 53-75% of DRAM read with fp32 dots, 35-42% with fp64 ones), and
+// ulps of fp32 statistics are far below what those dtypes resolve, so they keep the fp32 dots.
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE void loadWithStats(const Sources& s, int64_t t, int64_t i, const float* __restrict u,
                                              float* __restrict x, double& sumSquares, double& dotU) {
+    if ((i < s.blocks ? s.blockRes : s.partial).dtype != DType::F32) {
+        float ss = 0.0f, c = 0.0f;
+        loadWithDots<V>(s, t, i, nullptr, u, x, ss, c);
+        sumSquares = ss;
+        dotU = c;
+        return;
+    }
     const int64_t h = s.hidden;
     DType dtype;
     const void* src = sourceRow(s, t, i, x, dtype);
