@@ -18,6 +18,9 @@ enum class DType : int32_t {
     U8 = ATTNOPS_UINT8,
     Bool = ATTNOPS_BOOL,
     I64 = ATTNOPS_INT64,
+    // Internal only (not in the public enum): int4 packed two per byte, low nibble first; element
+    // offsets count nibbles. The API takes int4 as int32 containers of eight (spec 9.1).
+    I4 = 29,
 };
 
 inline float bitsToFloat(uint32_t bits) {

@@ -358,8 +358,8 @@ TEST(FiaCheck, QuantSinkAndAttributeRules) {
                    "keyAntiquantScale = NULL");
     expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantMode = 1; }), ATTNOPS_ERROR_INVALID_ARGUMENT,
                    "keyAntiquantMode/valueAntiquantMode = 1/0");
-    expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantMode = 3; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
-                   "keyAntiquantMode = 3");
+    expectRejected(planWith(qi, [](fia::Args& a) { a.keyAntiquantMode = 3; }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "keyAntiquantMode/valueAntiquantMode = 3/0");
     expectRejected(planWith(qi, [&](fia::Args& a) { a.valueAntiquantOffset = qi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
                    "valueAntiquantOffset.shape");
     FiaInstance fi(decode("BSH", 2, 10, 4, 2, 16));

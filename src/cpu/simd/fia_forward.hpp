@@ -307,9 +307,10 @@ inline void valueRows(const Params& p, int64_t b, int64_t m, int64_t k0, int64_t
     sourceRows(p, p.value, b, m, k0, nk, rows);
 }
 
-// Per-token scale and offset of rows [k0, k0 + nk) of batch b (1 and 0 unless the source is
-// per-token quantised).
-inline void tokenTerms(const AntiquantSpec& q, int64_t b, int64_t k0, int64_t nk, float* scale, float* offset) {
+// Per-token scale and offset of rows [k0, k0 + nk) of kv head m of batch b (1 and 0 unless the
+// source is per-token quantised; modes 3-5 index them by head and/or through the block table).
+inline void tokenTerms(const Params& p, const AntiquantSpec& q, int64_t b, int64_t m, int64_t k0, int64_t nk, float* scale,
+                       float* offset) {
     // Padded to whole vectors (1 and 0), which the score and softmax steps read past nk.
     const int64_t padded = alignUp(nk);
     if (q.mode != Antiquant::PerToken) {
@@ -317,11 +318,7 @@ inline void tokenTerms(const AntiquantSpec& q, int64_t b, int64_t k0, int64_t nk
         std::fill(offset, offset + padded, 0.0f);
         return;
     }
-    for (int64_t j = 0; j < nk; ++j) {
-        const int64_t t = k0 + j;
-        scale[j] = q.tokenScale[b * q.tokenStride[0] + t * q.tokenStride[1]];
-        offset[j] = q.tokenOffset ? q.tokenOffset[b * q.tokenOffsetStride[0] + t * q.tokenOffsetStride[1]] : 0.0f;
-    }
+    for (int64_t j = 0; j < nk; ++j) tokenTerm(p.table, q, b, m, k0 + j, scale[j], offset[j]);
     std::fill(scale + nk, scale + padded, 1.0f);
     std::fill(offset + nk, offset + padded, 0.0f);
 }
@@ -448,8 +445,8 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         sc.nextRows = std::max<int64_t>(0, std::min(t.keyRows, u.k1 - k0 - nk));
         keyRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.kNext);
         valueRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.vNext);
-        tokenTerms(p.keyQuant, u.b, k0, nk, sc.kScale, sc.kOffset);
-        tokenTerms(p.valueQuant, u.b, k0, nk, sc.vScale, sc.vOffset);
+        tokenTerms(p, p.keyQuant, u.b, u.n2, k0, nk, sc.kScale, sc.kOffset);
+        tokenTerms(p, p.valueQuant, u.b, u.n2, k0, nk, sc.vScale, sc.vOffset);
         dotsOf<V>(p.key.dtype, R, d, sc, nk, ldst);
         const bool masked = c.mask.explicitMask || !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
         for (int64_t i = 0; i < R; ++i) {

@@ -3,6 +3,8 @@
 // the mask, dequantisation, then the small inputs and outputs.
 #include "ops/fused_infer_attention_score/check.hpp"
 
+#include "ops/fused_infer_attention_score/check_quant.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,7 +25,7 @@ constexpr int64_t kCompressedMask = 2048;  // side of the compressed mask of mod
 constexpr int64_t kMaxBlockSize = 1024;
 constexpr int64_t kBnBsHMaxHidden = 65535;
 
-std::string dtypeName(DType d) { return attnopsDataTypeName(attnopsDataType(int(d))); }
+std::string dtypeName(DType d) { return d == DType::I4 ? "int4" : attnopsDataTypeName(attnopsDataType(int(d))); }
 bool isHalf(DType d) { return d == DType::F16 || d == DType::BF16; }
 std::vector<int64_t> shapeOf(const attnopsTensor& t) { return {t.shape.begin(), t.shape.begin() + t.rank}; }
 
@@ -59,20 +61,6 @@ Dims dimsOf(const attnopsTensor& t, fa::Layout l, int64_t heads, const char* nam
                             r.n, heads);
     }
     return r;
-}
-
-// Every element of a small tensor as float, in row-major logical order (strides honoured).
-std::vector<float> readAll(const attnopsTensor& t) {
-    std::vector<float> out(size_t(t.numel()));
-    for (int64_t flat = 0; flat < int64_t(out.size()); ++flat) {
-        int64_t rest = flat, at = 0;
-        for (int i = t.rank - 1; i >= 0; --i) {
-            at += (rest % t.shape[i]) * t.strides[i];
-            rest /= t.shape[i];
-        }
-        out[size_t(flat)] = loadAsFloat(t.data, at, t.dtype);
-    }
-    return out;
 }
 
 // Per-batch lengths (spec 7): one entry broadcasts, >= batch entries give the first batch ones.
@@ -158,55 +146,6 @@ fa::Layout parseLayout(const char* name) {
     invalidArgument("inputLayout", fmt::format("\"{}\"", name), "must be one of BSH, BSND, BNSD, TND (upper case)");
 }
 
-// Separate-style dequantisation parameters of one int8 source (spec 9.1, modes 0 and 1).
-AntiquantSpec antiquantOf(const attnopsTensor* scale, const attnopsTensor* offset, int64_t mode, const char* scaleName,
-                          const char* offsetName, DType queryDType, const Shapes& s, int64_t headDim, int64_t tokens) {
-    AntiquantSpec q;
-    q.headDim = headDim;
-    if (!scale) nullArgument(scaleName, "is required with int8 key/value (dequantisation)");
-    if (offset) {
-        if (offset->dtype != scale->dtype)
-            invalidArgument(fmt::format("{}.dtype", offsetName), dtypeName(offset->dtype), "must equal {}.dtype ({})", scaleName,
-                            dtypeName(scale->dtype));
-        if (shapeOf(*offset) != shapeOf(*scale))
-            invalidArgument(fmt::format("{}.shape", offsetName), shapeString(*offset), "must equal {}.shape {}", scaleName,
-                            shapeString(*scale));
-    }
-    const int64_t n = s.n2, d = headDim;
-    if (mode == 0) {
-        if (scale->dtype != queryDType)
-            invalidArgument(fmt::format("{}.dtype", scaleName), dtypeName(scale->dtype), "must equal query.dtype ({}) in mode 0",
-                            dtypeName(queryDType));
-        const bool ok = shapeIs(*scale, {1}) || shapeIs(*scale, {n * d}) || shapeIs(*scale, {n, d}) || shapeIs(*scale, {n, 1, d}) ||
-                        shapeIs(*scale, {1, n * d}) || shapeIs(*scale, {1, n, d}) || shapeIs(*scale, {1, n, 1, d});
-        if (!ok)
-            invalidArgument(fmt::format("{}.shape", scaleName), shapeString(*scale),
-                            "per-channel (mode 0) must be [1] or [KV_N*D], [KV_N,D], [KV_N,1,D] with an optional leading 1 "
-                            "(KV_N = {}, D = {})",
-                            n, d);
-        q.mode = Antiquant::PerChannel;
-        q.scale = readAll(*scale);
-        if (offset) q.offset = readAll(*offset);
-        return q;
-    }
-    if (scale->dtype != DType::F32)
-        invalidArgument(fmt::format("{}.dtype", scaleName), dtypeName(scale->dtype), "must be fp32 in mode 1 (per-token)");
-    const int r = scale->rank;
-    if (!((r == 2 || (r == 3 && scale->shape[0] == 1)) && scale->shape[r - 2] == s.batch && scale->shape[r - 1] >= tokens))
-        invalidArgument(fmt::format("{}.shape", scaleName), shapeString(*scale),
-                        "per-token (mode 1) must be [B,S] or [1,B,S] with B = {} and S >= {}", s.batch, tokens);
-    q.mode = Antiquant::PerToken;
-    q.tokenScale = static_cast<const float*>(scale->data);
-    q.tokenStride[0] = scale->strides[r - 2];
-    q.tokenStride[1] = scale->strides[r - 1];
-    if (offset) {
-        q.tokenOffset = static_cast<const float*>(offset->data);
-        q.tokenOffsetStride[0] = offset->strides[r - 2];
-        q.tokenOffsetStride[1] = offset->strides[r - 1];
-    }
-    return q;
-}
-
 // Key or value source of a paged cache: BnBsH (rank 3), BnNBsD (rank 4) or NZ (rank 5).
 KvSource pagedSource(const attnopsTensor& t, CacheFormat f, int64_t headDim) {
     KvSource s;
@@ -249,17 +188,14 @@ Params checkForward(const Args& a, int32_t device) {
     if (a.keyCount != a.valueCount)
         invalidArgument("valueCount", a.valueCount, "must equal keyCount = {} (key[i] and value[i] pair up)", a.keyCount);
     if (a.keyCount > 1) unsupported("keyCount = {}: tensor-list key/value (one tensor per batch) is not implemented yet", a.keyCount);
-    const attnopsTensor& k = requireTensorOn(a.key[0], "key[0]", device);
-    const attnopsTensor& v = requireTensorOn(a.value[0], "value[0]", device);
+    // int32 key/value: eight int4 per element, seen from here on as packed int4 (spec 9.1).
+    const attnopsTensor k = unpackInt4(requireTensorOn(a.key[0], "key[0]", device), "key");
+    const attnopsTensor v = unpackInt4(requireTensorOn(a.value[0], "value[0]", device), "value");
     const attnopsTensor& out = requireTensorOn(a.attentionOut, "attentionOut", device);
     rejectGiven(a.pseShift, "pseShift", "the position shift (pse)");
     rejectGiven(a.deqScale1, "deqScale1", "full int8 quantisation");
     rejectGiven(a.quantScale1, "quantScale1", "full int8 quantisation");
     rejectGiven(a.deqScale2, "deqScale2", "full int8 quantisation");
-    rejectGiven(a.quantScale2, "quantScale2", "int8 output (post-quantisation)");
-    rejectGiven(a.quantOffset2, "quantOffset2", "int8 output (post-quantisation)");
-    rejectGiven(a.antiquantScale, "antiquantScale", "the combined [key; value] dequantisation style (use keyAntiquantScale/valueAntiquantScale)");
-    rejectGiven(a.antiquantOffset, "antiquantOffset", "the combined [key; value] dequantisation style");
     rejectGiven(a.queryPaddingSize, "queryPaddingSize", "left padding");
     rejectGiven(a.kvPaddingSize, "kvPaddingSize", "left padding");
     rejectGiven(a.keySharedPrefix, "keySharedPrefix", "the shared prefix");
@@ -281,12 +217,14 @@ Params checkForward(const Args& a, int32_t device) {
     requireRank(q, "query", fa::rankOf(layout), rankWhy);
     if (q.dtype == DType::I8) unsupported("query.dtype = int8: full quantisation is not implemented yet");
     if (!isHalf(q.dtype)) invalidArgument("query.dtype", dtypeName(q.dtype), "must be fp16 or bf16");
-    const bool int8Kv = k.dtype == DType::I8;
+    const bool int8Kv = k.dtype == DType::I8 || k.dtype == DType::I4;  // dequantised (int8 or int4)
     if (k.dtype != q.dtype && !int8Kv)
-        invalidArgument("key.dtype", dtypeName(k.dtype), "must equal query.dtype ({}) or be int8 (dequantised)", dtypeName(q.dtype));
+        invalidArgument("key.dtype", dtypeName(k.dtype), "must equal query.dtype ({}), or be int8 or int32 (packed int4) (dequantised)",
+                        dtypeName(q.dtype));
     if (v.dtype != k.dtype) invalidArgument("value.dtype", dtypeName(v.dtype), "must equal key.dtype ({})", dtypeName(k.dtype));
-    if (out.dtype != q.dtype)
-        invalidArgument("attentionOut.dtype", dtypeName(out.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
+    if (out.dtype != (a.quantScale2 ? DType::I8 : q.dtype))
+        invalidArgument("attentionOut.dtype", dtypeName(out.dtype), "must be {} ({})", a.quantScale2 ? "int8" : dtypeName(q.dtype),
+                        a.quantScale2 ? "quantScale2 is given" : "query.dtype without quantScale2");
     if (a.numHeads <= 0) invalidArgument("numHeads", a.numHeads, "must be > 0");
     if (a.numKeyValueHeads < 0) invalidArgument("numKeyValueHeads", a.numKeyValueHeads, "must be >= 0 (0 means numHeads)");
     Shapes s;
@@ -507,27 +445,22 @@ Params checkForward(const Args& a, int32_t device) {
         }
     }
 
-    // 8. Dequantisation of int8 key/value (spec 9.1, separate style, modes 0 and 1).
-    const attnopsTensor* kScale = optionalTensorOn(a.keyAntiquantScale, "keyAntiquantScale", device);
-    const attnopsTensor* kOffset = optionalTensorOn(a.keyAntiquantOffset, "keyAntiquantOffset", device);
-    const attnopsTensor* vScale = optionalTensorOn(a.valueAntiquantScale, "valueAntiquantScale", device);
-    const attnopsTensor* vOffset = optionalTensorOn(a.valueAntiquantOffset, "valueAntiquantOffset", device);
-    if (int8Kv) {
-        for (auto [mode_, name] : {std::pair{a.keyAntiquantMode, "keyAntiquantMode"}, std::pair{a.valueAntiquantMode, "valueAntiquantMode"}}) {
-            if (mode_ >= 2 && mode_ <= 5) unsupported("{} = {}: per-head and block-managed dequantisation are not implemented yet", name, mode_);
-            if (mode_ != 0 && mode_ != 1) invalidArgument(name, mode_, "must be 0 (per-channel) or 1 (per-token)");
-        }
-        if (a.keyAntiquantMode != a.valueAntiquantMode && !(a.keyAntiquantMode == 0 && a.valueAntiquantMode == 1))
-            invalidArgument("keyAntiquantMode/valueAntiquantMode", fmt::format("{}/{}", a.keyAntiquantMode, a.valueAntiquantMode),
-                            "must be equal, or 0 for the key and 1 for the value");
-        const int64_t tokens = s.kvS;  // paged: maxBlocksPerSeq * blockSize
-        p.keyQuant = antiquantOf(kScale, kOffset, a.keyAntiquantMode, "keyAntiquantScale", "keyAntiquantOffset", q.dtype, s, s.d, tokens);
-        p.valueQuant = antiquantOf(vScale, vOffset, a.valueAntiquantMode, "valueAntiquantScale", "valueAntiquantOffset", q.dtype, s, s.dv, tokens);
-    } else {
-        for (auto [t, name] : {std::pair{kScale, "keyAntiquantScale"}, std::pair{kOffset, "keyAntiquantOffset"},
-                               std::pair{vScale, "valueAntiquantScale"}, std::pair{vOffset, "valueAntiquantOffset"}})
-            if (t) invalidArgument(name, "non-NULL", "is only used with int8 key/value (key.dtype is {})", dtypeName(k.dtype));
-    }
+    // 8. Dequantisation of int8/int4 key/value and the int8 output (spec 9.1, 9.3).
+    QuantShapes qs;
+    qs.batch = s.batch;
+    qs.n1 = s.n1;
+    qs.n2 = s.n2;
+    qs.d = s.d;
+    qs.dv = s.dv;
+    qs.tokens = s.kvS;  // paged: maxBlocksPerSeq * blockSize
+    qs.blockNum = blockNum;
+    qs.blockSize = a.blockSize;
+    qs.decode = p.decode;
+    qs.packed = c.varlen;
+    qs.query = q.dtype;
+    qs.kv = k.dtype;
+    checkAntiquant(a, qs, device, p);
+    checkOutputQuant(a, qs, device, p);
 
     // 9. Attributes, sink and softmaxLse.
     if (!std::isfinite(a.scaleValue) || !std::isfinite(float(a.scaleValue)))

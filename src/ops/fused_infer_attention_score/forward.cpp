@@ -21,7 +21,7 @@ const std::vector<const ForwardKernel*>& forwardKernels() {
 void finishRow(const Params& p, int64_t b, int64_t n1, int64_t row, float m, float l, float* acc) {
     const int64_t dv = p.core.dv;
     if (l == 0.0f) {
-        for (int64_t c = 0; c < dv; ++c) p.core.out.store(b, n1, row, c, 0.0f);
+        for (int64_t c = 0; c < dv; ++c) storeOut(p, b, n1, row, c, 0.0f);
         if (p.writeLse) p.lse.store(b, n1, row, 0, std::numeric_limits<float>::infinity());
         return;
     }
@@ -33,7 +33,7 @@ void finishRow(const Params& p, int64_t b, int64_t n1, int64_t row, float m, flo
         for (int64_t c = 0; c < dv; ++c) acc[c] *= old;
         m = mFinal;
     }
-    for (int64_t c = 0; c < dv; ++c) p.core.out.store(b, n1, row, c, acc[c] / l);
+    for (int64_t c = 0; c < dv; ++c) storeOut(p, b, n1, row, c, acc[c] / l);
     if (p.writeLse) p.lse.store(b, n1, row, 0, std::log(l) + m);
 }
 
@@ -56,7 +56,7 @@ void writeEmptyRows(const Params& p, int64_t b, int64_t r0, int64_t r1) {
     const float inf = std::numeric_limits<float>::infinity();
     for (int64_t n1 = 0; n1 < p.core.n1; ++n1)
         for (int64_t row = r0; row < r1; ++row) {
-            for (int64_t c = 0; c < p.core.dv; ++c) p.core.out.store(b, n1, row, c, 0.0f);
+            for (int64_t c = 0; c < p.core.dv; ++c) storeOut(p, b, n1, row, c, 0.0f);
             if (p.writeLse) p.lse.store(b, n1, row, 0, inf);
         }
 }

@@ -4,6 +4,8 @@
 // paged, possibly int8 with dequantisation) and the outputs particular to inference live here.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -42,7 +44,9 @@ struct KvSource {
     }
 };
 
-// Dequantisation x_hat = (x + offset) * scale of an int8 source (spec 9.1).
+// Dequantisation x_hat = (x + offset) * scale of an int8 or int4 source (spec 9.1). Modes 0 and 2
+// (per-tensor x per-head, expanded to channels) are PerChannel; modes 1 and 3-5 are PerToken with
+// a head stride (3, 5) and/or an index through the block table (4, 5).
 enum class Antiquant { None, PerChannel, PerToken };
 
 struct AntiquantSpec {
@@ -54,6 +58,15 @@ struct AntiquantSpec {
     const float* tokenOffset = nullptr;
     int64_t tokenStride[2] = {0, 0};
     int64_t tokenOffsetStride[2] = {0, 0};
+    int64_t tokenHeadStride = 0, tokenOffsetHeadStride = 0;  // modes 3, 5: per kv head m
+    bool tokenPaged = false;  // modes 4, 5: (b, t) -> (blockTable[b][t / blockSize], t % blockSize)
+};
+
+// Quantisation of the output to int8 (spec 9.3): clamp(round_half_even(O * scale + offset)).
+struct OutputQuant {
+    bool on = false;
+    int64_t headDim = 0;               // Dv: per-channel index n1 * headDim + c
+    std::vector<float> scale, offset;  // [Q_N * Dv] or one entry (per tensor); offset empty: 0
 };
 
 struct Params {
@@ -68,11 +81,32 @@ struct Params {
     BlockTable table;              // paged iff table.data != NULL
     CacheFormat cache = CacheFormat::None;
     AntiquantSpec keyQuant, valueQuant;
+    OutputQuant outQuant;          // int8 attentionOut (core.out.dtype I8)
     bool writeLse = false;
     fa::MutView4 lse;              // fp32 (b, n1, row, 0)
     std::vector<float> sink;       // [Q_N] learnable sink logits; empty: none
     DType probDType = DType::F16;  // probabilities rounded to it before P.V (precision model)
 };
+
+// Element `at` of packed int4 data: two per byte, low nibble first, two's complement.
+inline int loadInt4(const void* data, int64_t at) {
+    const uint8_t byte = static_cast<const uint8_t*>(data)[at >> 1];
+    const int nibble = (at & 1) ? byte >> 4 : byte & 0xf;
+    return nibble >= 8 ? nibble - 16 : nibble;
+}
+
+// Per-token scale and offset of row t of kv head m of batch b (PerToken sources).
+inline void tokenTerm(const BlockTable& table, const AntiquantSpec& q, int64_t b, int64_t m, int64_t t, float& scale,
+                      float& offset) {
+    int64_t rowB = b, rowT = t;
+    if (q.tokenPaged) {
+        rowB = table.entry(b, t / table.blockSize);
+        rowT = t % table.blockSize;
+    }
+    scale = q.tokenScale[rowB * q.tokenStride[0] + m * q.tokenHeadStride + rowT * q.tokenStride[1]];
+    offset = q.tokenOffset ? q.tokenOffset[rowB * q.tokenOffsetStride[0] + m * q.tokenOffsetHeadStride + rowT * q.tokenOffsetStride[1]]
+                           : 0.0f;
+}
 
 // Offset of row t of head m of batch b in a key or value source (elements).
 inline int64_t kvRowOffset(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t t) {
@@ -87,14 +121,25 @@ inline float kvElement(const Params& p, const KvSource& s, const AntiquantSpec& 
                        int64_t d) {
     const int64_t at = kvRowOffset(p, s, b, m, t) + s.dimOffset(d);
     if (q.mode == Antiquant::None) return loadAsFloat(s.data, at, s.dtype);
-    const float x = float(static_cast<const int8_t*>(s.data)[at]);
+    const float x = s.dtype == DType::I4 ? float(loadInt4(s.data, at)) : float(static_cast<const int8_t*>(s.data)[at]);
     if (q.mode == Antiquant::PerChannel) {
         const size_t c = q.scale.size() == 1 ? 0 : size_t(m * q.headDim + d);
         return (x + (q.offset.empty() ? 0.0f : q.offset[c])) * q.scale[c];
     }
-    const int64_t i = b * q.tokenStride[0] + t * q.tokenStride[1];
-    const float offset = q.tokenOffset ? q.tokenOffset[b * q.tokenOffsetStride[0] + t * q.tokenOffsetStride[1]] : 0.0f;
-    return (x + offset) * q.tokenScale[i];
+    float scale, offset;
+    tokenTerm(p.table, q, b, m, t, scale, offset);
+    return (x + offset) * scale;
+}
+
+// The int8 value of output element (b, n1, row, c) whose attention result is `o` (spec 9.3; NaN
+// gives 0), or `o` stored in the output dtype.
+inline void storeOut(const Params& p, int64_t b, int64_t n1, int64_t row, int64_t c, float o) {
+    const OutputQuant& q = p.outQuant;
+    if (!q.on) return p.core.out.store(b, n1, row, c, o);
+    const size_t i = q.scale.size() == 1 ? 0 : size_t(n1 * q.headDim + c);
+    const float y = std::nearbyint(o * q.scale[i] + (q.offset.empty() ? 0.0f : q.offset[i]));  // ties to even
+    const float clamped = y != y ? 0.0f : std::min(127.0f, std::max(-128.0f, y));
+    static_cast<int8_t*>(p.core.out.data)[p.core.out.offset(b, n1, row, c)] = int8_t(clamped);
 }
 
 }  // namespace attnops::fia

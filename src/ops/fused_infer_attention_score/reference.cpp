@@ -102,7 +102,7 @@ void referenceRun(const Params& p, TileShape, const WorkUnit& u, void*) {
         for (int64_t i = u.q0; i < u.q1; ++i) {
             const ReferenceRow r = referenceRow(p, u.b, n1, i);
             const int64_t row = p.core.seq.qStart[size_t(u.b)] + i;
-            for (int64_t c = 0; c < p.core.dv; ++c) p.core.out.store(u.b, n1, row, c, float(r.out[size_t(c)]));
+            for (int64_t c = 0; c < p.core.dv; ++c) storeOut(p, u.b, n1, row, c, float(r.out[size_t(c)]));
             if (p.writeLse) p.lse.store(u.b, n1, row, 0, float(r.lse));
         }
     }
