@@ -25,7 +25,7 @@ void check(attnopsStatus status, const char* what) {
 }
 
 // Input kinds, so that query, key and value of one position differ.
-enum Kind : uint64_t { kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink };
+enum Kind : uint64_t { kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink, kOutScale, kOutOffset };
 
 // A deterministic random source per logical element.
 Rng elementRng(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t d) {
@@ -40,6 +40,10 @@ float logical(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t
 
 int8_t logicalInt8(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t d) {
     return int8_t(int64_t(elementRng(seed, kind, b, h, t, d).next() % 201) - 100);
+}
+
+int8_t logicalInt4(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t d) {
+    return int8_t(int64_t(elementRng(seed, kind, b, h, t, d).next() % 16) - 8);
 }
 
 float quantScale(uint64_t seed, Kind kind, int64_t a, int64_t c) {
@@ -69,11 +73,27 @@ void fill(HostTensor& t, float value) {
     for (int64_t i = 0; i < t.numel(); ++i) t.set(i, value);
 }
 
-void setElement(HostTensor& t, int64_t index, float value, bool int8, int8_t q) {
-    if (int8)
+// Element `index` of a float, int8, or int32-packed int4 (nibble index, low nibble first) tensor.
+void setElement(HostTensor& t, int64_t index, float value, int8_t q) {
+    if (t.dtype() == ATTNOPS_INT8) {
         static_cast<int8_t*>(t.data())[index] = q;
-    else
+    } else if (t.dtype() == ATTNOPS_INT32) {
+        auto* word = static_cast<uint32_t*>(t.data()) + index / 8;
+        const int shift = int(index % 8) * 4;
+        *word = (*word & ~(0xfu << shift)) | (uint32_t(q & 0xf) << shift);
+    } else {
         t.set(index, value);
+    }
+}
+
+// [2, shape...] (mode-0 per tensor: [2]) holding key's then value's parameters.
+HostTensor stacked(const HostTensor& key, const HostTensor& value, bool perTensor) {
+    std::vector<int64_t> shape = {2};
+    if (!perTensor) shape.insert(shape.end(), key.shape().begin(), key.shape().end());
+    HostTensor r(key.dtype(), shape);
+    std::copy(key.bytes().begin(), key.bytes().end(), r.bytes().begin());
+    std::copy(value.bytes().begin(), value.bytes().end(), r.bytes().begin() + std::ptrdiff_t(key.bytes().size()));
+    return r;
 }
 
 std::vector<int64_t> cumulativeOf(const std::vector<int64_t>& lens) {
@@ -99,16 +119,18 @@ int64_t FiaProblem::kvLen(int64_t b) const {
 
 std::string FiaProblem::describe() const {
     return fmt::format("{} {} B={} Q_S={} KV_S={} qLens=[{}] kvLens=[{}] N={}/{} D={}/{} mode={} pre={} next={} mask={} cache={} bs={} "
-                       "int8={} ({}/{}) sink={}",
+                       "int8={} int4={} ({}/{}{}{}) sink={} int8Out={}{}",
                        layout, attnopsDataTypeName(dtype), batches(), qSeqLen, kvSeqLen, fmt::join(qLens, ","), fmt::join(kvLens, ","),
                        heads, kvHeads, dim, vdim(), sparseMode, preTokens, nextTokens, maskKind, cache, blockSize, int8Kv,
-                       keyQuantMode, valueQuantMode, sink);
+                       int4Kv, keyQuantMode, valueQuantMode, combinedQuant ? " combined" : "", quantPerTensor ? " per-tensor" : "", sink,
+                       int8Out, int8Out ? (outQuantPerChannel ? " per-channel" : " per-tensor") : "");
 }
 
 FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
     const int64_t batches = p.batches(), n1 = p.heads, n2 = p.kvHeads, d = p.dim, dv = p.vdim();
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    const attnopsDataType kvType = p.int8Kv ? ATTNOPS_INT8 : p.dtype;
+    const attnopsDataType kvType = p.int4Kv ? ATTNOPS_INT32 : p.int8Kv ? ATTNOPS_INT8 : p.dtype;
+    const int64_t kvPack = p.int4Kv ? 8 : 1;  // int4: the last dim holds eight per int32
 
     // Query: rows outside the actual lengths hold NaN (they must never be read).
     std::vector<int64_t> qStart(size_t(batches), 0), kvStart(size_t(batches), 0);
@@ -170,10 +192,13 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         key = HostTensor(kvType, shape);
         value = HostTensor(kvType, shape);
     } else {
-        key = HostTensor(kvType, layoutShape(p.layout, batches, kvRows, n2, d));
-        value = HostTensor(kvType, layoutShape(p.layout, batches, kvRows, n2, dv));
+        std::vector<int64_t> kShape = layoutShape(p.layout, batches, kvRows, n2, d), vShape = layoutShape(p.layout, batches, kvRows, n2, dv);
+        kShape.back() /= kvPack;
+        vShape.back() /= kvPack;
+        key = HostTensor(kvType, kShape);
+        value = HostTensor(kvType, vShape);
     }
-    if (!p.int8Kv) {
+    if (!p.quantKv()) {
         fill(key, nan);
         fill(value, nan);
     }
@@ -189,37 +214,58 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
     for (int64_t b = 0; b < batches; ++b)
         for (int64_t m = 0; m < n2; ++m)
             for (int64_t t = 0; t < p.kvLen(b); ++t) {
+                const auto lowBits = p.int4Kv ? logicalInt4 : logicalInt8;
                 for (int64_t c = 0; c < d; ++c)
-                    setElement(key, kvIndex(b, m, t, c, d), logical(p.dataSeed, kKey, b, m, t, c), p.int8Kv,
-                               logicalInt8(p.dataSeed, kKey, b, m, t, c));
+                    setElement(key, kvIndex(b, m, t, c, d), logical(p.dataSeed, kKey, b, m, t, c), lowBits(p.dataSeed, kKey, b, m, t, c));
                 for (int64_t c = 0; c < dv; ++c)
-                    setElement(value, kvIndex(b, m, t, c, dv), logical(p.dataSeed, kValue, b, m, t, c), p.int8Kv,
-                               logicalInt8(p.dataSeed, kValue, b, m, t, c));
+                    setElement(value, kvIndex(b, m, t, c, dv), logical(p.dataSeed, kValue, b, m, t, c),
+                               lowBits(p.dataSeed, kValue, b, m, t, c));
             }
 
     // Dequantisation parameters.
     const int64_t tokens = p.paged() ? maxBlocks * bs : kvRows;
-    if (p.int8Kv) {
+    if (p.quantKv()) {
+        // Each mode's shape (spec 9.1), values per index: mode 0 [KV_N, D] (or [1]) and 2 [KV_N] in
+        // the query dtype; 1 [B, S], 3 [B, KV_N, S], 4 [blockNum, bs], 5 [blockNum, KV_N, bs] fp32.
         const auto quant = [&](int64_t mode, int64_t dim, Kind scaleKind, Kind offsetKind, HostTensor& scale, HostTensor& offset) {
-            if (mode == 0) {
-                scale = HostTensor(p.dtype, {n2, dim});
-                for (int64_t i = 0; i < n2 * dim; ++i) scale.set(i, quantScale(p.dataSeed, scaleKind, i / dim, i % dim));
-                if (p.quantOffset) {
-                    offset = HostTensor(p.dtype, {n2, dim});
-                    for (int64_t i = 0; i < n2 * dim; ++i) offset.set(i, quantOffset(p.dataSeed, offsetKind, i / dim, i % dim));
-                }
-            } else {
-                scale = HostTensor(ATTNOPS_FLOAT32, {batches, tokens});
-                for (int64_t i = 0; i < batches * tokens; ++i) scale.set(i, quantScale(p.dataSeed, scaleKind, i / tokens, i % tokens));
-                if (p.quantOffset) {
-                    offset = HostTensor(ATTNOPS_FLOAT32, {batches, tokens});
-                    for (int64_t i = 0; i < batches * tokens; ++i)
-                        offset.set(i, quantOffset(p.dataSeed, offsetKind, i / tokens, i % tokens));
-                }
+            std::vector<int64_t> shape;
+            attnopsDataType type = ATTNOPS_FLOAT32;
+            switch (mode) {
+                case 0: shape = p.quantPerTensor ? std::vector<int64_t>{1} : std::vector<int64_t>{n2, dim}, type = p.dtype; break;
+                case 1: shape = {batches, tokens}; break;
+                case 2: shape = {n2}, type = p.dtype; break;
+                case 3: shape = {batches, n2, tokens}; break;
+                case 4: shape = {blockNum, bs}; break;
+                default: shape = {blockNum, n2, bs}; break;
+            }
+            const int64_t last = shape.back();
+            scale = HostTensor(type, shape);
+            for (int64_t i = 0; i < scale.numel(); ++i) scale.set(i, quantScale(p.dataSeed, scaleKind, i / last, i % last));
+            if (p.quantOffset) {
+                offset = HostTensor(type, shape);
+                for (int64_t i = 0; i < offset.numel(); ++i) offset.set(i, quantOffset(p.dataSeed, offsetKind, i / last, i % last));
             }
         };
         quant(p.keyQuantMode, d, kKeyScale, kKeyOffset, keyScale, keyOffset);
         quant(p.valueQuantMode, dv, kValueScale, kValueOffset, valueScale, valueOffset);
+        if (p.combinedQuant) {
+            antiquantScale = stacked(keyScale, valueScale, p.keyQuantMode == 0 && p.quantPerTensor);
+            if (p.quantOffset) antiquantOffset = stacked(keyOffset, valueOffset, p.keyQuantMode == 0 && p.quantPerTensor);
+            keyScale = HostTensor();
+            keyOffset = HostTensor();
+            valueScale = HostTensor();
+            valueOffset = HostTensor();
+        }
+    }
+    if (p.int8Out) {  // scales near 127 / max|O| so that the int8 range is used
+        const std::vector<int64_t> shape = p.outQuantPerChannel ? std::vector<int64_t>{n1, dv} : std::vector<int64_t>{1};
+        quantScale2 = HostTensor(p.outQuantDType, shape);
+        for (int64_t i = 0; i < quantScale2.numel(); ++i)
+            quantScale2.set(i, float(150.0 + 200.0 * elementRng(p.dataSeed, kOutScale, i, 0, 0, 0).uniform()));
+        if (p.outQuantOffset) {
+            quantOffset2 = HostTensor(p.outQuantDType, shape);
+            for (int64_t i = 0; i < quantOffset2.numel(); ++i) quantOffset2.set(i, quantOffset(p.dataSeed, kOutOffset, i, 0) * 1.5f);
+        }
     }
 
     // Mask.
@@ -249,8 +295,11 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         for (int64_t n = 0; n < n1; ++n) sink.set(n, float(1.5 * logical(p.dataSeed, kSink, 0, n, 0, 0) + 0.5));
     }
 
-    attentionOut = HostTensor(p.dtype, layoutShape(p.layout, batches, qRows, n1, dv));
-    fill(attentionOut, kUnwritten);
+    attentionOut = HostTensor(p.int8Out ? ATTNOPS_INT8 : p.dtype, layoutShape(p.layout, batches, qRows, n1, dv));
+    if (p.int8Out)
+        std::fill(attentionOut.bytes().begin(), attentionOut.bytes().end(), uint8_t(0x5a));  // every element must be written
+    else
+        fill(attentionOut, kUnwritten);
     if (p.lse) {
         softmaxLse = HostTensor(ATTNOPS_FLOAT32, p.tnd() ? std::vector<int64_t>{qRows, n1, 1}
                                                          : std::vector<int64_t>{batches, n1, qRows, 1});
@@ -288,6 +337,11 @@ fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnop
     a.valueAntiquantScale = handle(inst.valueScale);
     a.valueAntiquantOffset = handle(inst.valueOffset);
     a.learnableSink = handle(inst.sink);
+    a.antiquantScale = handle(inst.antiquantScale);
+    a.antiquantOffset = handle(inst.antiquantOffset);
+    a.antiquantMode = p.combinedQuant ? p.keyQuantMode : 0;
+    a.quantScale2 = handle(inst.quantScale2);
+    a.quantOffset2 = handle(inst.quantOffset2);
     a.numHeads = p.heads;
     a.scaleValue = std::isnan(p.scale) ? 1.0 / std::sqrt(double(p.dim)) : p.scale;
     a.preTokens = p.preTokens;
@@ -340,9 +394,23 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
     const fa::ForwardParams& c = p.core;
     const float inf = std::numeric_limits<float>::infinity();
     FiaCheck r;
+    const bool int8Out = p.outQuant.on;
     const auto outAt = [&](int64_t b, int64_t n, int64_t row, int64_t col) {
+        if (int8Out) return float(static_cast<const int8_t*>(c.out.data)[c.out.offset(b, n, row, col)]);
         return loadAsFloat(c.out.data, c.out.offset(b, n, row, col), c.out.dtype);
     };
+    // int8 output: the int8 value of attention result o (spec 9.3), in double.
+    const auto quantised = [&](int64_t n, int64_t col, double o) {
+        const fia::OutputQuant& q = p.outQuant;
+        const size_t i = q.scale.size() == 1 ? 0 : size_t(n * q.headDim + col);
+        const double y = std::nearbyint(o * double(q.scale[i]) + (q.offset.empty() ? 0.0 : double(q.offset[i])));
+        return std::min(127.0, std::max(-128.0, y));
+    };
+    struct Int8Element {
+        int64_t n, col;
+        double got, want;
+    };
+    std::vector<Int8Element> int8Elements;  // judged once the tolerance is known
     const auto lseAt = [&](int64_t b, int64_t n, int64_t row) {
         return static_cast<const float*>(p.lse.data)[p.lse.offset(b, n, row, 0)];
     };
@@ -353,10 +421,10 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
     const auto expectEmpty = [&](int64_t b, int64_t n, int64_t row) {
         ++r.emptyRows;
         for (int64_t col = 0; col < c.dv; ++col)
-            if (outAt(b, n, row, col) != 0.0f) fail(fmt::format("row (b {}, n {}, row {}) must be 0, got {}", b, n, row, outAt(b, n, row, col)));
+            if (outAt(b, n, row, col) != (int8Out ? quantised(n, col, 0.0) : 0.0)) fail(fmt::format("row (b {}, n {}, row {}) must be 0, got {}", b, n, row, outAt(b, n, row, col)));
         if (p.writeLse && lseAt(b, n, row) != inf) fail(fmt::format("lse of row (b {}, n {}, row {}) must be +inf, got {}", b, n, row, lseAt(b, n, row)));
     };
-    const double scoreMag = std::fabs(double(c.scale)) * double(c.d) * (pr.int8Kv ? 1.3 : 1.0);
+    const double scoreMag = std::fabs(double(c.scale)) * double(c.d) * (pr.quantKv() ? 1.3 : 1.0);
     r.lseTolerance = std::ldexp(1.0, -24) * (4.0 * double(c.d) * scoreMag + 4.0 * double(c.seq.maxKvLen) + 64.0) + 1e-6;
     for (const int64_t b : batches) {
         if (b < 0 || b >= c.seq.count) throw std::invalid_argument(fmt::format("checkFiaBatches: no batch {}", b));
@@ -369,8 +437,12 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
                 ++r.rows;
                 for (int64_t col = 0; col < c.dv; ++col) {
                     const double got = outAt(b, n, row, col), want = ref.out[size_t(col)];
-                    const double err = std::fabs(got - want);
-                    r.maxAbsError = std::isnan(err) ? inf : std::max(r.maxAbsError, err);
+                    if (int8Out) {
+                        int8Elements.push_back({n, col, got, want});
+                    } else {
+                        const double err = std::fabs(got - want);
+                        r.maxAbsError = std::isnan(err) ? inf : std::max(r.maxAbsError, err);
+                    }
                     r.maxAbsNaiveError = std::max(r.maxAbsNaiveError, std::fabs(double(naive[size_t(col)]) - want));
                     r.maxAbsReference = std::max(r.maxAbsReference, std::fabs(want));
                 }
@@ -390,6 +462,13 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
         for (int64_t row = c.seq.qRowsUsed; row < c.qRowsTotal; ++row)
             for (int64_t n = 0; n < c.n1; ++n) expectEmpty(0, n, row);
     r.tolerance = 2.0 * r.maxAbsNaiveError + 1e-5 * r.maxAbsReference + 1e-6;
+    // An int8 element is right when it is the quantisation of some value within the tolerance of
+    // the exact result (the quantiser is monotone, so one of the two ends' values or between).
+    for (const Int8Element& e : int8Elements) {
+        const double lo = quantised(e.n, e.col, e.want - r.tolerance), hi = quantised(e.n, e.col, e.want + r.tolerance);
+        if (!(e.got >= std::min(lo, hi) && e.got <= std::max(lo, hi)))
+            fail(fmt::format("int8 output {} of head {} col {}: exact result {} quantises to {}..{}", e.got, e.n, e.col, e.want, lo, hi));
+    }
     if (!(r.maxAbsError <= r.tolerance)) fail(fmt::format("output error {} > tolerance {} (naive error {})", r.maxAbsError, r.tolerance, r.maxAbsNaiveError));
     return r;
 }
@@ -414,9 +493,9 @@ double fiaForwardFlops(const FiaProblem& p) {
 }
 
 double fiaKvBytes(const FiaProblem& p) {
-    const double element = p.int8Kv ? 1.0 : double(attnopsDataTypeSize(p.dtype));
+    const double element = p.int4Kv ? 0.5 : p.int8Kv ? 1.0 : double(attnopsDataTypeSize(p.dtype));
     // Per-token scales (fp32) and offsets: one of each per token for K and V in mode 1.
-    const double perToken = p.int8Kv ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
+    const double perToken = p.quantKv() ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
     double bytes = 0;
     for (int64_t b = 0; b < p.batches(); ++b)
         bytes += double(p.kvLen(b)) * (double(p.kvHeads) * double(p.dim + p.vdim()) * element + perToken);

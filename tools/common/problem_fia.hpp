@@ -33,8 +33,14 @@ struct FiaProblem {
     bool shuffleBlocks = true;             // physical blocks in a scrambled order
     int64_t maxBlocksPerSeq = 0;           // 0: what the longest sequence needs
     bool int8Kv = false;
-    int64_t keyQuantMode = 0, valueQuantMode = 0;  // 0 per-channel, 1 per-token
+    int64_t keyQuantMode = 0, valueQuantMode = 0;  // 0 per-channel, 1 per-token, 2-5 (spec 9.1)
     bool quantOffset = true;
+    bool int4Kv = false;                   // int4 key/value in int32 containers of eight
+    bool combinedQuant = false;            // antiquantScale/Offset [2, ...], antiquantMode = keyQuantMode
+    bool quantPerTensor = false;           // mode 0: one scale ([1]; combined [2])
+    // int8 attentionOut through quantScale2 / quantOffset2: per tensor or per channel, fp32 or bf16.
+    bool int8Out = false, outQuantPerChannel = false, outQuantOffset = true;
+    attnopsDataType outQuantDType = ATTNOPS_FLOAT32;
     bool lse = true;
     bool sink = false;
     uint64_t dataSeed = 1;
@@ -42,6 +48,7 @@ struct FiaProblem {
     bool tnd() const { return layout == "TND"; }
     bool paged() const { return cache != "none"; }
     int64_t vdim() const { return vDim < 0 ? dim : vDim; }
+    bool quantKv() const { return int8Kv || int4Kv; }
     int64_t batches() const { return tnd() ? int64_t(qLens.size()) : batch; }
     int64_t qLen(int64_t b) const;   // actual (effective) query length of batch b
     int64_t kvLen(int64_t b) const;  // actual key/value length of batch b
@@ -52,6 +59,7 @@ struct FiaProblem {
 struct FiaInstance {
     FiaProblem problem;
     HostTensor query, key, value, attenMask, blockTable, keyScale, keyOffset, valueScale, valueOffset, sink;
+    HostTensor antiquantScale, antiquantOffset, quantScale2, quantOffset2;
     HostTensor attentionOut, softmaxLse;
     std::vector<int64_t> qLensArg, kvLensArg;  // the actualSeqLengths(Kv) arrays passed (may be empty)
     bool passQLens = false, passKvLens = false;
