@@ -1,6 +1,7 @@
 // libFuzzer target over the inference family's two-phase APIs (FusedInferAttentionScore V4,
 // PromptFlashAttention V3, IncreFlashAttention V4): layouts, shapes (including 0), GQA ratios,
-// dtypes (fp16/bf16, int8 key/value with dequantisation scales of any shape), paged caches in the
+// dtypes (fp16/bf16, int8 and int32-packed int4 key/value with dequantisation scales of any shape
+// in both styles and every mode, int8 output with quantScale2/quantOffset2), paged caches in the
 // three formats with block tables whose entries and widths are fuzzed, actual lengths (per batch
 // and cumulative, wrong sizes, negative, too long), masks, sparse modes, tokens, sinks and NULL
 // arguments; buffers are sized exactly to their views, so AddressSanitizer sees any read outside
@@ -31,12 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Bytes in(data, size);
     const std::string layout = kFiaLayouts[in.small(0, 6)];
     const attnopsDataType qType = kHalf[in.small(0, 1) + (in.small(0, 15) == 0 ? 2 : 0)];
-    const attnopsDataType kvType = in.small(0, 3) == 0 ? ATTNOPS_INT8 : (in.small(0, 15) == 0 ? kHalf[in.small(0, 3)] : qType);
+    const attnopsDataType kvType = in.small(0, 3) == 0 ? (in.small(0, 3) == 0 ? ATTNOPS_INT32 : ATTNOPS_INT8)
+                                                       : (in.small(0, 15) == 0 ? kHalf[in.small(0, 3)] : qType);
     const int64_t b = in.small(0, 3), sq = in.small(0, 5) == 0 ? in.small(0, 20) : 1, skv = in.small(0, 40);
     const int64_t kvn = in.small(1, 3), n = kvn * in.small(1, 3) + (in.small(0, 15) == 0 ? 1 : 0);
     const int64_t d = in.small(0, 3) == 0 ? in.small(0, 40) : 16 * in.small(1, 4);
     const auto pick = [&](int64_t v) { return in.small(0, 15) == 0 ? v + 1 : v; };  // occasionally wrong
-    FuzzTensor q, k, v, out, lse, mask, table, kScale, kOffset, vScale, vOffset, sink;
+    FuzzTensor q, k, v, out, lse, mask, table, kScale, kOffset, vScale, vOffset, sink, aScale, aOffset, oScale, oOffset;
     FuzzArray qLens, kvLens;
     q.make(in, qType, attnops::fuzz::layoutShape(layout, b, sq, n, d));
     const int cache = in.small(0, 3);  // 0: contiguous; 1 BnBsH, 2 BnNBsD, 3 NZ
@@ -60,7 +62,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             for (int64_t i = 0; i < b * perSeq && table.bytes; ++i) ids[i] = int32_t(in.small(-1, blocks));
         }
     }
-    out.make(in, in.small(0, 15) == 0 ? ATTNOPS_FLOAT32 : qType, attnops::fuzz::layoutShape(layout, b, sq, n, pick(d)));
+    const bool int8Out = in.small(0, 5) == 0;
+    out.make(in, int8Out ? ATTNOPS_INT8 : in.small(0, 15) == 0 ? ATTNOPS_FLOAT32 : qType,
+             attnops::fuzz::layoutShape(layout, b, sq, n, pick(d)));
+    if (int8Out || in.small(0, 15) == 0) {  // quantScale2 per tensor or per channel, fp32 or bf16
+        const std::vector<int64_t> shape = in.flag() ? std::vector<int64_t>{1} : std::vector<int64_t>{n, pick(d)};
+        const attnopsDataType t = in.small(0, 3) == 0 ? ATTNOPS_BFLOAT16 : ATTNOPS_FLOAT32;
+        oScale.make(in, t, shape);
+        if (in.flag()) oOffset.make(in, t, shape);
+    }
     const bool lseFlag = in.flag();
     if (lseFlag) lse.make(in, ATTNOPS_FLOAT32, layout == "TND" ? std::vector<int64_t>{sq, n, 1} : std::vector<int64_t>{b, n, pick(sq), 1});
     const int64_t mode = in.small(0, 7) == 0 ? in.small(-1, 10) : in.small(0, 4);
@@ -69,18 +79,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         mask.make(in, kMaskTypes[in.small(0, 3)],
                   compressed ? std::vector<int64_t>{2048, 2048} : std::vector<int64_t>{pick(b), 1, sq, pick(skv)});
     }
-    if (kvType == ATTNOPS_INT8) {
-        const std::vector<int64_t> perChannel = {kvn * d}, perToken = {b, skv + in.small(0, 2)};
-        const int64_t keyMode = in.small(0, 2), valueMode = in.small(0, 2);
-        kScale.make(in, keyMode == 1 ? ATTNOPS_FLOAT32 : qType, keyMode == 1 ? perToken : perChannel);
-        vScale.make(in, valueMode == 1 ? ATTNOPS_FLOAT32 : qType, valueMode == 1 ? perToken : perChannel);
-        if (in.flag()) kOffset.make(in, keyMode == 1 ? ATTNOPS_FLOAT32 : qType, keyMode == 1 ? perToken : perChannel);
-        if (in.flag()) vOffset.make(in, valueMode == 1 ? ATTNOPS_FLOAT32 : qType, valueMode == 1 ? perToken : perChannel);
+    if (kvType == ATTNOPS_INT8 || kvType == ATTNOPS_INT32) {
+        // The shapes of modes 0-5 (spec 9.1), each with its dtype; sometimes a neighbour's.
+        const std::vector<int64_t> shapes[] = {{kvn * d}, {b, skv + in.small(0, 2)}, {kvn}, {b, kvn, skv + in.small(-1, 1)},
+                                               {blocks, blockSize}, {blocks, kvn, blockSize}, {1}};
+        const auto quantTensor = [&](FuzzTensor& t, int64_t shapeMode) {
+            const bool half = shapeMode == 0 || shapeMode == 2 || shapeMode == 6;
+            t.make(in, half != (in.small(0, 15) == 0) ? qType : ATTNOPS_FLOAT32, shapes[shapeMode]);
+        };
+        if (in.small(0, 3) != 0) {
+            const int64_t keyShape = in.small(0, 6), valueShape = in.small(0, 6);
+            quantTensor(kScale, keyShape);
+            quantTensor(vScale, valueShape);
+            if (in.flag()) quantTensor(kOffset, keyShape);
+            if (in.flag()) quantTensor(vOffset, valueShape);
+        }
+        if (in.small(0, 3) == 0) {  // the combined style [2, ...]
+            const std::vector<int64_t> combined[] = {{2}, {2, kvn, 1, d}, {2, kvn * d}, {2, pick(b), skv}};
+            const int64_t c = in.small(0, 3);
+            aScale.make(in, c == 3 ? ATTNOPS_FLOAT32 : qType, combined[c]);
+            if (in.flag()) aOffset.make(in, c == 3 ? ATTNOPS_FLOAT32 : qType, combined[c]);
+        }
     }
     if (in.small(0, 3) == 0) sink.make(in, qType, {pick(n)});
     if (in.flag()) qLens.make(in, in.small(0, 3) == 0 ? in.small(0, 4) : b);
     if (in.flag() || cache != 0 || layout == "TND") kvLens.make(in, in.small(0, 3) == 0 ? in.small(0, 4) : b);
-    const int64_t keyMode = in.small(0, 2), valueMode = in.small(0, 2);
+    const int64_t keyMode = in.small(0, 6), valueMode = in.small(0, 6), antiquantMode = in.small(0, 2);
     const int64_t pre = in.flag() ? in.wide() : 2147483647, next = in.flag() ? in.wide() : 2147483647;
     const double scale = in.flag() ? 0.125 : -1.0;
     const attnopsTensor* keys[1] = {k.handle};
@@ -92,10 +116,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 0: {
             const attnopsStatus st = attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
                 in.small(0, 15) == 0 ? nullptr : q.handle, keys, count, values, count, nullptr, mask.handle, qLens.handle,
-                kvLens.handle, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, table.handle, nullptr, nullptr,
+                kvLens.handle, nullptr, nullptr, nullptr, oScale.handle, oOffset.handle, aScale.handle, aOffset.handle,
+                table.handle, nullptr, nullptr,
                 kScale.handle, kOffset.handle, vScale.handle, vOffset.handle, nullptr, nullptr, nullptr, nullptr, nullptr,
                 nullptr, nullptr, sink.handle, n, scale, pre, next, layout.c_str(), pick(kvn), mode, in.small(0, 4),
-                blockSize, in.small(0, 2), lseFlag, keyMode, valueMode, 0, out.handle, lse.handle, &ws, &exec);
+                blockSize, antiquantMode, lseFlag, keyMode, valueMode, 0, out.handle, lse.handle, &ws, &exec);
             execute(st, ws, exec, attnopsFusedInferAttentionScoreV4);
             break;
         }
@@ -109,7 +134,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         default: {
             const attnopsStatus st = attnopsIncreFlashAttentionV4GetWorkspaceSize(
                 q.handle, keys, count, values, count, nullptr, mask.handle, kvLens.handle, nullptr, nullptr, nullptr,
-                nullptr, nullptr, nullptr, nullptr, table.handle, nullptr, n, scale, layout.c_str(), kvn, blockSize, 1,
+                oScale.handle, oOffset.handle, aScale.handle, aOffset.handle, table.handle, nullptr, n, scale, layout.c_str(),
+                kvn, blockSize, 1,
                 out.handle, &ws, &exec);
             execute(st, ws, exec, attnopsIncreFlashAttentionV4);
             break;

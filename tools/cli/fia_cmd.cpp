@@ -59,12 +59,20 @@ void validate(const FiaProblem& p) {
     }
     if (p.int8Kv && p.dtype == ATTNOPS_FLOAT32)
         throw CliError("--int8-kv: the query must be fp16 or bf16 (antiquant scales take the query dtype)");
+    if (p.int8Kv && p.int4Kv) throw CliError("--int8-kv and --int4-kv: pass one of them");
+    if (p.int4Kv && p.paged()) throw CliError("--int4-kv: int4 key/value cannot be paged (--cache none)");
+    if (p.int4Kv && (p.dim % 8 != 0 || p.vdim() % 8 != 0))
+        throw CliError(fmt::format("--int4-kv: --dim {} (and --v-dim) must fill whole int32 containers of 8", p.dim));
+    if (p.combinedQuant && (!p.quantKv() || p.keyQuantMode != p.valueQuantMode || p.keyQuantMode > 1))
+        throw CliError("--combined-quant: needs --int8-kv and equal --key-quant-mode/--value-quant-mode 0 or 1");
 }
 
 FiaProblem problemFromFlags(const FiaFlags& f) {
     FiaProblem p = f.problem;
     p.dtype = dtypeOf(f.dtype);
     p.quantOffset = !f.noQuantOffset;
+    p.outQuantDType = dtypeOf(f.outQuantDType);
+    p.outQuantOffset = !f.noOutQuantOffset;
     p.shuffleBlocks = !f.noShuffle;
     if (!f.qSeqLens.empty()) p.qLens = parseLengthList(f.qSeqLens, "--q-seqlens");
     if (!f.kvSeqLens.empty()) p.kvLens = parseLengthList(f.kvSeqLens, "--kv-seqlens");
@@ -196,13 +204,26 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
             ->check(CLI::NonNegativeNumber));
     add(cmd.add_flag("--no-shuffle-blocks", f.noShuffle, "Physical blocks in order (default: a scrambled order)"));
     add(cmd.add_flag("--int8-kv", p.int8Kv, "int8 key/value with antiquant scales (and offsets)"));
-    add(cmd.add_option("--key-quant-mode", p.keyQuantMode, "keyAntiquantMode: 0 per channel [N2,D], 1 per token [B,S] fp32")
+    add(cmd.add_option("--key-quant-mode", p.keyQuantMode,
+                       "keyAntiquantMode: 0 per channel [N2,D], 1 per token [B,S] fp32, 2 per head [N2], 3 per token and "
+                       "head [B,N2,S], 4 per token [blockNum,blockSize], 5 per token and head [blockNum,N2,blockSize]")
             ->check(CLI::IsMember({0, 1}))
             ->capture_default_str());
-    add(cmd.add_option("--value-quant-mode", p.valueQuantMode, "valueAntiquantMode: 0 per channel, 1 per token")
+    add(cmd.add_option("--value-quant-mode", p.valueQuantMode, "valueAntiquantMode: as --key-quant-mode (equal, or 0/1)")
             ->check(CLI::IsMember({0, 1}))
             ->capture_default_str());
     add(cmd.add_flag("--no-quant-offset", f.noQuantOffset, "Scales only (symmetric int8), no antiquant offsets"));
+    add(cmd.add_flag("--int4-kv", p.int4Kv, "int4 key/value in int32 containers of eight (decode, not paged, D % 64 == 0)"));
+    add(cmd.add_flag("--combined-quant", p.combinedQuant,
+                     "The combined style: antiquantScale/antiquantOffset [2,...] = [key, value], antiquantMode = "
+                     "--key-quant-mode (0 or 1)"));
+    add(cmd.add_flag("--quant-per-tensor", p.quantPerTensor, "Mode 0 with one scale ([1]; combined [2])"));
+    add(cmd.add_flag("--int8-out", p.int8Out, "int8 attentionOut through quantScale2 (and quantOffset2)"));
+    add(cmd.add_flag("--out-quant-per-channel", p.outQuantPerChannel, "quantScale2 per channel [N1,Dv] (default: [1])"));
+    add(cmd.add_option("--out-quant-dtype", f.outQuantDType, "quantScale2/quantOffset2 dtype")
+            ->check(CLI::IsMember({"fp32", "bf16"}))
+            ->capture_default_str());
+    add(cmd.add_flag("--no-out-quant-offset", f.noOutQuantOffset, "quantScale2 only, no quantOffset2"));
     add(cmd.add_flag("--lse", p.lse, "softmaxLseFlag: also write softmaxLse"));
     add(cmd.add_flag("--sink", p.sink, "learnableSink, one logit per query head"));
     add(cmd.add_option("--data-seed", p.dataSeed, "Seed of the random inputs")->capture_default_str());

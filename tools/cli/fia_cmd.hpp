@@ -21,6 +21,8 @@ struct FiaFlags {
     tools::FiaProblem problem;
     std::string dtype = "fp16", qSeqLens, kvSeqLens;
     bool noQuantOffset = false, noShuffle = false;
+    std::string outQuantDType = "fp32";  // quantScale2 / quantOffset2
+    bool noOutQuantOffset = false;
     std::vector<CLI::Option*> all;  // every problem flag, to reject them next to --load
 };
 

@@ -38,6 +38,10 @@ const Slot kSlots[] = {
     {"valueAntiquantScale", &FiaInstance::valueScale, false},
     {"valueAntiquantOffset", &FiaInstance::valueOffset, false},
     {"learnableSink", &FiaInstance::sink, false},
+    {"antiquantScale", &FiaInstance::antiquantScale, false},
+    {"antiquantOffset", &FiaInstance::antiquantOffset, false},
+    {"quantScale2", &FiaInstance::quantScale2, false},
+    {"quantOffset2", &FiaInstance::quantOffset2, false},
     {"attentionOut", &FiaInstance::attentionOut, true},
     {"softmaxLse", &FiaInstance::softmaxLse, true},
 };
@@ -101,7 +105,7 @@ int saveFusedInferAttention(const FiaInstance& inst, const fs::path& dir) {
         {"sparseMode", p.sparseMode},
         {"innerPrecise", 0},
         {"blockSize", p.paged() ? p.blockSize : 0},
-        {"antiquantMode", 0},
+        {"antiquantMode", p.combinedQuant ? p.keyQuantMode : 0},
         {"softmaxLseFlag", p.lse},
         {"keyAntiquantMode", p.keyQuantMode},
         {"valueAntiquantMode", p.valueQuantMode},
@@ -115,7 +119,7 @@ int saveFusedInferAttention(const FiaInstance& inst, const fs::path& dir) {
 
 FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     // Attributes the harness does not pass: refuse rather than silently run another call.
-    for (const char* key : {"innerPrecise", "antiquantMode", "queryQuantMode"})
+    for (const char* key : {"innerPrecise", "queryQuantMode"})
         if (attribute<int64_t>(params, key, 0) != 0)
             throw CliError(fmt::format("params.json: \"{}\" = {} is not supported by `attnops run` (only 0)", key,
                                        params[key].dump()));
@@ -155,6 +159,7 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     p.lse = attribute<bool>(params, "softmaxLseFlag", false);
     p.keyQuantMode = attribute<int64_t>(params, "keyAntiquantMode", 0);
     p.valueQuantMode = attribute<int64_t>(params, "valueAntiquantMode", 0);
+    const int64_t antiquantMode = attribute<int64_t>(params, "antiquantMode", 0);
 
     // Shapes: the query gives batch, rows and D; the key (or the cache) the KV side.
     const HostTensor& query = files.at("query");
@@ -175,6 +180,8 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     const bool paged = files.count("blockTable") > 0;
     const HostTensor& key = files.at("key");
     p.int8Kv = key.dtype() == ATTNOPS_INT8;
+    p.int4Kv = key.dtype() == ATTNOPS_INT32;  // eight int4 per element
+    const int64_t pack = p.int4Kv ? 8 : 1;
     if (paged) {
         const size_t rank = key.shape().size();
         p.cache = rank == 3 ? "BnBsH" : rank == 4 ? "BnNBsD" : rank == 5 ? "NZ" : "";
@@ -191,7 +198,7 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     } else {
         const size_t rank = query.shape().size();
         p.kvSeqLen = dimOf(key, rank, p.layout == "BNSD" ? 2 : p.layout == "TND" ? 0 : 1, npyPath(dir, "key"), qWhy);
-        p.vDim = p.layout == "BSH" ? dimOf(value, 3, 2, vPath, qWhy) / p.kvHeads : dimOf(value, rank, rank - 1, vPath, qWhy);
+        p.vDim = pack * (p.layout == "BSH" ? dimOf(value, 3, 2, vPath, qWhy) / p.kvHeads : dimOf(value, rank, rank - 1, vPath, qWhy));
     }
 
     // Lengths exactly as given: TND's query array (and a contiguous KV's) is cumulative, a paged
@@ -209,7 +216,15 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     }
     if (paged)
         for (int64_t len : p.kvLens) p.kvSeqLen = std::max(p.kvSeqLen, len);
-    p.quantOffset = files.count("keyAntiquantOffset") > 0;
+    p.combinedQuant = files.count("antiquantScale") > 0 && files.count("keyAntiquantScale") == 0;
+    if (p.combinedQuant) {  // the problem records the combined style's mode as the key/value modes
+        if (antiquantMode != 0 && antiquantMode != 1)
+            throw CliError(fmt::format("params.json: antiquantMode = {} must be 0 or 1", antiquantMode));
+        p.keyQuantMode = p.valueQuantMode = antiquantMode;
+    }
+    p.quantOffset = files.count("keyAntiquantOffset") > 0 || files.count("antiquantOffset") > 0;
+    p.int8Out = files.count("quantScale2") > 0;
+    p.outQuantOffset = files.count("quantOffset2") > 0;
     p.sink = files.count("learnableSink") > 0;
     p.maskKind = files.count("attenMask") ? "file" : "none";
 
@@ -226,7 +241,7 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     // Outputs: the query's shape with D replaced by the value's Dv (the call checks the rest).
     std::vector<int64_t> outShape = inst.query.shape();
     outShape.back() = p.layout == "BSH" ? p.heads * p.vdim() : p.vdim();
-    inst.attentionOut = HostTensor(p.dtype, outShape);
+    inst.attentionOut = HostTensor(p.int8Out ? ATTNOPS_INT8 : p.dtype, outShape);
     if (p.lse)
         inst.softmaxLse = HostTensor(ATTNOPS_FLOAT32, p.tnd() ? std::vector<int64_t>{qRows, p.heads, 1}
                                                               : std::vector<int64_t>{p.batch, p.heads, p.qSeqLen, 1});

@@ -148,6 +148,7 @@ float HostTensor::get(int64_t i) const {
     switch (dtype_) {
         case ATTNOPS_UINT8:
         case ATTNOPS_BOOL: return float(bytes_[size_t(i)]);
+        case ATTNOPS_INT8: return float(int8_t(bytes_[size_t(i)]));
         default: return loadAsFloat(bytes_.data(), i, DType(int32_t(dtype_)));
     }
 }

@@ -33,7 +33,10 @@ def _int_tensor(values) -> Optional[Tensor]:
 
 
 def _value_dim(value: Tensor, layout: str, kv_heads: int, paged: bool) -> int:
-    """V_D from value's shape (spec 13.1): paged 3-D (BnBsH) H / KV_N, 4-D dim 3, 5-D (NZ) dim 2 * dim 4."""
+    """V_D from value's shape (spec 13.1): paged 3-D (BnBsH) H / KV_N, 4-D dim 3, 5-D (NZ) dim 2 * dim 4;
+    x 8 for int4 held in int32 containers."""
+    if value.dtype == torch.int32:
+        return 8 * _value_dim(value.view(torch.float32), layout, kv_heads, paged)
     if paged:
         if value.dim() == 3:
             return value.shape[2] // kv_heads if kv_heads > 0 else 0
@@ -43,6 +46,11 @@ def _value_dim(value: Tensor, layout: str, kv_heads: int, paged: bool) -> int:
     if layout == "BSH":
         return value.shape[2] // kv_heads if kv_heads > 0 else 0
     return value.shape[-1]
+
+
+def _out_dtype(query: Tensor, quant_scale2: Optional[Tensor]) -> torch.dtype:
+    """attention_out's dtype (spec 13.1): int8 with quant_scale2, else the query's."""
+    return torch.int8 if quant_scale2 is not None else query.dtype
 
 
 def _fia_shapes(query: Tensor, value: Tensor, layout: str, num_heads: int, num_kv_heads: int, paged: bool):
@@ -93,7 +101,7 @@ def fused_infer_attention_score(
             raise ValueError(f"{name}: device {t.device}: attnops runs on CPU tensors")
     out_shape, lse_shape = _fia_shapes(query, value, input_layout, num_heads, num_key_value_heads,
                                        block_table is not None)
-    out = query.new_empty(out_shape)
+    out = query.new_empty(out_shape, dtype=_out_dtype(query, quant_scale2))
     lse = query.new_empty(lse_shape if softmax_lse_flag else (0,), dtype=torch.float32)
     _C.fused_infer_attention_score(
         query, key, value, pse_shift, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, dequant_scale1,
@@ -116,7 +124,8 @@ def _(query, key, value, pse_shift, atten_mask, actual_seq_lengths, actual_seq_l
       value_antiquant_mode, query_quant_mode, softmax_lse_flag):
     out_shape, lse_shape = _fia_shapes(query, value, input_layout, num_heads, num_key_value_heads,
                                        block_table is not None)
-    return query.new_empty(out_shape), query.new_empty(lse_shape if softmax_lse_flag else (0,), dtype=torch.float32)
+    return (query.new_empty(out_shape, dtype=_out_dtype(query, quant_scale2)),
+            query.new_empty(lse_shape if softmax_lse_flag else (0,), dtype=torch.float32))
 
 
 def _call(query, key, value, *, actual_seq_lengths=None, actual_seq_lengths_kv=None, actual_shared_prefix_len=None,
