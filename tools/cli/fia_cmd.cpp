@@ -207,10 +207,10 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
     add(cmd.add_option("--key-quant-mode", p.keyQuantMode,
                        "keyAntiquantMode: 0 per channel [N2,D], 1 per token [B,S] fp32, 2 per head [N2], 3 per token and "
                        "head [B,N2,S], 4 per token [blockNum,blockSize], 5 per token and head [blockNum,N2,blockSize]")
-            ->check(CLI::IsMember({0, 1}))
+            ->check(CLI::Range(0, 5))
             ->capture_default_str());
     add(cmd.add_option("--value-quant-mode", p.valueQuantMode, "valueAntiquantMode: as --key-quant-mode (equal, or 0/1)")
-            ->check(CLI::IsMember({0, 1}))
+            ->check(CLI::Range(0, 5))
             ->capture_default_str());
     add(cmd.add_flag("--no-quant-offset", f.noQuantOffset, "Scales only (symmetric int8), no antiquant offsets"));
     add(cmd.add_flag("--int4-kv", p.int4Kv, "int4 key/value in int32 containers of eight (decode, not paged, D % 64 == 0)"));
