@@ -4,8 +4,8 @@
  *
  * Implemented so far (everything else is rejected with ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION
  * and a message naming the argument, never ignored):
- *   query fp16/bf16; key/value the query dtype, or int8 with separate per-channel (mode 0) or
- *   per-token (mode 1) dequantisation (x + offset) * scale;
+ *   query fp16/bf16; key/value the query dtype, or int8 / int4 (int32 containers) dequantised as
+ *   (x + offset) * scale in both parameter styles and modes 0-5; int8 output (quantScale2);
  *   inputLayout BSH, BSND, BNSD, TND; GQA with any ratio; actual sequence lengths;
  *   sparseMode 0-4; paged KV caches (BnBsH, BnNBsD, NZ); softmaxLse; learnableSink. */
 #ifndef ATTNOPS_FUSED_INFER_ATTENTION_SCORE_H
@@ -60,11 +60,25 @@ extern "C" {
  *   [KV_N,1,D], [1,KV_N*D], [1,KV_N,D], [1,KV_N,1,D], or [1] (per-tensor); mode 1 per-token, fp32
  *   [B,S] or [1,B,S] with S >= KV_S (paged: >= maxBlocksPerSeq*blockSize). Offsets are optional,
  *   shaped and typed as their scales. The key and value modes are equal, or key 0 and value 1.
+ *   Decode only (Q_S == 1, not TND): mode 2 per head [KV_N] (query dtype); 3 per token and head
+ *   fp32 [B,KV_N,S]; with a paged cache 4 per token [blockNum,blockSize] and 5 per token and head
+ *   [blockNum,KV_N,blockSize] fp32, indexed like the cache through the block table.
+ * antiquantScale/antiquantOffset (the combined style, int8 only; ignored when any separate operand
+ *   is given): [2,...] = [key, value]; antiquantMode 0: [2] (per tensor), [2,KV_N,1,D], [2,KV_N,D]
+ *   or [2,KV_N*D] of the query dtype; 1: fp32 [2,B,S], S as mode 1.
+ * int4 key/value: int32 tensors holding eight int4 each (element 8i+j = bits [4j,4j+4) of int32 i,
+ *   two's complement), the last dim 1/8 of the real one and unit-strided; decode only, not paged,
+ *   D and Dv multiples of 64, modes 0 (per channel), 1, 3 and key 0 / value 1, no int8 output.
+ * quantScale2/quantOffset2 (attentionOut int8): fp32 or bf16 (bf16 with a bf16 query), [1] or per
+ *   channel with Q_N*Dv elements ([Q_N,Dv] with TND; Dv % 16 == 0, no softmaxLse): out =
+ *   clamp(round_half_even(O * scale + offset), -128, 127); NaN gives 0; rows without a result hold
+ *   the value for O = 0. Not with int4 key/value or learnableSink.
  * learnableSinkOptional: [Q_N] of the query dtype; joins each row's softmax sum (innerPrecise 0).
  * softmaxLseFlag: softmaxLse (fp32 [B,Q_N,Q_S,1], TND [T,Q_N,1]) receives log(sum) + max per row,
  *   +inf for rows that attend nothing or are not computed; untouched (may be NULL) when false.
  * scaleValue multiplies Q.K^T. innerPrecise 0-3 (decode 0/1) changes nothing in the result.
  * keyRopeAntiquantScaleOptional is reserved upstream and ignored; antiquantMode must be 0 or 1.
+ * deqScale1/quantScale1/deqScale2 and an int8 query (full quantisation) are not implemented yet.
  * Rows that attend nothing, rows beyond a batch's actual length and TND rows beyond the last
  * cumulative end are written 0. Results are bitwise identical for any thread count. */
 ATTNOPS_API attnopsStatus attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
