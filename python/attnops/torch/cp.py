@@ -23,9 +23,13 @@ statistics and gradients are fp32 and are cast once at the end), so a bf16/fp16 
 as accurate as the single-process op. With W = 1 every entry point is the plain op itself (bit
 for bit). Results are bitwise reproducible run to run at a given W: every sum has a fixed order.
 
-Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own);
-self-attention (equal local query and key lengths); no mask or causal (per sequence for TND);
-GQA/MQA; Dv != D. Not yet: band/prefix masks, pse, sink, dropout keyed by global positions.
+Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own,
+or whole sequences per rank with ``scheme="whole"``, balanced by work, no communication);
+self-attention (equal local query and key lengths); GQA/MQA; Dv != D. No mask or causal take the
+paths below; sparse modes 0-8 (bands, prefixes, TND modes 7/8, explicit global masks), learnable
+sinks, pse (alibi slopes on global positions, dense global bias) and the Ulysses-inside,
+ring-across hybrid (``ulysses_group=``) take the block-wise path of attnops.torch._cp_general.
+Not yet: dropout keyed by global positions.
 """
 
 from __future__ import annotations
