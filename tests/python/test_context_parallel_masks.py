@@ -261,7 +261,7 @@ def check_case(case, world, rank, failures):
     ref = single_process(case, q, k, v, dout, lengths, extra, scale)
     got, counts = run_cp(case, q, k, v, dout, lengths, extra, scale, grp)
     again, _ = run_cp(case, q, k, v, dout, lengths, extra, scale, grp)
-    tag = f"W={world} rank={rank} {case}"
+    tag = f"W={world} rank={rank} {dict((k, v) for k, v in case.items() if k not in ('w', 'calls'))}"
     dim = SEQ_DIM[layout]
     stat_dim = 0 if layout == "TND" else 2
     cum = torch.tensor(lengths).cumsum(0).tolist() if lengths is not None else None
@@ -311,62 +311,74 @@ def check_case(case, world, rank, failures):
                                 f"(single-process error {base:.3e})")
 
 
-def default_cases(world):
+def matrix():
+    """Every case with the worlds it runs at by default (``w``: each W sees a share, so that the
+    default run stays short); ATTNOPS_TEST_LONG=1 runs every case at every W."""
     f32, bf16, f16 = torch.float32, torch.bfloat16, torch.float16
     c = []
 
-    def add(**kw):
+    def add(w, **kw):
         kw.setdefault("dtype", f32)
         kw.setdefault("layout", "BSND")
         kw.setdefault("comm", "ring")
         kw["seed"] = len(c) + 100
+        kw["w"] = w
         c.append(kw)
 
     # Bands (mode 4) and mode 0 (band + explicit global mask), both schemes, every comm.
-    for comm in ("ring", "allgather", "ulysses"):
-        add(mode=4, pre=4, next=1, comm=comm)
-        add(mode=4, pre=0, next=5, comm=comm, scheme="contiguous", layout="SBH")
-        add(mode=0, pre=7, next=2, comm=comm, layout="BNSD")
-    add(mode=1, comm="ring", mask4d=True, layout="BSH")
-    add(mode=5, comm="allgather", mask4d=True)
-    add(mode=6, comm="ring")
-    add(mode=6, comm="ulysses", scheme="contiguous")
-    add(mode=3, comm="ring", sink=True)
-    add(mode=1, comm="allgather", sink=True, layout="SBH")
-    add(mode=4, pre=3, next=0, comm="ulysses", sink=True)
-    add(mode=3, comm="ring", alibi=2)
-    add(mode=1, comm="allgather", alibi=3, scheme="contiguous")
-    add(mode=2, comm="ulysses", alibi=2, sink=True)
-    add(mode=3, comm="ring", dense_pse=True, layout="BSH")
+    add((1, 2, 3), mode=4, pre=4, next=1, comm="ring")
+    add((1, 2), mode=4, pre=0, next=5, comm="ring", scheme="contiguous", layout="SBH")
+    add((1, 2, 3), mode=0, pre=7, next=2, comm="ring", layout="BNSD")
+    add((1, 2), mode=4, pre=4, next=1, comm="allgather")
+    add((1, 3), mode=4, pre=0, next=5, comm="allgather", scheme="contiguous", layout="SBH")
+    add((1, 2), mode=0, pre=7, next=2, comm="allgather", layout="BNSD")
+    add((1, 2), mode=4, pre=4, next=1, comm="ulysses")
+    add((1, 4), mode=4, pre=0, next=5, comm="ulysses", scheme="contiguous", layout="SBH")
+    add((1, 3), mode=0, pre=7, next=2, comm="ulysses", layout="BNSD")
+    add((1, 2), mode=1, comm="ring", mask4d=True, layout="BSH")
+    add((1, 2, 3), mode=5, comm="allgather", mask4d=True)
+    add((1, 2), mode=6, comm="ring")
+    add((1, 3), mode=6, comm="ulysses", scheme="contiguous")
+    add((1, 2, 4), mode=3, comm="ring", sink=True)
+    add((1, 3), mode=1, comm="allgather", sink=True, layout="SBH")
+    add((1, 2), mode=4, pre=3, next=0, comm="ulysses", sink=True)
+    add((1, 2), mode=3, comm="ring", alibi=2)
+    add((1, 3), mode=1, comm="allgather", alibi=3, scheme="contiguous")
+    add((1, 2), mode=2, comm="ulysses", alibi=2, sink=True)
+    add((1, 2), mode=3, comm="ring", dense_pse=True, layout="BSH")
     # Packed sequences: modes 3/4/6/7/8 per sequence.
-    add(mode=7, pre=5, next=0, comm="ring", layout="TND")
-    add(mode=8, pre=3, next=2, comm="allgather", layout="TND")
-    add(mode=6, comm="ring", layout="TND", scheme="contiguous")
-    add(mode=4, pre=2, next=2, comm="ulysses", layout="TND", sink=True)
-    add(mode=3, comm="allgather", layout="TND", alibi=2)
+    add((1, 2, 3), mode=7, pre=5, next=0, comm="ring", layout="TND")
+    add((1, 2), mode=8, pre=3, next=2, comm="allgather", layout="TND")
+    add((1, 3), mode=6, comm="ring", layout="TND", scheme="contiguous")
+    add((1, 2), mode=4, pre=2, next=2, comm="ulysses", layout="TND", sink=True)
+    add((1, 4), mode=3, comm="allgather", layout="TND", alibi=2)
     # Half precision: the 2x rule against float64.
-    add(mode=4, pre=5, next=0, comm="ring", dtype=bf16, sink=True)
-    add(mode=6, comm="allgather", dtype=f16)
-    add(mode=7, pre=6, next=0, comm="ring", layout="TND", dtype=bf16)
+    add((2,), mode=4, pre=5, next=0, comm="ring", dtype=bf16, sink=True)
+    add((3,), mode=6, comm="allgather", dtype=f16)
+    add((2,), mode=7, pre=6, next=0, comm="ring", layout="TND", dtype=bf16)
     # A narrow band over contiguous shards: a rank computes only the blocks the band touches
     # (its own and its two neighbours'), the others make no kernel call.
-    add(mode=4, pre=1, next=1, comm="ring", scheme="contiguous", chunk=2,
+    add((2, 3, 4), mode=4, pre=1, next=1, comm="ring", scheme="contiguous", chunk=2,
         calls={2: [2, 2], 3: [2, 3, 2], 4: [2, 3, 3, 2]})
     # The hybrid: Ulysses inside 2 ranks, ring (or all-gather) across 2 (W = 4 only).
-    add(mode=3, comm="ring", hybrid=True)
-    add(mode=4, pre=5, next=2, comm="ring", hybrid=True, sink=True, layout="SBH")
-    add(mode=1, comm="allgather", hybrid=True, alibi=2)
-    add(mode=3, comm="ring", hybrid=True, layout="TND")
-    add(mode=3, comm="ring", hybrid=True, dtype=bf16)
+    add((4,), mode=3, comm="ring", hybrid=True)
+    add((4,), mode=4, pre=5, next=2, comm="ring", hybrid=True, sink=True, layout="SBH")
+    add((4,), mode=1, comm="allgather", hybrid=True, alibi=2)
+    add((4,), mode=3, comm="ring", hybrid=True, layout="TND")
+    add((4,), mode=3, comm="ring", hybrid=True, dtype=bf16)
     # Whole sequences per rank (uneven lengths; ranks without a sequence at W = 3, 4).
-    add(mode=3, comm="ring", layout="TND", scheme="whole")
-    add(mode=1, comm="ring", layout="TND", scheme="whole", sink=True)
-    add(mode=6, comm="ring", layout="TND", scheme="whole", dtype=bf16)
+    add((1, 2), mode=3, comm="ring", layout="TND", scheme="whole")
+    add((1, 3, 4), mode=1, comm="ring", layout="TND", scheme="whole", sink=True)
+    add((4,), mode=6, comm="ring", layout="TND", scheme="whole", dtype=bf16)
     return c
 
 
+def default_cases(world):
+    return [c for c in matrix() if world in c["w"]]
+
+
 def long_cases(world):
-    cases = []
+    cases = [c for c in matrix() if world == 4 or not c.get("hybrid")]
     for comm in ("ring", "allgather", "ulysses"):
         cases.append(dict(mode=4, pre=40, next=8, comm=comm, dtype=torch.float32, layout="BSND", chunk=32, seed=7,
                           sink=True))
@@ -431,7 +443,7 @@ def test_context_parallel_masks_match_single_process(tmp_path, world):
 
 
 @pytest.mark.skipif(not os.environ.get("ATTNOPS_TEST_LONG"), reason="long run: set ATTNOPS_TEST_LONG=1")
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_context_parallel_masks_long(tmp_path, world):
     run_world(world, tmp_path, "long")
 
