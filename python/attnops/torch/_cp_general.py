@@ -80,16 +80,6 @@ class Geometry:
     def band(self, seq: int):
         return self.seq_bands.get(seq, (self.lo, self.hi))
 
-    @property
-    def trivial(self) -> bool:
-        return (self.lo <= -UNBOUNDED and self.hi >= UNBOUNDED and not self.seq_bands and self.prefix is None
-                and self.mask is None and self.pse is None)
-
-    @property
-    def causal_only(self) -> bool:
-        return (self.lo <= -UNBOUNDED and self.hi == 0 and not self.seq_bands and self.prefix is None
-                and self.mask is None and self.pse is None)
-
     def heads(self, h0: int, h1: int, n: int) -> "Geometry":
         """The rule for query heads [h0, h1) of n (Ulysses): per-head tensors sliced."""
         mask, pse = self.mask, self.pse
@@ -347,10 +337,14 @@ def _sink_merge(out, mx, sm, sink):
 
 
 def _dsink_local(dout, out, mx, sm, sink) -> Tensor:
-    """-sum over this rank's rows of P_sink * rowsum(dO o O), per head (float64 sums)."""
+    """-sum over this rank's rows of P_sink * rowsum(dO o O), per head (float64, summed row
+    after row by cumsum, whose order does not depend on the thread count)."""
     p = torch.exp(sink.double().view(1, 1, -1) - mx[..., 0].double()) / sm[..., 0].double()
-    d = (dout.double() * out.double()).sum(-1)
-    return -(p * d).sum((0, 1)).float()
+    d = (dout.double() * out.double()).cumsum(-1)[..., -1]
+    terms = (p * d).reshape(-1, p.shape[-1])
+    if terms.shape[0] == 0:
+        return torch.zeros(p.shape[-1], dtype=torch.float32)
+    return -terms.cumsum(0)[-1].float()
 
 
 class _Ring:
@@ -529,7 +523,7 @@ class ReplicatedGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, g, world):
         ctx.cfg = (g, world)
-        return x.view_as(x)
+        return x.clone()
 
     @staticmethod
     def backward(ctx, dy):

@@ -805,7 +805,7 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     mx, sm = (x[..., None].expand(*x.shape, lanes).contiguous() for x in (mx, sm))
     if input_layout == "TND" and softmax_layout != "TND":
         if scheme == "whole":
-            g, w, r = _group_info(group)
+            _, w, r = _group_info(group)
             local_cum = whole_cu_seqlens(actual_seq_qlen, w, r) or [0]
         else:
             local_cum = _cum([n // world for n in _lengths(actual_seq_qlen, query.shape[0] * world)], query.device)
