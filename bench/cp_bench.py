@@ -5,7 +5,9 @@ Ulysses, the fraction of that time spent waiting for communication to finish (wh
 not hide), and the bytes each rank sends per step.
 
 Threads per rank = cores / W (at least 1). Each configuration runs a warm-up step, then --steps
-timed steps; the median is reported, with the rank that waited longest.
+timed steps; the median is reported, with the rank that waited longest. "hybrid" (W even, W >= 4)
+runs Ulysses inside groups of 2 and the ring across them. The load average before and after each
+configuration is recorded (a shared machine's other work slows every figure).
 
   PYTHONPATH=python python3 bench/cp_bench.py --seq 4096 --heads 8 --dim 64 --dtype fp32 \
       --json bench/results/<machine>/cp_bench.json   (<machine>: a slug naming the CPU)
@@ -35,7 +37,7 @@ def parse_args():
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     ap.add_argument("--worlds", default="1,2,4")
-    ap.add_argument("--comms", default="ring,allgather,ulysses")
+    ap.add_argument("--comms", default="ring,allgather,ulysses,hybrid")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--json", help="write the results here")
     return ap.parse_args()
@@ -50,6 +52,11 @@ def worker(rank, world, comm, args, store, out_dir):
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=1800))
+    group = ulysses_group = None
+    if comm == "hybrid":  # Ulysses inside pairs of ranks, ring across: flat rank = ring rank * 2 + inner rank
+        inner = [dist.new_group([2 * j, 2 * j + 1]) for j in range(world // 2)]
+        rings = [dist.new_group(list(range(i, world, 2))) for i in range(2)]
+        group, ulysses_group, comm = rings[rank % 2], inner[rank // 2], "ring"
     g = torch.Generator().manual_seed(rank)
     s = args.seq // world
     dt = DTYPES[args.dtype]
@@ -62,7 +69,8 @@ def worker(rank, world, comm, args, store, out_dir):
         dist.barrier()
         cp.comm_stats.reset()
         t0 = time.perf_counter()
-        out = cp.flash_attn_func(q, k, v, causal=True, comm=comm, scheme="zigzag")
+        out = cp.flash_attn_func(q, k, v, causal=True, comm=comm, scheme="zigzag", group=group,
+                                 ulysses_group=ulysses_group)
         out.backward(dout)
         elapsed = time.perf_counter() - t0
         if step:  # step 0 warms up
@@ -71,7 +79,7 @@ def worker(rank, world, comm, args, store, out_dir):
             sent = sum(cp.comm_stats.bytes.values())
     result = dict(rank=rank, time_s=statistics.median(times), wait_s=statistics.median(waits), sent_bytes=sent,
                   threads=threads)
-    torch.save(result, os.path.join(out_dir, f"{comm}-{world}-{rank}.pt"))
+    torch.save(result, os.path.join(out_dir, f"{'hybrid' if ulysses_group is not None else comm}-{world}-{rank}.pt"))
     dist.destroy_process_group()
 
 
@@ -81,6 +89,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for world in (int(w) for w in args.worlds.split(",")):
             for comm in (args.comms.split(",") if world > 1 else ["plain"]):
+                if comm == "hybrid" and (world < 4 or world % 2):
+                    continue
+                load_before = os.getloadavg()[0]
                 store = os.path.join(tmp, f"store-{comm}-{world}")
                 mp.start_processes(worker, args=(world, comm if world > 1 else "ring", args, store, tmp),
                                    nprocs=world, start_method="spawn", join=True)
@@ -90,16 +101,29 @@ def main():
                 wait = max(r["wait_s"] for r in ranks)
                 row = dict(world=world, comm=comm, step_s=step, wait_s=wait, wait_fraction=wait / step,
                            sent_mib_per_rank=max(r["sent_bytes"] for r in ranks) / 2**20,
-                           threads_per_rank=ranks[0]["threads"])
+                           threads_per_rank=ranks[0]["threads"], load_before=load_before,
+                           load_after=os.getloadavg()[0])
                 rows.append(row)
                 print(f"W={world} {comm:9s} step {step * 1e3:9.1f} ms  waiting {wait * 1e3:8.1f} ms "
                       f"({100 * wait / step:5.1f}%)  sent {row['sent_mib_per_rank']:8.2f} MiB/rank  "
-                      f"threads/rank {row['threads_per_rank']}", flush=True)
+                      f"threads/rank {row['threads_per_rank']}  load {load_before:.1f}/{row['load_after']:.1f}",
+                      flush=True)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump(dict(args=vars(args), cpu_count=os.cpu_count(), torch=torch.__version__, results=rows), f,
-                      indent=1)
+            json.dump(dict(args=vars(args), cpu=_cpu_name(), cpu_count=os.cpu_count(), torch=torch.__version__,
+                           results=rows), f, indent=1)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 if __name__ == "__main__":

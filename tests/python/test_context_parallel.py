@@ -315,7 +315,6 @@ def test_argument_errors_name_the_culprit(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         q = torch.randn(1, 8, 4, 8)
-        causal = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
         with pytest.raises(ValueError, match="comm = 'tree'"):
             cp.flash_attn_func(q, q, q, comm="tree")
         with pytest.raises(ValueError, match="scheme = 'stripe'"):
@@ -328,8 +327,8 @@ def test_argument_errors_name_the_culprit(tmp_path):
             cp.attention(q, q, q, 4, "NSD", scale=1.0)
         with pytest.raises(ValueError, match="local sequence length 7: must be even"):
             cp.attention(q[:, :7], q[:, :7], q[:, :7], 4, "BSND", scale=1.0)
-        with pytest.raises(ValueError, match="sparse_mode = 4"):
-            cp.npu_fusion_attention(q, q, q, 4, "BSND", atten_mask=causal, sparse_mode=4)
+        with pytest.raises(ValueError, match="sparse_mode = 7: modes 7 and 8"):  # bands etc.: test_context_parallel_masks
+            cp.attention(q, q, q, 4, "BSND", scale=1.0, sparse_mode=7)
         with pytest.raises(ValueError, match="keep_prob = 0.9"):
             cp.npu_fusion_attention(q, q, q, 4, "BSND", keep_prob=0.9)
         t = torch.randn(12, 4, 8)

@@ -23,9 +23,13 @@ statistics and gradients are fp32 and are cast once at the end), so a bf16/fp16 
 as accurate as the single-process op. With W = 1 every entry point is the plain op itself (bit
 for bit). Results are bitwise reproducible run to run at a given W: every sum has a fixed order.
 
-Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own);
-self-attention (equal local query and key lengths); no mask or causal (per sequence for TND);
-GQA/MQA; Dv != D. Not yet: band/prefix masks, pse, sink, dropout keyed by global positions.
+Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own,
+or whole sequences per rank with ``scheme="whole"``, balanced by work, no communication);
+self-attention (equal local query and key lengths); GQA/MQA; Dv != D. No mask or causal take the
+paths below; sparse modes 0-8 (bands, prefixes, TND modes 7/8, explicit global masks), learnable
+sinks, pse (alibi slopes on global positions, dense global bias) and the Ulysses-inside,
+ring-across hybrid (``ulysses_group=``) take the block-wise path of attnops.torch._cp_general.
+Not yet: dropout keyed by global positions.
 """
 
 from __future__ import annotations
@@ -139,21 +143,33 @@ def _held(seq_len: int, world: int, scheme: str, device, cu_seqlens=None) -> Ten
     return torch.cat([shard_index(seq_len, world, j, scheme, device, cu_seqlens=cu_seqlens) for j in range(world)])
 
 
-def shard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None) -> Tensor:
-    """This rank's shard of a global tensor (no communication)."""
-    _, world, rank = _group_info(group)
+def shard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None,
+          ulysses_group=None) -> Tensor:
+    """This rank's shard of a global tensor (no communication). With ``ulysses_group`` (the
+    hybrid) the shards follow the flat order: ring rank (in ``group``) * inner size + rank in
+    ``ulysses_group``. scheme="whole": whole packed sequences (:func:`shard_whole`)."""
+    if scheme == "whole":
+        return shard_whole(x, group, cu_seqlens=cu_seqlens, seq_dim=seq_dim)
+    *_, world, rank = _flat(group, ulysses_group)
     return x.index_select(seq_dim, shard_index(x.shape[seq_dim], world, rank, scheme, x.device,
                                                cu_seqlens=cu_seqlens))
 
 
-def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None) -> Tensor:
+def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None,
+            ulysses_group=None) -> Tensor:
     """The global tensor from every rank's shard (an all-gather; every rank gets it)."""
-    g, world, _ = _group_info(group)
+    if scheme == "whole":
+        return unshard_whole(x, group, cu_seqlens=cu_seqlens, seq_dim=seq_dim)
+    g, world, _, inner, fw, _ = _flat(group, ulysses_group)
     local = x.contiguous()
+    if inner is not None:  # gather inside the inner group first, then across: flat order
+        inner_parts = [torch.empty_like(local) for _ in range(inner[1])]
+        dist.all_gather(inner_parts, local, group=inner[0])
+        local = torch.cat(inner_parts, seq_dim)
     parts = [torch.empty_like(local) for _ in range(world)]
     dist.all_gather(parts, local, group=g)
     full = torch.cat(parts, seq_dim)
-    return full.index_select(seq_dim, torch.argsort(_held(full.shape[seq_dim], world, scheme, x.device, cu_seqlens)))
+    return full.index_select(seq_dim, torch.argsort(_held(full.shape[seq_dim], fw, scheme, x.device, cu_seqlens)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -609,7 +625,10 @@ def _from_bsnd(x: Tensor, layout: str) -> Tensor:
 
 
 def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_layout: str, *, scale: float,
-              causal: bool = False, group=None, comm: str = "ring", scheme: str = "zigzag", cu_seqlens=None):
+              causal: bool = False, group=None, comm: str = "ring", scheme: str = "zigzag", cu_seqlens=None,
+              sparse_mode: Optional[int] = None, pre_tokens: int = INT32_MAX, next_tokens: int = INT32_MAX,
+              atten_mask: Optional[Tensor] = None, prefix=None, sink: Optional[Tensor] = None,
+              pse: Optional[Tensor] = None, pse_type: int = 1, ulysses_group=None):
     """Attention over the global sequence, called with this rank's shards (held as ``scheme``
     says). Differentiable in query, key and value. Returns (out in the input layout, softmax_max,
     softmax_sum), the statistics fp32 [B, N, S_local] (TND: [T_local, N], token-major) of the
@@ -619,7 +638,31 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     TND (packed sequences): ``cu_seqlens`` gives the global cumulative lengths (with or without a
     leading 0); every sequence is sharded on its own (``shard(..., cu_seqlens=)``).
 
+    Masks beyond ``causal`` (``sparse_mode`` 0-8 with pre_tokens/next_tokens, prefix, an explicit
+    global atten_mask), a learnable ``sink`` (fp32 [N], its gradient returned whole on every rank),
+    ``pse`` (alibi slopes with pse_type 2/3 on global positions; a dense global bias with 0/1) and
+    the Ulysses-inside, ring-across hybrid (``ulysses_group``: the inner group; ``group``: the ring
+    across; ranks in the flat order ring rank * inner size + inner rank, see :func:`shard`) take
+    the block-wise path of attnops.torch._cp_general. ``sparse_mode`` there is the rule itself:
+    modes 2-4 and 6-8 need no mask tensor; mode 0 without a mask is the band alone, mode 5 without
+    one the causal-plus-prefix rule. ``scheme="whole"`` (TND): whole sequences per rank
+    (:func:`assign_sequences`), no communication.
+
     Every rank of the group must call it with the same shapes and arguments."""
+    if scheme == "whole":
+        if atten_mask is not None and sparse_mode in (None, 0, 1, 5):
+            raise ValueError("atten_mask: an explicit mask is not supported with scheme 'whole' (use sparse modes "
+                             "2-4, 6)")
+        if ulysses_group is not None:
+            raise ValueError("ulysses_group: given with scheme 'whole': whole sequences need no communication")
+        return _whole_attention(query, key, value, head_num, input_layout, scale, causal, group, cu_seqlens,
+                                sparse_mode, pre_tokens, next_tokens, prefix, sink, pse, pse_type)
+    if _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
+        return _general_attention(query, key, value, head_num, input_layout, scale, causal, group, comm, scheme,
+                                  cu_seqlens, sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse,
+                                  pse_type, ulysses_group)
+    if sparse_mode is not None:
+        causal = sparse_mode in (2, 3)
     g, world, rank = _group_info(group)
     checked = _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens)
     if input_layout == "TND":
@@ -708,19 +751,30 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
                          pre_tockens: int = INT32_MAX, next_tockens: int = INT32_MAX, inner_precise: int = 0,
                          prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode: int = 0,
                          gen_mask_parallel: bool = True, sync: bool = False, *, group=None, comm: str = "ring",
-                         scheme: str = "zigzag", softmax_layout: str = ""):
+                         scheme: str = "zigzag", softmax_layout: str = "", pse_type: int = 1,
+                         sink: Optional[Tensor] = None, pre_tokens: Optional[int] = None,
+                         next_tokens: Optional[int] = None, q_start_idx=None, kv_start_idx=None, ulysses_group=None):
     """torch_npu.npu_fusion_attention over the sequence shards of a group: the 7-tuple (out,
     softmax_max, softmax_sum, softmax_out, seed, offset, numels), the statistics [B,N,S_local,8]
-    for this rank's rows. Masks: atten_mask None (full attention, whatever sparse_mode says, as in
-    torch_npu) or sparse_mode 2/3 with the compressed causal mask (per sequence for TND).
+    for this rank's rows. Masks as in torch_npu: atten_mask None means full attention, whatever
+    sparse_mode says; with a mask, sparse modes 2-4 and 6-8 are computed from the mode (the
+    compressed mask is not read) on global positions, and modes 0, 1, 5 take the global mask
+    ([S, S], [B, N|1, S, S] or [1, 1, S, S]; fixed layouts), sliced per block. prefix (modes 5/6),
+    sink, and pse (alibi slopes with pse_type 2/3 on global positions, or a dense global bias)
+    are supported; q_start_idx/kv_start_idx are computed from the shards and must be None.
 
     TND: actual_seq_qlen = actual_seq_kvlen = the global cumulative lengths (CANN style); the
     statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
-    (the rank's share of each sequence). With a group of one process this is the plain op."""
-    g, world, _ = _group_info(group)
-    for name, val in (("pse", pse), ("padding_mask", padding_mask), ("prefix", prefix)):
-        if val is not None:
-            raise ValueError(f"{name}: given: not supported under context parallelism, must be None")
+    (the rank's share of each sequence, or its whole sequences with scheme="whole"). With a group
+    of one process this is the plain op."""
+    _, _, _, _, world, _ = _flat(group, ulysses_group)
+    if padding_mask is not None:
+        raise ValueError("padding_mask: given: reserved, must be None")
+    if q_start_idx is not None or kv_start_idx is not None:
+        raise ValueError("q_start_idx/kv_start_idx: given: under context parallelism the global offsets come from "
+                         "the shards, must be None")
+    pre = pre_tockens if pre_tokens is None else pre_tokens
+    nxt = next_tockens if next_tokens is None else next_tokens
     if input_layout != "TND" and (actual_seq_qlen is not None or actual_seq_kvlen is not None):
         raise ValueError(f"actual_seq_qlen/actual_seq_kvlen: given with input_layout {input_layout}: only TND takes them")
     if input_layout == "TND":
@@ -731,45 +785,69 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
                              "parallelism both must be given and equal (self-attention over packed sequences)")
     if keep_prob != 1.0:
         raise ValueError(f"keep_prob = {keep_prob}: dropout is not supported under context parallelism yet, must be 1")
-    if atten_mask is not None and sparse_mode not in (2, 3):
-        raise ValueError(f"atten_mask with sparse_mode = {sparse_mode}: under context parallelism a mask must be the "
-                         "compressed causal one (sparse_mode 2 or 3); pass atten_mask=None for full attention")
-    causal = atten_mask is not None
-    if world == 1:
+    if world == 1 and scheme != "whole":
         _checked(query, key, value, head_num, input_layout, comm, scheme, world, actual_seq_qlen)
-        return _plain_npu_fusion_attention(query, key, value, head_num, input_layout, atten_mask=atten_mask,
-                                           scale=scale, pre_tockens=pre_tockens, next_tockens=next_tockens,
-                                           inner_precise=inner_precise, sparse_mode=sparse_mode,
+        return _plain_npu_fusion_attention(query, key, value, head_num, input_layout, pse=pse, atten_mask=atten_mask,
+                                           scale=scale, pre_tockens=pre, next_tockens=nxt,
+                                           inner_precise=inner_precise, prefix=prefix, sparse_mode=sparse_mode,
                                            actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
-                                           softmax_layout=softmax_layout)
-    out, mx, sm = attention(query, key, value, head_num, input_layout, scale=scale, causal=causal, group=g, comm=comm,
-                            scheme=scheme, cu_seqlens=actual_seq_qlen)
+                                           softmax_layout=softmax_layout, pse_type=pse_type, sink=sink)
+    # torch_npu's rule: no mask tensor, no masking (the mode and the tokens are ignored).
+    mode = 1 if atten_mask is None else sparse_mode
+    out, mx, sm = attention(query, key, value, head_num, input_layout, scale=scale, group=group, comm=comm,
+                            scheme=scheme, cu_seqlens=actual_seq_qlen, sparse_mode=mode,
+                            pre_tokens=pre if mode in (0, 4, 7, 8) else INT32_MAX,
+                            next_tokens=nxt if mode in (0, 4, 7, 8) else INT32_MAX,
+                            atten_mask=atten_mask if mode in (0, 1, 5) else None,
+                            prefix=prefix if mode in (5, 6) else None, sink=sink, pse=pse, pse_type=pse_type,
+                            ulysses_group=ulysses_group)
     lanes = _ops.STAT_LANES
     mx, sm = (x[..., None].expand(*x.shape, lanes).contiguous() for x in (mx, sm))
     if input_layout == "TND" and softmax_layout != "TND":
-        local_cum = _cum([n // world for n in _lengths(actual_seq_qlen, query.shape[0] * world)], query.device)
+        if scheme == "whole":
+            _, w, r = _group_info(group)
+            local_cum = whole_cu_seqlens(actual_seq_qlen, w, r) or [0]
+        else:
+            local_cum = _cum([n // world for n in _lengths(actual_seq_qlen, query.shape[0] * world)], query.device)
         mx, sm = (tnd_stats_from_token_major(x, local_cum) for x in (mx, sm))
     return out, mx, sm, query.new_empty((0,)), 0, 0, 0
+
+
+def _window_args(causal: bool, window_size, alibi_slopes):
+    """cp.attention keywords for flash-attn's causal flag, window and alibi slopes (Sq = Sk, so
+    the bottom-right window and alibi distances are those of global positions)."""
+    from .flash_attn import _mask_args
+
+    mode, pre, nxt, _ = _mask_args(causal, window_size)
+    kw = dict(sparse_mode=None, causal=causal)
+    if mode == 4:
+        kw = dict(sparse_mode=4, pre_tokens=pre, next_tokens=nxt)
+    if alibi_slopes is not None:
+        kw.update(pse=alibi_slopes, pse_type=2)
+    return kw
 
 
 def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
                     causal: bool = False, window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                     alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
-                    return_attn_probs: bool = False, *, group=None, comm: str = "ring", scheme: str = "zigzag"):
+                    return_attn_probs: bool = False, *, group=None, comm: str = "ring", scheme: str = "zigzag",
+                    ulysses_group=None):
     """flash_attn_func over the sequence shards of a group: q/k/v [B, S_local, H, D] -> out
-    [B, S_local, H, D] (and softmax_lse [B, H, S_local] with return_attn_probs). With a group of
-    one process this is attnops.torch.flash_attn_func."""
-    g, world, _ = _group_info(group)
+    [B, S_local, H, D] (and softmax_lse [B, H, S_local] with return_attn_probs). window_size and
+    alibi_slopes apply to global positions. With a group of one process this is
+    attnops.torch.flash_attn_func."""
+    *_, world, _ = _flat(group, ulysses_group)
     if dropout_p != 0.0:
         raise ValueError(f"dropout_p = {dropout_p}: dropout is not supported under context parallelism yet, must be 0")
-    if tuple(window_size) != (-1, -1) or softcap != 0.0 or alibi_slopes is not None:
-        raise ValueError(f"window_size = {tuple(window_size)}, softcap = {softcap}, alibi_slopes: not supported under "
-                         "context parallelism (must be (-1, -1), 0.0, None)")
+    if softcap != 0.0:
+        raise ValueError(f"softcap = {softcap}: not supported under context parallelism, must be 0.0")
     if world == 1:
         _checked(q, k, v, q.shape[2], "BSND", comm, scheme, world, None)
-        return _plain_flash_attn_func(q, k, v, 0.0, softmax_scale, causal, return_attn_probs=return_attn_probs)
+        return _plain_flash_attn_func(q, k, v, 0.0, softmax_scale, causal, window_size, 0.0, alibi_slopes,
+                                      return_attn_probs=return_attn_probs)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    out, mx, sm = attention(q, k, v, q.shape[2], "BSND", scale=scale, causal=causal, group=g, comm=comm, scheme=scheme)
+    out, mx, sm = attention(q, k, v, q.shape[2], "BSND", scale=scale, group=group, comm=comm, scheme=scheme,
+                            ulysses_group=ulysses_group, **_window_args(causal, window_size, alibi_slopes))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach(), None
     return out
@@ -781,27 +859,249 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
                            window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                            alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
                            return_attn_probs: bool = False, block_table: Optional[Tensor] = None, *, group=None,
-                           comm: str = "allgather", scheme: str = "zigzag"):
+                           comm: str = "allgather", scheme: str = "zigzag", ulysses_group=None):
     """flash_attn_varlen_func over the shards of packed sequences: q/k/v [T_local, H, D], each
     sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q = cu_seqlens_k = the
     global cumulative lengths (int32, leading 0). Returns out
-    [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs)."""
-    g, world, _ = _group_info(group)
+    [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs). window_size and
+    alibi_slopes ([H]) apply per sequence, on global positions. scheme="whole": whole sequences
+    per rank (:func:`shard_whole`)."""
+    *_, world, _ = _flat(group, ulysses_group)
     if dropout_p != 0.0:
         raise ValueError(f"dropout_p = {dropout_p}: dropout is not supported under context parallelism yet, must be 0")
-    if tuple(window_size) != (-1, -1) or softcap != 0.0 or alibi_slopes is not None or block_table is not None:
-        raise ValueError(f"window_size = {tuple(window_size)}, softcap = {softcap}, alibi_slopes, block_table: not "
-                         "supported under context parallelism (must be (-1, -1), 0.0, None, None)")
+    if softcap != 0.0 or block_table is not None:
+        raise ValueError(f"softcap = {softcap}, block_table: not supported under context parallelism (must be 0.0, "
+                         "None)")
     if not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu()):
         raise ValueError("cu_seqlens_k: differs from cu_seqlens_q: under context parallelism both must be the same "
                          "global cumulative lengths (self-attention)")
-    if world == 1:
+    if world == 1 and scheme != "whole":
         _checked(q, k, v, q.shape[1], "TND", comm, scheme, world, cu_seqlens_q)
         return _plain_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0,
-                                             softmax_scale, causal, return_attn_probs=return_attn_probs)
+                                             softmax_scale, causal, window_size, 0.0, alibi_slopes,
+                                             return_attn_probs=return_attn_probs)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, causal=causal, group=g, comm=comm,
-                            scheme=scheme, cu_seqlens=cu_seqlens_q)
+    out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, group=group, comm=comm, scheme=scheme,
+                            cu_seqlens=cu_seqlens_q, ulysses_group=ulysses_group,
+                            **_window_args(causal, window_size, alibi_slopes))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach().transpose(0, 1), None
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Masks, sinks, pse and the Ulysses + ring hybrid (block-wise path: attnops.torch._cp_general)
+
+# Compressed masks for the plain op (W = 1): their content is not read, the rule comes from the mode.
+_PREFIX_MASK = torch.zeros(3072, 2048, dtype=torch.bool)
+
+
+def _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type,
+                   ulysses_group) -> bool:
+    if any(x is not None for x in (atten_mask, prefix, sink, pse)) or pse_type != 1:
+        return True
+    if ulysses_group is not None:
+        return True
+    if sparse_mode is None or sparse_mode in (2, 3):
+        return False
+    return not (sparse_mode in (0, 1) and pre_tokens == INT32_MAX and next_tokens == INT32_MAX)
+
+
+def _flat(group, ulysses_group):
+    """(ring group, its size, rank; inner (group, size, rank) or None; flat size, flat rank)."""
+    g, world, rank = _group_info(group)
+    if ulysses_group is None:
+        return g, world, rank, None, world, rank
+    ig, iw, ir = _group_info(ulysses_group)
+    return g, world, rank, (ig, iw, ir), world * iw, rank * iw + ir
+
+
+def _plain_rule_args(sparse_mode: int, atten_mask):
+    """(sparse_mode, atten_mask) for the plain op that apply ``sparse_mode`` as a rule (as
+    cp.attention does): modes that read no mask get the compressed one; mode 0 / 5 without a
+    mask become their mask-free equivalents 4 / 6 (Sq = Skv)."""
+    if atten_mask is None:
+        sparse_mode = {0: 4, 5: 6}.get(sparse_mode, sparse_mode)
+        if sparse_mode in (2, 3, 4, 7, 8):
+            atten_mask = _CAUSAL_MASK
+        elif sparse_mode == 6:
+            atten_mask = _PREFIX_MASK
+    elif sparse_mode in (2, 3, 4, 7, 8):
+        atten_mask = _CAUSAL_MASK
+    elif sparse_mode == 6:
+        atten_mask = _PREFIX_MASK
+    return sparse_mode, atten_mask
+
+
+def _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens, atten_mask,
+                   prefix, sink, pse, pse_type, cum):
+    """One process: the plain op with every argument (bit for bit); statistics [B,N,S] / [T,N]."""
+    mode, mask = _plain_rule_args(sparse_mode, atten_mask)
+    extra = dict(actual_seq_qlen=cum, actual_seq_kvlen=cum, softmax_layout="TND") if layout == "TND" else {}
+    out, mx, sm = _plain_npu_fusion_attention(query, key, value, head_num, layout, pse=pse, atten_mask=mask,
+                                              scale=scale, pre_tockens=pre_tokens, next_tockens=next_tokens,
+                                              prefix=prefix, sparse_mode=mode, pse_type=pse_type, sink=sink,
+                                              **extra)[:3]
+    return out, mx[..., 0], sm[..., 0]
+
+
+def _check_sink(sink, heads: int) -> None:
+    if sink is not None and (sink.dtype != torch.float32 or tuple(sink.shape) != (heads,)):
+        raise ValueError(f"sink: shape {list(sink.shape)} dtype {sink.dtype}: must be fp32 [N] = [{heads}]")
+
+
+def _general_attention(query, key, value, head_num, layout, scale, causal, group, comm, scheme, cu_seqlens,
+                       sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
+    from . import _cp_general as gen
+
+    g, world, rank, inner, fw, fr = _flat(group, ulysses_group)
+    if inner is not None and comm not in ("ring", "allgather"):
+        raise ValueError(f"comm = {comm!r} with ulysses_group: the hybrid runs Ulysses inside ulysses_group and "
+                         "'ring' or 'allgather' across group")
+    checked = _checked(query, key, value, head_num, layout, comm, scheme, fw, cu_seqlens)
+    if sparse_mode is None:
+        sparse_mode = 3 if causal else 1
+    if layout == "TND":
+        lengths = checked
+        q, k, v = query[None], key[None], value[None]
+        cum = _cum(lengths, query.device)
+        starts = [0] + cum.tolist()[:-1]
+        batch, heads, seq_len = 1, query.shape[1], int(sum(lengths))
+    else:
+        lengths, cum, starts = None, None, None
+        q, k, v = checked
+        batch, heads, seq_len = q.shape[0], q.shape[2], q.shape[1] * fw
+    _check_sink(sink, heads)
+    geom = gen.geometry(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, pse, pse_type, batch=batch,
+                        heads=heads, seq_len=seq_len, lengths=lengths)
+    if fw == 1:
+        return _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens,
+                              atten_mask, prefix, sink, pse, pse_type, cum)
+
+    def positions_of(flat_rank):
+        return shard_index(seq_len, fw, flat_rank, scheme, query.device, cu_seqlens=cum)
+
+    if comm == "ulysses":
+        inner, g, world, rank, comm = (g, world, rank), None, 1, 0, "allgather"
+    out, mx, sm = gen.attention(q, k, v, sink, geom, scale, comm, g, world, rank, positions_of, starts, inner)
+    if layout == "TND":
+        return out[0], mx[0, ..., 0], sm[0, ..., 0]
+    return _from_bsnd(out, layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole-sequence spreading of packed sequences (TND, scheme="whole")
+
+
+def _cum_list(cu_seqlens) -> list:
+    cum = [int(x) for x in (cu_seqlens.tolist() if isinstance(cu_seqlens, Tensor) else cu_seqlens)]
+    if any(b < a for a, b in zip(cum, cum[1:])) or (cum and cum[0] < 0):
+        raise ValueError(f"cu_seqlens = {cum}: must be non-decreasing cumulative lengths")
+    return cum
+
+
+def assign_sequences(cu_seqlens, world_size: int) -> list:
+    """The rank of each packed sequence when whole sequences are spread over ``world_size``
+    ranks, balanced by work: sequences by decreasing work (n^2, proportional to the work of a full
+    or a causal mask alike, so the assignment does not depend on the mask; ties by index) each go
+    to the least loaded rank (ties: the lowest rank). Deterministic, so every
+    rank computes the same assignment without communicating. ``cu_seqlens``: cumulative lengths,
+    with or without a leading 0 (a leading 0 is an empty sequence)."""
+    if world_size < 1:
+        raise ValueError(f"world_size = {world_size}: must be >= 1")
+    cum = _cum_list(cu_seqlens)
+    lengths = [b - a for a, b in zip([0] + cum[:-1], cum)]
+    work = [n * n for n in lengths]
+    load, owner = [0] * world_size, [0] * len(lengths)
+    for i in sorted(range(len(lengths)), key=lambda i: (-work[i], i)):
+        r = min(range(world_size), key=lambda r: (load[r], r))
+        owner[i] = r
+        load[r] += work[i]
+    return owner
+
+
+def whole_cu_seqlens(cu_seqlens, world_size: int, rank: int) -> list:
+    """Cumulative lengths (no leading 0) of the sequences ``rank`` holds, in global order."""
+    cum = _cum_list(cu_seqlens)
+    lengths = [b - a for a, b in zip([0] + cum[:-1], cum)]
+    owner = assign_sequences(cum, world_size)
+    mine = [n for n, r in zip(lengths, owner) if r == rank]
+    return torch.tensor(mine, dtype=torch.int64).cumsum(0).tolist()
+
+
+def whole_index(cu_seqlens, world_size: int, rank: int, device=None) -> Tensor:
+    """Global token positions held by ``rank`` under whole-sequence spreading, in local order."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank = {rank}, world_size = {world_size}: need 0 <= rank < world_size")
+    cum = _cum_list(cu_seqlens)
+    owner = assign_sequences(cum, world_size)
+    parts = [torch.arange(a, b, device=device) for a, b, r in zip([0] + cum[:-1], cum, owner) if r == rank]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
+
+
+def shard_whole(x: Tensor, group=None, *, cu_seqlens, seq_dim: int = 0) -> Tensor:
+    """This rank's whole sequences of a packed global tensor (no communication)."""
+    _, world, rank = _group_info(group)
+    cum = _cum_list(cu_seqlens)
+    if (cum[-1] if cum else 0) != x.shape[seq_dim]:
+        raise ValueError(f"cu_seqlens: total {cum[-1] if cum else 0}: must equal x.shape[{seq_dim}] = "
+                         f"{x.shape[seq_dim]}")
+    return x.index_select(seq_dim, whole_index(cum, world, rank, x.device))
+
+
+def unshard_whole(x: Tensor, group=None, *, cu_seqlens, seq_dim: int = 0) -> Tensor:
+    """The packed global tensor from every rank's whole sequences (an all-gather of the shards
+    padded to the longest; every rank gets it)."""
+    g, world, rank = _group_info(group)
+    cum = _cum_list(cu_seqlens)
+    idx = [whole_index(cum, world, j, x.device) for j in range(world)]
+    if x.shape[seq_dim] != idx[rank].numel():
+        raise ValueError(f"x: {x.shape[seq_dim]} rows along seq_dim {seq_dim}: rank {rank} holds "
+                         f"{idx[rank].numel()} tokens under whole-sequence spreading")
+    longest = max(i.numel() for i in idx)
+    local = x.movedim(seq_dim, 0)
+    pad = local.new_zeros((longest,) + tuple(local.shape[1:]))
+    pad[:local.shape[0]] = local
+    parts = [torch.empty_like(pad) for _ in range(world)]
+    dist.all_gather(parts, pad.contiguous(), group=g)
+    full = torch.cat([p[:i.numel()] for p, i in zip(parts, idx)])
+    return full.index_select(0, torch.argsort(torch.cat(idx))).movedim(0, seq_dim)
+
+
+def _whole_attention(query, key, value, head_num, layout, scale, causal, group, cu_seqlens, sparse_mode,
+                     pre_tokens, next_tokens, prefix, sink, pse, pse_type):
+    """Whole sequences per rank: each rank attends within its own sequences, no communication."""
+    g, world, rank = _group_info(group)
+    if layout != "TND":
+        raise ValueError(f"scheme = 'whole': spreads whole packed sequences; input_layout must be TND, not {layout!r}")
+    if cu_seqlens is None:
+        raise ValueError("cu_seqlens: None: required for input_layout TND (the global cumulative sequence lengths)")
+    if sparse_mode is None:
+        sparse_mode = 3 if causal else 1
+    if sparse_mode in (7, 8):
+        raise ValueError(f"sparse_mode = {sparse_mode}: modes 7/8 single out the globally last/first sequence; not "
+                         "available with scheme 'whole'")
+    cum = _cum_list(cu_seqlens)
+    owner = assign_sequences(cum, world)
+    local_cum = whole_cu_seqlens(cum, world, rank)
+    t_local = local_cum[-1] if local_cum else 0
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dim() != 3 or t.shape[0] != t_local:
+            raise ValueError(f"{name}: shape {list(t.shape)}: rank {rank} holds {t_local} tokens under whole-sequence "
+                             "spreading ([T_local, N, D]; see shard_whole)")
+    if prefix is not None:
+        values = [int(x) for x in (prefix.tolist() if isinstance(prefix, Tensor) else prefix)]
+        if len(values) != len(owner):
+            raise ValueError(f"prefix: {len(values)} values: must be one per sequence ({len(owner)})")
+        prefix = [p for p, r in zip(values, owner) if r == rank]
+    _check_sink(sink, query.shape[1])
+    if sink is not None and world > 1:
+        from ._cp_general import ReplicatedGrad
+
+        sink = ReplicatedGrad.apply(sink, g, world)  # dsink of every rank's sequences, on every rank
+    if not local_cum:
+        local_cum = [0]  # no sequence here: one empty one, so the op still runs (and autograd connects)
+        if prefix is not None:
+            prefix = [0]
+    return _plain_general(query, key, value, head_num, "TND", scale, sparse_mode, pre_tokens, next_tokens, None,
+                          prefix, sink, pse, pse_type, local_cum)

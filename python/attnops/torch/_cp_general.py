@@ -1,0 +1,577 @@
+"""Context parallelism for everything beyond "no mask or causal": sparse modes 0-8 (bands,
+prefixes, the TND split modes 7/8, explicit masks), learnable sinks, pse (alibi slopes from global
+positions, dense pse sliced per block), and the Ulysses-inside, ring-across hybrid.
+
+One mechanism serves all of them. Every row a rank holds has a global position (a sequence and
+a position in it); the rows of a shard form a few contiguous runs (one for "contiguous", two for
+"zigzag", two per packed sequence for TND). The attention a rank computes is a set of blocks,
+(a run of its queries) x (a run of keys that travels to it), and for each block the global mask
+rule (a band lo <= j - i <= hi on global positions, a prefix, an explicit mask) is turned into
+the kernel's terms for that block alone:
+- no key of the block is visible: the block is skipped (no kernel call, nothing merged);
+- every key is visible: a plain call (sparse mode 0, no mask);
+- a band cuts the block: the block is first trimmed to the rows and keys the band touches, then
+  called with sparse mode 4 (bottom-right band) and preTokens/nextTokens rewritten for the
+  block's own origin, so that the kernel skips what the band excludes;
+- a prefix or an explicit mask: an explicit per-call mask (sparse mode 0), [B|1, N|1, a, c].
+Alibi slopes (pseType 2/3) get qStartIdx/kvStartIdx = the block's global starts, so the bias is
+that of global positions; a dense pse is sliced like the mask.
+
+The partial results merge in fp32 by their statistics (attnops.torch.merge). A sink enters once,
+after the last block (a block of one key whose score is the sink and whose value is 0), never once
+per block; its gradient dsink = -sum_rows P_sink * rowsum(dO o O) is summed over the ranks in rank
+order and returned complete on every rank (the sink is replicated, so every replica gets the
+gradient of the whole sequence).
+
+Transfers: "ring" sends K/V around the ring (all W-1 hops, even where a rank skips every block:
+the others need the data) and dK/dV one hop behind; "allgather" gathers K/V once (in global
+order, so that each sequence is one run of keys), dK/dV return by an all-to-all summed in rank
+order. With an inner ``ulysses_group``, queries, keys and values first go from sequence shards to
+head shards inside that group, the ring or all-gather then runs across ``group`` over the inner
+group's joint rows, and the output comes back by the reverse all-to-all.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from . import _ops
+from .merge import merge_max_sum
+
+INT32_MAX = _ops.INT32_MAX
+UNBOUNDED = 1 << 60
+_BAND_MASK = torch.ones(2048, 2048, dtype=torch.bool).triu(1)  # compressed mask for mode 4 (not read)
+# Kernel calls of the block-wise path ("fwd", "bwd"), for tests: skipped blocks make none.
+kernel_calls = Counter()
+
+
+def _clamp_tokens(x: int) -> int:
+    return max(-UNBOUNDED, min(UNBOUNDED, int(x)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The global mask rule
+
+
+@dataclass
+class Geometry:
+    """What a query at global position i (in its sequence) sees of the keys j of its sequence:
+    lo <= j - i <= hi (the band; per sequence for TND modes 7/8), or j < prefix[b]; and not
+    where the explicit mask is True. Plus the position bias."""
+
+    lo: int = -UNBOUNDED
+    hi: int = UNBOUNDED
+    seq_bands: dict = field(default_factory=dict)  # sequence -> (lo, hi), overrides (TND)
+    prefix: Optional[List[int]] = None  # per batch (fixed layouts) or per sequence (TND)
+    mask: Optional[Tensor] = None  # global, True = masked: [S, S] or [B|1, N|1, S, S]
+    pse: Optional[Tensor] = None  # pse_type 2/3: slopes [N] / [B, N]; 0/1: [B|1, N, S|1, S]
+    pse_type: int = 1
+    tnd: bool = False
+
+    def band(self, seq: int):
+        return self.seq_bands.get(seq, (self.lo, self.hi))
+
+    def heads(self, h0: int, h1: int, n: int) -> "Geometry":
+        """The rule for query heads [h0, h1) of n (Ulysses): per-head tensors sliced."""
+        mask, pse = self.mask, self.pse
+        if mask is not None and mask.dim() == 4 and mask.shape[1] == n:
+            mask = mask[:, h0:h1]
+        if pse is not None:
+            pse = pse[..., h0:h1] if self.pse_type >= 2 else pse[:, h0:h1]
+        return Geometry(self.lo, self.hi, self.seq_bands, self.prefix, mask, pse, self.pse_type, self.tnd)
+
+
+def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Optional[Tensor], prefix,
+             pse: Optional[Tensor], pse_type: int, *, batch: int, heads: int, seq_len: int, lengths=None) -> Geometry:
+    """The global rule of a self-attention call (Sq = Skv, so top-left and bottom-right origins
+    coincide), validated; ``lengths``: the packed sequences' lengths (TND)."""
+    tnd = lengths is not None
+    if sparse_mode not in range(9):
+        raise ValueError(f"sparse_mode = {sparse_mode}: must be in [0, 8]")
+    if sparse_mode in (7, 8) and not tnd:
+        raise ValueError(f"sparse_mode = {sparse_mode}: modes 7 and 8 split packed sequences; they need input_layout "
+                         "TND")
+    if sparse_mode == 5 and tnd:
+        raise ValueError("sparse_mode = 5: not available with input_layout TND (use mode 6)")
+    pre, nxt = _clamp_tokens(pre_tokens), _clamp_tokens(next_tokens)
+    if sparse_mode in (0, 4, 7, 8) and pre + nxt < 0:
+        raise ValueError(f"pre_tokens + next_tokens = {pre_tokens} + {next_tokens}: must be >= 0 (the band "
+                         "-pre_tokens <= j - i <= next_tokens would be empty)")
+    g = Geometry(tnd=tnd)
+    if sparse_mode in (0, 4):
+        g.lo, g.hi = -pre, nxt
+    elif sparse_mode in (2, 3, 5, 6, 7, 8):
+        g.lo, g.hi = -UNBOUNDED, 0
+    if sparse_mode in (7, 8):
+        live = [i for i, n in enumerate(lengths) if n > 0]
+        if live:
+            g.seq_bands[live[-1] if sparse_mode == 7 else live[0]] = (-pre, nxt)
+    if sparse_mode in (5, 6):
+        count = len(lengths) if tnd else batch
+        if prefix is None:
+            raise ValueError(f"prefix: None: required with sparse_mode {sparse_mode}")
+        values = [int(x) for x in (prefix.tolist() if isinstance(prefix, Tensor) else prefix)]
+        if len(values) != count:
+            raise ValueError(f"prefix: {len(values)} values: must be one per {'sequence' if tnd else 'batch'} "
+                             f"({count})")
+        for b, p in enumerate(values):
+            n = lengths[b] if tnd else seq_len
+            if not 0 <= p <= n:
+                raise ValueError(f"prefix[{b}] = {p}: must be in [0, {n}]")
+        g.prefix = values
+    elif prefix is not None:
+        raise ValueError(f"prefix: given: only used with sparse_mode 5 or 6 (got {sparse_mode})")
+    if atten_mask is not None and sparse_mode in (0, 1, 5):
+        if tnd:
+            raise ValueError("atten_mask: an explicit mask (sparse_mode 0, 1) is not supported with input_layout TND "
+                             "under context parallelism; use sparse modes 2-4, 6-8")
+        if atten_mask.dtype not in (torch.bool, torch.uint8):
+            raise ValueError(f"atten_mask: dtype {atten_mask.dtype}: must be bool or uint8")
+        shape = tuple(atten_mask.shape)
+        ok = shape == (seq_len, seq_len) or (len(shape) == 4 and shape[2:] == (seq_len, seq_len) and (
+            (shape[0] == batch and shape[1] in (1, heads)) or shape[:2] == (1, 1)))
+        if not ok:
+            raise ValueError(f"atten_mask: shape {list(shape)}: with sparse_mode {sparse_mode} under context "
+                             f"parallelism it is the global mask, [S, S], [B, N|1, S, S] or [1, 1, S, S] with S = {seq_len}")
+        g.mask = atten_mask.bool()
+    if pse is not None:
+        if pse_type in (2, 3):
+            if pse.dtype != torch.float32 or tuple(pse.shape) not in ((heads,), (batch, heads)) or \
+                    (tnd and pse.dim() != 1):
+                raise ValueError(f"pse: shape {list(pse.shape)} dtype {pse.dtype}: with pse_type {pse_type} must be fp32 "
+                                 f"slopes [N] = [{heads}]" + ("" if tnd else f" or [B, N] = [{batch}, {heads}]"))
+        elif pse_type in (0, 1):
+            if tnd:
+                raise ValueError("pse: a dense pse with input_layout TND is not supported under context parallelism "
+                                 "(alibi slopes, pse_type 2/3, are)")
+            shape = tuple(pse.shape)
+            if not (len(shape) == 4 and shape[0] in (1, batch) and shape[1] == heads and shape[2] in (1, seq_len)
+                    and shape[3] == seq_len):
+                raise ValueError(f"pse: shape {list(shape)}: with pse_type {pse_type} under context parallelism it is "
+                                 f"the global bias [B|1, N, S|1, S] with S = {seq_len} (no compressed form)")
+        else:
+            raise ValueError(f"pse_type = {pse_type}: must be 0, 1, 2 or 3")
+        g.pse, g.pse_type = pse, pse_type
+    elif pse_type != 1:
+        raise ValueError(f"pse_type = {pse_type}: must be 1 when pse is None")
+    return g
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs and blocks
+
+
+def runs(pos: Tensor, starts: Optional[List[int]]):
+    """Contiguous runs of global positions ``pos`` (packed index, rows in local order):
+    [sequence, start in the sequence, length, first local row]. ``starts``: the packed
+    sequences' start offsets (TND), None for one sequence per batch row."""
+    out = []
+    for r, x in enumerate(pos.tolist()):
+        s = bisect.bisect_right(starts, x) - 1 if starts else 0
+        off = x - starts[s] if starts else x
+        if out and out[-1][0] == s and out[-1][1] + out[-1][2] == off and out[-1][3] + out[-1][2] == r:
+            out[-1][2] += 1
+        else:
+            out.append([s, off, 1, r])
+    return out
+
+
+@dataclass
+class Block:
+    qr: int  # first local query row
+    a: int  # query rows
+    kr: int  # first row in the key buffer
+    c: int  # keys
+    q0: int  # global (in-sequence) positions of the first query and key
+    k0: int
+    mode: int = 0
+    pre: int = INT32_MAX
+    nxt: int = INT32_MAX
+    mask: Optional[Tensor] = None  # explicit, True = masked
+
+
+def plan(geom: Geometry, qruns, kruns) -> List[Block]:
+    """The kernel calls of (query runs) x (key runs), in a fixed order; skipped blocks left out."""
+    blocks = []
+    for s, q0, a, qr in qruns:
+        for s2, k0, c, kr in kruns:
+            if s2 != s or a == 0 or c == 0:
+                continue
+            blk = _plan_one(geom, s, q0, a, qr, k0, c, kr)
+            if blk is not None:
+                blocks.append(blk)
+    return blocks
+
+
+def _plan_one(geom: Geometry, s, q0, a, qr, k0, c, kr) -> Optional[Block]:
+    lo, hi = geom.band(s)
+    if geom.prefix is not None or geom.mask is not None:
+        i = torch.arange(q0, q0 + a)[:, None]
+        j = torch.arange(k0, k0 + c)[None, :]
+        keep = ((j - i) >= lo) & ((j - i) <= hi)
+        if geom.prefix is not None:
+            pref = geom.prefix[s:s + 1] if geom.tnd else geom.prefix
+            keep = keep | (j < torch.tensor(pref).view(-1, 1, 1, 1))
+        if geom.mask is not None:
+            m = geom.mask[..., q0:q0 + a, k0:k0 + c]
+            keep = keep & ~m
+        if not keep.any():
+            return None
+        if keep.all():
+            return Block(qr, a, kr, c, q0, k0)
+        return Block(qr, a, kr, c, q0, k0, mask=(~keep).contiguous())
+    # The band: keys [q0 + lo, q0 + a - 1 + hi] touch some row, rows [k0 - hi, k0 + c - 1 - lo] some key.
+    k_lo, k_hi = max(k0, q0 + lo), min(k0 + c - 1, q0 + a - 1 + hi)
+    i_lo, i_hi = max(q0, k0 - hi), min(q0 + a - 1, k0 + c - 1 - lo)
+    if k_hi < k_lo or i_hi < i_lo:
+        return None
+    qr, kr = qr + i_lo - q0, kr + k_lo - k0
+    q0, a, k0, c = i_lo, i_hi - i_lo + 1, k_lo, k_hi - k_lo + 1
+    shift = k0 - q0  # j - i = (local j) - (local i) + shift
+    lo_l, hi_l = lo - shift, hi - shift
+    if lo_l <= -(a - 1) and hi_l >= c - 1:
+        return Block(qr, a, kr, c, q0, k0)
+    d = c - a  # the kernel's band is bottom-right: -pre <= j - i - d <= next
+    lo_l, hi_l = max(lo_l, -a), min(hi_l, c)
+    return Block(qr, a, kr, c, q0, k0, 4, d - lo_l, hi_l - d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel calls (BSND: [B, rows, N, D])
+
+
+def _pse_args(geom: Geometry, blk: Block):
+    if geom.pse is None:
+        return None, None, None
+    if geom.pse_type >= 2:
+        return geom.pse, [blk.q0], [blk.k0]
+    p = geom.pse
+    rows = p[:, :, :, blk.k0:blk.k0 + blk.c] if p.shape[2] == 1 else p[:, :, blk.q0:blk.q0 + blk.a, blk.k0:blk.k0 + blk.c]
+    return rows.contiguous(), None, None
+
+
+def _mask_arg(blk: Block, batch: int):
+    if blk.mode == 4:
+        return _BAND_MASK
+    m = blk.mask
+    if m is not None and m.dim() == 4 and m.shape[0] == 1 and m.shape[1] != 1:
+        m = m.expand(batch, -1, -1, -1).contiguous()  # the kernel takes [B,N,..], [B,1,..], [1,1,..]
+    return m
+
+
+def _fwd(q, k, v, blk: Block, geom: Geometry, scale: float):
+    pse, qs, ks = _pse_args(geom, blk)
+    kernel_calls["fwd"] += 1
+    out, mx, sm = _ops.flash_attention_score(q, k, v, pse, None, _mask_arg(blk, q.shape[0]), None, None, None, None, qs, ks,
+                                             scale, 1.0, blk.pre, blk.nxt, q.shape[2], "BSND", 0, blk.mode,
+                                             geom.pse_type, 0, 0)
+    return out, mx[..., :1].transpose(1, 2), sm[..., :1].transpose(1, 2)
+
+
+def _bwd(q, k, v, dout, mx, sm, out, blk: Block, geom: Geometry, scale: float):
+    pse, qs, ks = _pse_args(geom, blk)
+    kernel_calls["bwd"] += 1
+    stats = [x.transpose(1, 2).contiguous() for x in (mx, sm)]
+    dq, dk, dv, _ = _ops.flash_attention_score_grad(q, k, v, dout, pse, None, _mask_arg(blk, q.shape[0]), stats[0], stats[1],
+                                                    out.contiguous(), None, None, None, None, qs, ks, scale, 1.0,
+                                                    blk.pre, blk.nxt, q.shape[2], "BSND", 0, blk.mode, geom.pse_type,
+                                                    0, 0)
+    return dq, dk, dv
+
+
+def _rows(t: Tensor, r: int, n: int) -> Tensor:
+    return t[:, r:r + n]
+
+
+# ---------------------------------------------------------------------------------------------
+# Communication helpers (with the statistics of attnops.torch.cp)
+
+
+def _stats():
+    from .cp import comm_stats
+    return comm_stats
+
+
+def _pack(*ts: Tensor, dtype=None) -> Tensor:
+    return torch.cat([t.reshape(-1) for t in ts]).to(dtype or ts[0].dtype)
+
+
+def _unpack(flat: Tensor, *shapes):
+    out, at = [], 0
+    for shape in shapes:
+        n = math.prod(shape)
+        out.append(flat[at:at + n].view(shape))
+        at += n
+    return out
+
+
+def _gather_sum(x: Tensor, g, world: int) -> Tensor:
+    """The sum over the ranks of x, added in rank order (every rank gets the same bits)."""
+    if world == 1:
+        return x
+    parts = x.new_empty((world,) + tuple(x.shape))
+    _stats().record("allgather_dsink", x)
+    dist.all_gather_into_tensor(parts.view(-1), x.contiguous().view(-1), group=g)
+    total = parts[0].clone()
+    for j in range(1, world):
+        total += parts[j]
+    return total
+
+
+def _sink_merge(out, mx, sm, sink):
+    """Adds the sink as one more key (score sink[n], value 0) to merged fp32 results."""
+    sk = sink.float().view(1, 1, -1, 1)
+    m = torch.maximum(mx, sk)
+    a = torch.where(sm > 0, sm * torch.exp(mx - m), torch.zeros_like(sm))
+    s = a + torch.exp(sk - m)
+    return out * (a / s), m, s
+
+
+def _dsink_local(dout, out, mx, sm, sink) -> Tensor:
+    """-sum over this rank's rows of P_sink * rowsum(dO o O), per head (float64, summed row
+    after row by cumsum, whose order does not depend on the thread count)."""
+    p = torch.exp(sink.double().view(1, 1, -1) - mx[..., 0].double()) / sm[..., 0].double()
+    d = (dout.double() * out.double()).cumsum(-1)[..., -1]
+    terms = (p * d).reshape(-1, p.shape[-1])
+    if terms.shape[0] == 0:
+        return torch.zeros(p.shape[-1], dtype=torch.float32)
+    return -terms.cumsum(0)[-1].float()
+
+
+class _Ring:
+    def __init__(self, g, world: int, rank: int):
+        self.g = g
+        self.next = dist.get_global_rank(g, (rank + 1) % world)
+        self.prev = dist.get_global_rank(g, (rank - 1) % world)
+
+    def start(self, send: Tensor, recv: Tensor, kind: str):
+        _stats().record(kind, send)
+        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.g),
+                                       dist.P2POp(dist.irecv, recv, self.prev, self.g)])
+
+    @staticmethod
+    def wait(reqs) -> None:
+        t0 = time.perf_counter()
+        for req in reqs:
+            req.wait()
+        _stats().wait_s += time.perf_counter() - t0
+
+
+def _gather_kv(k, v, g, world, order):
+    """K and V of every rank, fp32, rows in the order ``order`` (indices into the rank-major
+    concatenation)."""
+    local = _pack(k, v, dtype=torch.float32)
+    if world > 1:
+        gathered = local.new_empty(world * local.numel())
+        _stats().record("allgather_kv", local)
+        t0 = time.perf_counter()
+        dist.all_gather_into_tensor(gathered, local, group=g)
+        _stats().wait_s += time.perf_counter() - t0
+        gathered = gathered.view(world, -1)
+    else:
+        gathered = local.view(1, -1)
+    ks, vs = zip(*(_unpack(gathered[j], k.shape, v.shape) for j in range(world)))
+    return torch.cat(ks, 1).index_select(1, order), torch.cat(vs, 1).index_select(1, order)
+
+
+# ---------------------------------------------------------------------------------------------
+# The block-wise attention over one group (ring or all-gather)
+
+
+@dataclass
+class Layout:
+    """Where the rows live: ``positions[j]`` the global packed positions of rank j's rows (in the
+    group the K/V travel over), ``starts`` the sequences' start offsets (TND) or None."""
+    positions: List[Tensor]
+    starts: Optional[List[int]]
+
+
+class _BlockAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, sink, geom, scale, comm, g, world, rank, lay):
+        qc = q.float()
+        b, s, n, _ = q.shape
+        out = q.new_zeros((b, s, n, v.shape[3]), dtype=torch.float32)
+        mx = q.new_full((b, s, n, 1), -math.inf, dtype=torch.float32)
+        sm = q.new_zeros((b, s, n, 1), dtype=torch.float32)
+        qruns = runs(lay.positions[rank], lay.starts)
+
+        def step(kk, vv, blocks):
+            for blk in blocks:
+                o, m, l = _fwd(_rows(qc, blk.qr, blk.a), _rows(kk, blk.kr, blk.c), _rows(vv, blk.kr, blk.c), blk, geom,
+                               scale)
+                rows = slice(blk.qr, blk.qr + blk.a)
+                out[:, rows], mx[:, rows], sm[:, rows] = merge_max_sum(out[:, rows], mx[:, rows], sm[:, rows], o, m, l)
+
+        if comm == "ring" and world > 1:
+            ring = _Ring(g, world, rank)
+            cur = _pack(k, v)  # the input dtype travels; blocks are cast to fp32 for the kernel
+            nxt = torch.empty_like(cur)
+            for st in range(world):
+                reqs = ring.start(cur, nxt, "kv") if st + 1 < world else []
+                src = (rank - st) % world
+                blocks = plan(geom, qruns, runs(lay.positions[src], lay.starts))
+                if blocks:
+                    kk, vv = _unpack(cur, k.shape, v.shape)
+                    step(kk.float(), vv.float(), blocks)
+                _Ring.wait(reqs)
+                cur, nxt = nxt, cur
+        else:
+            allpos = torch.cat(lay.positions)
+            order = torch.argsort(allpos)
+            kk, vv = _gather_kv(k, v, g, world, order)
+            step(kk, vv, plan(geom, qruns, runs(allpos[order], lay.starts)))
+        if sink is not None:
+            out, mx, sm = _sink_merge(out, mx, sm, sink)
+        ctx.save_for_backward(q, k, v, out, mx, sm, sink)
+        ctx.cfg = (geom, scale, comm, g, world, rank, lay)
+        ctx.mark_non_differentiable(mx, sm)
+        return out.to(q.dtype), mx, sm
+
+    @staticmethod
+    def backward(ctx, dout, _dmx, _dsm):
+        q, k, v, out, mx, sm, sink = ctx.saved_tensors
+        geom, scale, comm, g, world, rank, lay = ctx.cfg
+        qc, doc = q.float(), dout.float()
+        dq = torch.zeros_like(qc)
+        qruns = runs(lay.positions[rank], lay.starts)
+
+        def step(kk, vv, dk, dv, blocks):
+            for blk in blocks:
+                rows = slice(blk.qr, blk.qr + blk.a)
+                dq_b, dk_b, dv_b = _bwd(_rows(qc, blk.qr, blk.a), _rows(kk, blk.kr, blk.c), _rows(vv, blk.kr, blk.c),
+                                        doc[:, rows], mx[:, rows], sm[:, rows], out[:, rows], blk, geom, scale)
+                dq[:, rows] += dq_b
+                dk[:, blk.kr:blk.kr + blk.c] += dk_b
+                dv[:, blk.kr:blk.kr + blk.c] += dv_b
+
+        if comm == "ring" and world > 1:
+            ring = _Ring(g, world, rank)
+            cur = _pack(k, v)
+            nxt = torch.empty_like(cur)
+            local = torch.empty(cur.shape, dtype=torch.float32)
+            acc = [torch.zeros_like(local), torch.zeros_like(local)]
+            dkv_reqs = []
+            for st in range(world):
+                kv_reqs = ring.start(cur, nxt, "kv") if st + 1 < world else []
+                local.zero_()
+                src = (rank - st) % world
+                blocks = plan(geom, qruns, runs(lay.positions[src], lay.starts))
+                if blocks:
+                    kk, vv = _unpack(cur, k.shape, v.shape)
+                    lk, lv = _unpack(local, k.shape, v.shape)
+                    step(kk.float(), vv.float(), lk, lv, blocks)
+                _Ring.wait(dkv_reqs)
+                send = acc[1] if st > 0 else acc[0]
+                if st > 0:
+                    send += local
+                else:
+                    send.copy_(local)
+                recv = acc[0] if send is acc[1] else acc[1]
+                dkv_reqs = ring.start(send, recv, "dkv")
+                _Ring.wait(kv_reqs)
+                cur, nxt = nxt, cur
+                acc = [send, recv]
+            _Ring.wait(dkv_reqs)
+            dk, dv = _unpack(acc[1], k.shape, v.shape)
+        else:
+            allpos = torch.cat(lay.positions)
+            order = torch.argsort(allpos)
+            kk, vv = _gather_kv(k, v, g, world, order)
+            dks, dvs = torch.zeros_like(kk), torch.zeros_like(vv)
+            step(kk, vv, dks, dvs, plan(geom, qruns, runs(allpos[order], lay.starts)))
+            # Back to rank-major rows, then every rank's share summed in rank order.
+            dkr = torch.zeros_like(dks).index_copy_(1, order, dks)
+            dvr = torch.zeros_like(dvs).index_copy_(1, order, dvs)
+            s = k.shape[1]
+            if world > 1:
+                send = torch.stack([_pack(dkr[:, j * s:(j + 1) * s], dvr[:, j * s:(j + 1) * s]) for j in range(world)])
+                recv = torch.empty_like(send)
+                _stats().record("reduce_scatter_dkv", send)
+                t0 = time.perf_counter()
+                dist.all_to_all_single(recv, send, group=g)
+                _stats().wait_s += time.perf_counter() - t0
+                total = recv[0].clone()
+                for j in range(1, world):
+                    total += recv[j]
+                dk, dv = _unpack(total, k.shape, v.shape)
+            else:
+                dk, dv = dkr, dvr
+        dsink = None
+        if sink is not None:
+            dsink = _gather_sum(_dsink_local(doc, out, mx, sm, sink), g, world).to(sink.dtype)
+        return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dsink) + (None,) * 7
+
+
+# ---------------------------------------------------------------------------------------------
+# Ulysses (inner group) around it
+
+
+class ReplicatedGrad(torch.autograd.Function):
+    """Identity on a parameter every rank holds (a sink); the backward sums every rank's
+    gradient in rank order, so each rank gets the gradient of the whole sequence."""
+
+    @staticmethod
+    def forward(ctx, x, g, world):
+        ctx.cfg = (g, world)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _gather_sum(dy.contiguous(), *ctx.cfg), None, None
+
+
+class _HeadSlice(torch.autograd.Function):
+    """x[h0:h1] of a replicated per-head parameter; the backward gathers every rank's slice of
+    the gradient (in head order), so each rank gets the gradient of all heads."""
+
+    @staticmethod
+    def forward(ctx, x, h0, h1, g, world):
+        ctx.cfg = (x.shape[0], g, world)
+        return x[h0:h1].clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        n, g, world = ctx.cfg
+        full = dy.new_empty((world,) + tuple(dy.shape))
+        _stats().record("allgather_dsink", dy)
+        dist.all_gather_into_tensor(full.view(-1), dy.contiguous().view(-1), group=g)
+        return full.reshape(n), None, None, None, None
+
+
+def attention(q, k, v, sink, geom: Geometry, scale: float, comm: str, g, world: int, rank: int, positions_of,
+              starts, inner=None):
+    """q/k/v BSND ([1, T, N, D] for packed sequences). ``positions_of(flat_rank)``: the global
+    packed positions held by a rank of the flat order (ring rank * inner size + inner rank).
+    inner = (group, size, rank) or None. Returns (out BSND, max, sum [B, S, N, 1] fp32)."""
+    from .cp import _heads_to_seq, _HeadsToSeq, _SeqToHeads
+
+    if inner is None or inner[1] == 1:
+        lay = Layout([positions_of(j) for j in range(world)], starts)
+        return _BlockAttention.apply(q, k, v, sink, geom, scale, comm, g, world, rank, lay)
+    ig, iw, ir = inner
+    n, nk = q.shape[2], k.shape[2]
+    if n % iw:
+        raise ValueError(f"query heads {n}: must be divisible by the Ulysses group size {iw}")
+    dtype = q.dtype
+    if nk % iw:
+        # Repeat K/V heads up to the query heads (their gradients sum in fp32, rounded once).
+        k, v = (t.float().repeat_interleave(n // nk, dim=2) for t in (k, v))
+        q = q.float()
+    h0, h1 = ir * (n // iw), (ir + 1) * (n // iw)
+    qh, kh, vh = (_SeqToHeads.apply(t, ig, iw) for t in (q, k, v))
+    sink_h = _HeadSlice.apply(sink, h0, h1, ig, iw) if sink is not None else None
+    # Rows after the all-to-all: the inner group's shards, rank-major.
+    lay = Layout([torch.cat([positions_of(j * iw + i) for i in range(iw)]) for j in range(world)], starts)
+    out, mx, sm = _BlockAttention.apply(qh, kh, vh, sink_h, geom.heads(h0, h1, n), scale, comm, g, world, rank, lay)
+    stats = _heads_to_seq(torch.cat([mx, sm], 3), ig, iw)
+    return _HeadsToSeq.apply(out, ig, iw).to(dtype), stats[..., :1], stats[..., 1:]
