@@ -142,8 +142,9 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int6
         V::store(m + r0, mNew);
         alignas(64) float alphas[V::kLanes];
         V::store(alphas, alpha);
+        // Rows whose maximum did not move keep their accumulator (times 1: the same bits).
         for (int64_t r = r0; r < std::min(rows, r0 + V::kLanes); ++r)
-            simd::scaleRow<V>(p.dv, alphas[r - r0], acc + r * p.dv);
+            if (alphas[r - r0] != 1.0f) simd::scaleRowUnmasked<V>(p.dv, alphas[r - r0], acc + r * p.dv);
     }
 }
 
@@ -193,7 +194,7 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
                 if (const float* stored = simd::storedFloatRows(p.k, u.b, u.n2, kvRow0, d))
                     kRows = stored;
                 else
-                    simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
+                    simd::loadRowsFast<V>(p.k, u.b, u.n2, kvRow0, nk, d, sc.k);
                 simd::loadRowsStrips<V>(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vs);
                 simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
             }
@@ -212,7 +213,7 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
                 }
                 continue;
             }
-            simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+            simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);  // the row steps read fp32 rows
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t i = u.q0 + r;
                 for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/generic/convert.hpp"
 #include "ops/flash_attention_score/params.hpp"
@@ -232,33 +233,48 @@ ATTNOPS_SIMD_INLINE void loadRowsTransposed(const fa::View4& view, int64_t b, in
     }
 }
 
-// Columns [col0, col0 + n) of one row of a view as fp32 (unit-stride fp32, bf16 and fp16 a
-// vector at a time, the rest and the tails through cpu::loadRow: the same values either way).
-template <class V>
-ATTNOPS_SIMD_INLINE void loadRowSegment(const fa::View4& view, int64_t b, int64_t n, int64_t row, int64_t col0,
-                                        int64_t cols, float* __restrict dst) {
-    if (cols <= 0) return;
-    const int64_t at = view.offset(b, n, row, col0);
-    int64_t c = 0;
-    if (view.stride[3] == 1) {
-        if (view.dtype == DType::F32) {
-            const float* src = static_cast<const float*>(view.data) + at;
-            for (; c + V::kLanes <= cols; c += V::kLanes) V::store(dst + c, V::load(src + c));
-        } else if (view.dtype == DType::BF16) {
-            const uint16_t* src = static_cast<const uint16_t*>(view.data) + at;
-            for (; c + V::kLanes <= cols; c += V::kLanes) V::store(dst + c, V::loadBf16(src + c));
-        } else if (view.dtype == DType::F16) {
-            const uint16_t* src = static_cast<const uint16_t*>(view.data) + at;
-            for (; c + V::kLanes <= cols; c += V::kLanes) V::store(dst + c, V::loadHalf(src + c));
-        }
-    }
-    if (c < cols) cpu::loadRow(view.data, at + c * view.stride[3], view.stride[3], view.dtype, cols - c, dst + c);
-}
-
 // Width of the column strips of the packed B operands: one register tile's columns.
 template <class V>
 constexpr int64_t stripWidth() {
     return V::kTileVectors * V::kLanes;
+}
+
+// kLanes unit-stride elements of dtype Src at src as fp32 (Src: float, or uint16_t with Half
+// telling fp16 from bf16).
+template <class V, class Src, bool Half>
+ATTNOPS_SIMD_INLINE typename V::Vec loadWide(const Src* src) {
+    if constexpr (std::is_same_v<Src, float>)
+        return V::load(src);
+    else if constexpr (Half)
+        return V::loadHalf(src);
+    else
+        return V::loadBf16(src);
+}
+
+// Unit-stride rows of Src as fp32 in column strips (see loadRowsStrips); the tail of each row
+// (cols not a multiple of kLanes) converted element by element, the same values.
+template <class V, class Src, bool Half>
+ATTNOPS_SIMD_INLINE void packUnitStrips(const Src* src, int64_t rowStride, int64_t rows, int64_t cols,
+                                        float* __restrict dst) {
+    constexpr int64_t W = stripWidth<V>(), L = V::kLanes;
+    const int64_t full = cols / L * L;
+    for (int64_t r = 0; r < rows; ++r) {
+        const Src* in = src + r * rowStride;
+        float* out = dst + r * W;
+        int64_t c = 0;
+        for (; c < full; c += L) V::store(out + (c / W) * rows * W + c % W, loadWide<V, Src, Half>(in + c));
+        for (; c < cols; ++c) {
+            float x;
+            if constexpr (std::is_same_v<Src, float>)
+                x = in[c];
+            else if constexpr (Half)
+                x = f16ToFloat(in[c]);
+            else
+                x = bf16ToFloat(in[c]);
+            out[(c / W) * rows * W + c % W] = x;
+        }
+        for (; c % W != 0; ++c) out[(c / W) * rows * W + c % W] = 0.0f;
+    }
 }
 
 // Rows [row0, row0 + rows) of head n as fp32 in column strips of W = stripWidth<V>() columns,
@@ -270,13 +286,44 @@ template <class V>
 ATTNOPS_SIMD_INLINE void loadRowsStrips(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
                                         int64_t cols, float* __restrict dst) {
     constexpr int64_t W = stripWidth<V>();
+    if (rows <= 0 || cols <= 0) return;
+    const int64_t at = view.offset(b, n, row0, 0), rs = view.stride[2];
+    if (view.stride[3] == 1) {
+        if (view.dtype == DType::F32)
+            return packUnitStrips<V, float, false>(static_cast<const float*>(view.data) + at, rs, rows, cols, dst);
+        const uint16_t* src = static_cast<const uint16_t*>(view.data) + at;
+        if (view.dtype == DType::BF16) return packUnitStrips<V, uint16_t, false>(src, rs, rows, cols, dst);
+        if (view.dtype == DType::F16) return packUnitStrips<V, uint16_t, true>(src, rs, rows, cols, dst);
+    }
+    for (int64_t r = 0; r < rows; ++r)  // strided columns: element by element
+        for (int64_t c = 0; c < (cols + W - 1) / W * W; ++c)
+            dst[(c / W) * rows * W + r * W + c % W] = c < cols ? view.load(b, n, row0 + r, c) : 0.0f;
+}
+
+// The same rows row-major with leading dimension cols (unit-stride rows converted a vector at a
+// time), for the A operand of S = K . Q^T.
+template <class V>
+ATTNOPS_SIMD_INLINE void loadRowsFast(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                      int64_t cols, float* __restrict dst) {
+    constexpr int64_t L = V::kLanes;
+    if (rows <= 0 || cols <= 0) return;
+    if (view.stride[3] != 1 || view.dtype == DType::F32 || cols % L != 0)
+        return loadRows<V>(view, b, n, row0, rows, cols, cols, dst);
+    const uint16_t* src = static_cast<const uint16_t*>(view.data) + view.offset(b, n, row0, 0);
+    const int64_t rs = view.stride[2];
     for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c0 = 0; c0 < cols; c0 += W) {
-            const int64_t w = std::min(W, cols - c0);
-            float* out = dst + (c0 / W) * rows * W + r * W;
-            loadRowSegment<V>(view, b, n, row0 + r, c0, w, out);
-            for (int64_t x = w; x < W; ++x) out[x] = 0.0f;
-        }
+        for (int64_t c = 0; c < cols; c += L)
+            V::store(dst + r * cols + c, view.dtype == DType::BF16 ? loadWide<V, uint16_t, false>(src + r * rs + c)
+                                                                   : loadWide<V, uint16_t, true>(src + r * rs + c));
+}
+
+// y[c] *= a for c < n: whole vectors unmasked (a masked store is microcoded on AMD cores).
+template <class V>
+ATTNOPS_SIMD_INLINE void scaleRowUnmasked(int64_t n, float a, float* y) {
+    const auto av = V::set1(a);
+    int64_t c = 0;
+    for (; c + V::kLanes <= n; c += V::kLanes) V::store(y + c, V::mul(av, V::load(y + c)));
+    for (; c < n; ++c) y[c] *= a;
 }
 
 // C[m x n] (+)= A(m x k) * B with B packed by loadRowsStrips (k rows, n columns); A and C as in gemm.
