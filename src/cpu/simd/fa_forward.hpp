@@ -196,7 +196,7 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
                 else
                     simd::loadRowsFast<V>(p.k, u.b, u.n2, kvRow0, nk, d, sc.k);
                 simd::loadRowsStrips<V>(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vs);
-                simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
+                simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
             }
             // Partly masked blocks go through the GEMM too when the band is vectorisable and the
             // values are finite (a masked key's 0 * v must be 0, as if it were skipped).

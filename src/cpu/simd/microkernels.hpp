@@ -151,6 +151,34 @@ ATTNOPS_SIMD_FN static void gemm(int64_t m, int64_t n, int64_t k, const typename
     }
 }
 
+// The register tile of the score GEMM S = K . Q^T (rows: keys, columns: query rows); by
+// default the trait's GEMM tile. A trait header may specialise it: on AVX2 a 4 x 3-vector tile
+// (12 accumulators, 3 loads and 4 broadcasts per 12 FMAs) issues fewer loads per FMA than the
+// 6 x 2 one (8 per 12), and 24 columns divide the 120 query rows of a work unit.
+template <class V>
+struct ScoreTile {
+    static constexpr int kRows = V::kTileRows;
+    static constexpr int kVectors = V::kTileVectors;
+};
+
+// C[m x n] = A(m x k) * B[k x n] as gemm() (same values: every element a chain over k
+// ascending), with the register tile ScoreTile<V> where it fits and gemm()'s tiles for the rest.
+template <class V, bool TransA>
+ATTNOPS_SIMD_FN static void gemmScores(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                                       int64_t ldb, float* c, int64_t ldc) {
+    constexpr int MR = ScoreTile<V>::kRows, NV = ScoreTile<V>::kVectors;
+    constexpr int64_t W = NV * V::kLanes;
+    const int64_t nFull = n / W * W, mFull = m / MR * MR;
+    for (int64_t n0 = 0; n0 < nFull; n0 += W)
+        for (int64_t m0 = 0; m0 < mFull; m0 += MR)
+            gemmTile<V, F32Dot<V>, MR, NV, TransA, false>(k, TransA ? a + m0 : a + m0 * lda, lda, b + n0, ldb,
+                                                          c + m0 * ldc + n0, ldc, V::all(), false);
+    if (mFull < m && nFull > 0)
+        gemm<V, TransA>(m - mFull, nFull, k, TransA ? a + mFull : a + mFull * lda, lda, b, ldb, c + mFull * ldc, ldc,
+                        false);
+    if (nFull < n) gemm<V, TransA>(m, n - nFull, k, a, lda, b + nFull, ldb, c + nFull, ldc, false);
+}
+
 // exp(x) lane-wise, the algorithm of cpu::fastExp (Cody-Waite reduction, degree-7 polynomial):
 // below -87.3 gives 0 (so -inf gives 0), NaN gives NaN. V::ldexp(poly, n) = poly * 2^n.
 template <class V>
