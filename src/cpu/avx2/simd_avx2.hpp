@@ -133,3 +133,12 @@ struct Avx2 {
 }  // namespace attnops::cpu
 
 #include "cpu/simd/microkernels.hpp"
+
+namespace attnops::cpu::simd {
+// The score GEMM's tile on AVX2 (see ScoreTile): 4 keys x 24 query rows.
+template <>
+struct ScoreTile<Avx2> {
+    static constexpr int kRows = 4;
+    static constexpr int kVectors = 3;
+};
+}  // namespace attnops::cpu::simd

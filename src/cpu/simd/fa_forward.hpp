@@ -48,12 +48,20 @@ struct Scratch {
     uint32_t* kp;  // [keyRows][dPairs]    the key block, column pairs
     uint32_t* vp;  // [keyPairs][dv]       the value block, row pairs
     uint32_t* pp;  // [keyPairs][queryRows] probabilities, row pairs of st
+    float* vs;     // [keyRows][dv] the value block in column strips (simd::loadRowsStrips)
 
     static int64_t floats(const ForwardParams& p, TileShape t) {
         const int64_t qr = t.queryRows, kr = t.keyRows, dPairs = (p.d + 1) / 2;
         return alignUp(p.d * qr) + alignUp(kr * p.d) + alignUp(kr * p.dv) + alignUp(kr * qr) + alignUp(qr * p.dv) +
                2 * alignUp(qr) + alignUp(std::max(kr, p.d)) + 2 * alignUp(kr) + alignUp(dPairs * qr) +
-               alignUp(kr * dPairs) + alignUp(kr / 2 * p.dv) + alignUp(kr / 2 * qr);
+               alignUp(kr * dPairs) + alignUp(kr / 2 * p.dv) + alignUp(kr / 2 * qr) + alignUp(kr * stripCols(p.dv));
+    }
+
+    // dv rounded up to whole column strips of any ISA (64 columns: a multiple of every
+    // simd::stripWidth, so one layout of the scratch serves every instantiation).
+    static int64_t stripCols(int64_t dv) {
+        constexpr int64_t kWidest = 64;
+        return (dv + kWidest - 1) / kWidest * kWidest;
     }
 
     Scratch(const ForwardParams& p, TileShape t, void* base) {
@@ -79,6 +87,7 @@ struct Scratch {
         kp = reinterpret_cast<uint32_t*>(take(kr * dPairs));
         vp = reinterpret_cast<uint32_t*>(take(kr / 2 * p.dv));
         pp = reinterpret_cast<uint32_t*>(take(kr / 2 * qr));
+        vs = take(kr * stripCols(p.dv));
     }
 };
 
@@ -133,16 +142,18 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int6
         V::store(m + r0, mNew);
         alignas(64) float alphas[V::kLanes];
         V::store(alphas, alpha);
+        // Rows whose maximum did not move keep their accumulator (times 1: the same bits).
         for (int64_t r = r0; r < std::min(rows, r0 + V::kLanes); ++r)
-            simd::scaleRow<V>(p.dv, alphas[r - r0], acc + r * p.dv);
+            if (alphas[r - r0] != 1.0f) simd::scaleRowUnmasked<V>(p.dv, alphas[r - r0], acc + r * p.dv);
     }
 }
 
-// Whether the value block (fp32 rows v, or bf16 row pairs vp) is finite.
+// Whether the value block (fp32 column strips vs, zero-padded, or bf16 row pairs vp) is finite.
 template <class V, class Pairs>
-ATTNOPS_SIMD_INLINE bool valuesFinite(const float* v, const uint32_t* vp, int64_t nk, int64_t dv) {
+ATTNOPS_SIMD_INLINE bool valuesFinite(const float* vs, const uint32_t* vp, int64_t nk, int64_t dv) {
+    constexpr int64_t W = simd::stripWidth<V>();
     if constexpr (std::is_void_v<Pairs>)
-        return simd::allFinite<V>(v, nk, dv, dv);
+        return simd::allFinite<V>(vs, nk * ((dv + W - 1) / W), W, W);
     else
         return Pairs::finite(vp, nk, dv);
 }
@@ -174,8 +185,8 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
             const int64_t nk = std::min(t.keyRows, keys.hi - k0);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            // fp32 key and value rows: used where they are stored when no conversion is needed.
-            const float *kRows = sc.k, *vRows = sc.v;
+            // fp32 key rows: used where they are stored when no conversion is needed.
+            const float* kRows = sc.k;
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
                 simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, sc.qp, qr, sc.st, qr, false);
@@ -183,30 +194,26 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
                 if (const float* stored = simd::storedFloatRows(p.k, u.b, u.n2, kvRow0, d))
                     kRows = stored;
                 else
-                    simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
-                if (const float* stored = simd::storedFloatRows(p.v, u.b, u.n2, kvRow0, dv))
-                    vRows = stored;
-                else
-                    simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
-                simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);  // St = K . Q^T
+                    simd::loadRowsFast<V>(p.k, u.b, u.n2, kvRow0, nk, d, sc.k);
+                simd::loadRowsStrips<V>(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vs);
+                simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
             }
             // Partly masked blocks go through the GEMM too when the band is vectorisable and the
             // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
             if constexpr (kPairs) Pairs::packRowPairs(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vp);
-            if (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(vRows, sc.vp, nk, dv)))) {
+            if (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv)))) {
                 softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
                 if constexpr (kPairs) {  // acc += P . V
                     Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
                     simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, sc.acc, dv,
                                                              true);
                 } else {
-                    simd::gemm<V, true>(rows, dv, nk, sc.st, qr, vRows, dv, sc.acc, dv, true);
+                    simd::gemmStrips<V, true>(rows, dv, nk, sc.st, qr, sc.vs, sc.acc, dv, true);
                 }
                 continue;
             }
-            if (kPairs || vRows != sc.v)  // the row steps read fp32 values from sc.v
-                simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+            simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);  // the row steps read fp32 rows
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t i = u.q0 + r;
                 for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/generic/convert.hpp"
 #include "ops/flash_attention_score/params.hpp"
@@ -150,6 +151,34 @@ ATTNOPS_SIMD_FN static void gemm(int64_t m, int64_t n, int64_t k, const typename
     }
 }
 
+// The register tile of the score GEMM S = K . Q^T (rows: keys, columns: query rows); by
+// default the trait's GEMM tile. A trait header may specialise it: on AVX2 a 4 x 3-vector tile
+// (12 accumulators, 3 loads and 4 broadcasts per 12 FMAs) issues fewer loads per FMA than the
+// 6 x 2 one (8 per 12), and 24 columns divide the 120 query rows of a work unit.
+template <class V>
+struct ScoreTile {
+    static constexpr int kRows = V::kTileRows;
+    static constexpr int kVectors = V::kTileVectors;
+};
+
+// C[m x n] = A(m x k) * B[k x n] as gemm() (same values: every element a chain over k
+// ascending), with the register tile ScoreTile<V> where it fits and gemm()'s tiles for the rest.
+template <class V, bool TransA>
+ATTNOPS_SIMD_FN static void gemmScores(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                                       int64_t ldb, float* c, int64_t ldc) {
+    constexpr int MR = ScoreTile<V>::kRows, NV = ScoreTile<V>::kVectors;
+    constexpr int64_t W = NV * V::kLanes;
+    const int64_t nFull = n / W * W, mFull = m / MR * MR;
+    for (int64_t n0 = 0; n0 < nFull; n0 += W)
+        for (int64_t m0 = 0; m0 < mFull; m0 += MR)
+            gemmTile<V, F32Dot<V>, MR, NV, TransA, false>(k, TransA ? a + m0 : a + m0 * lda, lda, b + n0, ldb,
+                                                          c + m0 * ldc + n0, ldc, V::all(), false);
+    if (mFull < m && nFull > 0)
+        gemm<V, TransA>(m - mFull, nFull, k, TransA ? a + mFull : a + mFull * lda, lda, b, ldb, c + mFull * ldc, ldc,
+                        false);
+    if (nFull < n) gemm<V, TransA>(m, n - nFull, k, a, lda, b + nFull, ldb, c + nFull, ldc, false);
+}
+
 // exp(x) lane-wise, the algorithm of cpu::fastExp (Cody-Waite reduction, degree-7 polynomial):
 // below -87.3 gives 0 (so -inf gives 0), NaN gives NaN. V::ldexp(poly, n) = poly * 2^n.
 template <class V>
@@ -230,6 +259,108 @@ ATTNOPS_SIMD_INLINE void loadRowsTransposed(const fa::View4& view, int64_t b, in
         loadRow<V>(view, b, n, row0 + r, cols, row);
         for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = row[c];
     }
+}
+
+// Width of the column strips of the packed B operands: one register tile's columns.
+template <class V>
+constexpr int64_t stripWidth() {
+    return V::kTileVectors * V::kLanes;
+}
+
+// kLanes unit-stride elements of dtype Src at src as fp32 (Src: float, or uint16_t with Half
+// telling fp16 from bf16).
+template <class V, class Src, bool Half>
+ATTNOPS_SIMD_INLINE typename V::Vec loadWide(const Src* src) {
+    if constexpr (std::is_same_v<Src, float>)
+        return V::load(src);
+    else if constexpr (Half)
+        return V::loadHalf(src);
+    else
+        return V::loadBf16(src);
+}
+
+// Unit-stride rows of Src as fp32 in column strips (see loadRowsStrips); the tail of each row
+// (cols not a multiple of kLanes) converted element by element, the same values.
+template <class V, class Src, bool Half>
+ATTNOPS_SIMD_INLINE void packUnitStrips(const Src* src, int64_t rowStride, int64_t rows, int64_t cols,
+                                        float* __restrict dst) {
+    constexpr int64_t W = stripWidth<V>(), L = V::kLanes;
+    const int64_t full = cols / L * L;
+    for (int64_t r = 0; r < rows; ++r) {
+        const Src* in = src + r * rowStride;
+        float* out = dst + r * W;
+        int64_t c = 0;
+        for (; c < full; c += L) V::store(out + (c / W) * rows * W + c % W, loadWide<V, Src, Half>(in + c));
+        for (; c < cols; ++c) {
+            float x;
+            if constexpr (std::is_same_v<Src, float>)
+                x = in[c];
+            else if constexpr (Half)
+                x = f16ToFloat(in[c]);
+            else
+                x = bf16ToFloat(in[c]);
+            out[(c / W) * rows * W + c % W] = x;
+        }
+        for (; c % W != 0; ++c) out[(c / W) * rows * W + c % W] = 0.0f;
+    }
+}
+
+// Rows [row0, row0 + rows) of head n as fp32 in column strips of W = stripWidth<V>() columns,
+// each strip contiguous: dst[s * rows * W + r * W + w] = row r, column s * W + w, zero past cols.
+// A GEMM over one strip walks W * 4 bytes per row consecutively: a row-major block whose rows
+// are a multiple of 512 bytes apart would map a strip's rows into 1/8 of the L1 sets and evict
+// itself (Zen 3, L1d 32 KiB 8-way: 27% of the P.V loads missed L1 before the packing).
+template <class V>
+ATTNOPS_SIMD_INLINE void loadRowsStrips(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                        int64_t cols, float* __restrict dst) {
+    constexpr int64_t W = stripWidth<V>();
+    if (rows <= 0 || cols <= 0) return;
+    const int64_t at = view.offset(b, n, row0, 0), rs = view.stride[2];
+    if (view.stride[3] == 1) {
+        if (view.dtype == DType::F32)
+            return packUnitStrips<V, float, false>(static_cast<const float*>(view.data) + at, rs, rows, cols, dst);
+        const uint16_t* src = static_cast<const uint16_t*>(view.data) + at;
+        if (view.dtype == DType::BF16) return packUnitStrips<V, uint16_t, false>(src, rs, rows, cols, dst);
+        if (view.dtype == DType::F16) return packUnitStrips<V, uint16_t, true>(src, rs, rows, cols, dst);
+    }
+    for (int64_t r = 0; r < rows; ++r)  // strided columns: element by element
+        for (int64_t c = 0; c < (cols + W - 1) / W * W; ++c)
+            dst[(c / W) * rows * W + r * W + c % W] = c < cols ? view.load(b, n, row0 + r, c) : 0.0f;
+}
+
+// The same rows row-major with leading dimension cols (unit-stride rows converted a vector at a
+// time), for the A operand of S = K . Q^T.
+template <class V>
+ATTNOPS_SIMD_INLINE void loadRowsFast(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
+                                      int64_t cols, float* __restrict dst) {
+    constexpr int64_t L = V::kLanes;
+    if (rows <= 0 || cols <= 0) return;
+    if (view.stride[3] != 1 || view.dtype == DType::F32 || cols % L != 0)
+        return loadRows<V>(view, b, n, row0, rows, cols, cols, dst);
+    const uint16_t* src = static_cast<const uint16_t*>(view.data) + view.offset(b, n, row0, 0);
+    const int64_t rs = view.stride[2];
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; c += L)
+            V::store(dst + r * cols + c, view.dtype == DType::BF16 ? loadWide<V, uint16_t, false>(src + r * rs + c)
+                                                                   : loadWide<V, uint16_t, true>(src + r * rs + c));
+}
+
+// y[c] *= a for c < n: whole vectors unmasked (a masked store is microcoded on AMD cores).
+template <class V>
+ATTNOPS_SIMD_INLINE void scaleRowUnmasked(int64_t n, float a, float* y) {
+    const auto av = V::set1(a);
+    int64_t c = 0;
+    for (; c + V::kLanes <= n; c += V::kLanes) V::store(y + c, V::mul(av, V::load(y + c)));
+    for (; c < n; ++c) y[c] *= a;
+}
+
+// C[m x n] (+)= A(m x k) * B with B packed by loadRowsStrips (k rows, n columns); A and C as in gemm.
+template <class V, bool TransA, typename Dot = F32Dot<V>>
+ATTNOPS_SIMD_FN static void gemmStrips(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* bs,
+                                       float* c, int64_t ldc, bool accumulate) {
+    constexpr int64_t W = stripWidth<V>();
+    for (int64_t c0 = 0; c0 < n; c0 += W)
+        gemm<V, TransA, Dot>(m, std::min(W, n - c0), k, a, lda, bs + (c0 / W) * k * W, W, c + c0, ldc, accumulate);
 }
 
 // The analytic mask of a sequence (fa::SeqRule) evaluated for V::kLanes (query row, key) pairs
