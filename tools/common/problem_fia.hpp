@@ -16,7 +16,7 @@
 namespace attnops::tools {
 
 struct FiaProblem {
-    std::string layout = "BNSD";           // BSH, BSND, BNSD, TND
+    std::string layout = "BNSD";           // any inputLayout: BSH, BSND, BNSD, TND, NTD, or X_Y (output Y)
     int64_t batch = 1;                     // non-TND
     int64_t qSeqLen = 1, kvSeqLen = 64;    // non-TND: Q_S, KV_S (paged: KV_S is derived)
     std::vector<int64_t> qLens, kvLens;    // actual lengths per batch; non-TND: empty = not passed
@@ -37,9 +37,23 @@ struct FiaProblem {
     bool quantOffset = true;
     bool lse = true;
     bool sink = false;
+    // Left padding (non-packed): queryPaddingSize / kvPaddingSize, < 0: not passed. The valid rows
+    // of batch b are the last qLen(b) (kvLen(b)) rows before the padding.
+    int64_t queryPadding = -1, kvPadding = -1;
+    // Shared prefix of prefixRows rows (0: none); actualSharedPrefixLen, < 0: not passed. Prefix
+    // row t holds batch 0's logical row t, and every batch's own row t its logical row Lp + t, so
+    // that with B = 1 the call equals a plain one over Lp + kvLen rows.
+    int64_t prefixRows = 0, prefixLen = -1;
+    bool kvList = false;                   // tensor-list key/value: batch b's tensor holds kvListRows(b) rows
     uint64_t dataSeed = 1;
 
-    bool tnd() const { return layout == "TND"; }
+    std::string inLayout() const;          // the query/key/value layout (before '_')
+    std::string outLayout() const;         // attentionOut's layout (after '_', else the same)
+    bool tnd() const { return inLayout() == "TND" || inLayout() == "NTD"; }  // packed rows
+    int64_t sharedPrefix() const { return prefixRows == 0 ? 0 : prefixLen < 0 ? prefixRows : prefixLen; }
+    // Tensor list: batch b's S; without kvLens that is its length (kvSeqLen + b % 3), with them
+    // some spare rows follow.
+    int64_t kvListRows(int64_t b) const { return kvLen(b) + (kvLens.empty() ? 0 : b % 3); }
     bool paged() const { return cache != "none"; }
     int64_t vdim() const { return vDim < 0 ? dim : vDim; }
     int64_t batches() const { return tnd() ? int64_t(qLens.size()) : batch; }
@@ -52,6 +66,9 @@ struct FiaProblem {
 struct FiaInstance {
     FiaProblem problem;
     HostTensor query, key, value, attenMask, blockTable, keyScale, keyOffset, valueScale, valueOffset, sink;
+    HostTensor queryPaddingSize, kvPaddingSize, keySharedPrefix, valueSharedPrefix;
+    std::vector<HostTensor> keyList, valueList;  // tensor-list key/value (problem.kvList)
+    std::vector<int64_t> prefixLenArg;          // actualSharedPrefixLen (empty: not passed)
     HostTensor attentionOut, softmaxLse;
     std::vector<int64_t> qLensArg, kvLensArg;  // the actualSeqLengths(Kv) arrays passed (may be empty)
     bool passQLens = false, passKvLens = false;
@@ -72,10 +89,12 @@ public:
     ~FiaArrays();
     FiaArrays(const FiaArrays&) = delete;
     FiaArrays& operator=(const FiaArrays&) = delete;
-    attnopsIntArray *qLens = nullptr, *kvLens = nullptr;
+    attnopsIntArray *qLens = nullptr, *kvLens = nullptr, *prefixLen = nullptr;
+    std::vector<const attnopsTensor*> keys, values;  // the key/value arrays (tensor list or one each)
 };
 
-// The call's arguments (handles borrowed from inst and arrays; key/value point into `kv`).
+// The call's arguments (handles borrowed from inst and arrays; key/value point into `kv`, or
+// into arrays.keys/values for a tensor list).
 fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnopsTensor* kv[2]);
 
 // Calls phase 1 with `a` unpacked (tests change single arguments of fiaArgs' result).
