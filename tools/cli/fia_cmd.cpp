@@ -28,6 +28,24 @@ attnopsDataType dtypeOf(const std::string& name) {
     return ATTNOPS_FLOAT16;
 }
 
+// Left padding, the shared prefix and tensor lists: what the generator needs to place the rows.
+void validateAddressing(const FiaProblem& p) {
+    if (p.kvList && p.paged()) throw CliError("--kv-list: a tensor list is not a paged cache (omit --cache)");
+    if (p.kvList && p.tnd()) throw CliError("--kv-list: a tensor list needs a batched layout, not " + p.layout);
+    if (p.prefixRows < 0) throw CliError(fmt::format("--prefix-rows {} must be >= 0", p.prefixRows));
+    if (p.prefixLen >= 0 && p.prefixRows == 0) throw CliError("--prefix-len needs --prefix-rows (the prefix tensors)");
+    if ((p.queryPadding >= 0 || p.kvPadding >= 0) && p.tnd())
+        throw CliError("--query-padding/--kv-padding: left padding needs a batched layout, not " + p.layout);
+    for (int64_t b = 0; b < p.batches() && !p.tnd(); ++b) {
+        if (p.queryPadding >= 0 && p.qSeqLen > 1 && p.qSeqLen - p.queryPadding - p.qLen(b) < 0)
+            throw CliError(fmt::format("--query-padding {}: batch {}'s {} rows do not fit before it in --q-seqlen {}", p.queryPadding,
+                                       b, p.qLen(b), p.qSeqLen));
+        if (p.kvPadding >= 0 && p.qSeqLen > 1 && p.kvSeqLen - p.kvPadding - p.kvLen(b) < 0)
+            throw CliError(fmt::format("--kv-padding {}: batch {}'s {} rows do not fit before it in --kv-seqlen {}", p.kvPadding, b,
+                                       p.kvLen(b), p.kvSeqLen));
+    }
+}
+
 // The rules the input generator relies on (the library checks everything else and says why).
 void validate(const FiaProblem& p) {
     const int64_t batches = p.batches();
@@ -59,6 +77,7 @@ void validate(const FiaProblem& p) {
     }
     if (p.int8Kv && p.dtype == ATTNOPS_FLOAT32)
         throw CliError("--int8-kv: the query must be fp16 or bf16 (antiquant scales take the query dtype)");
+    validateAddressing(p);
 }
 
 FiaProblem problemFromFlags(const FiaFlags& f) {
@@ -153,7 +172,8 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
         return opt;
     };
     add(cmd.add_option("--layout", p.layout, "inputLayout")
-            ->check(CLI::IsMember({"BSH", "BSND", "BNSD", "TND"}))
+            ->check(CLI::IsMember({"BSH", "BSND", "BNSD", "TND", "NTD", "BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD",
+                                   "BSND_NBSD", "BNSD_NBSD", "NTD_TND", "TND_NTD"}))
             ->capture_default_str());
     add(cmd.add_option("--batch", p.batch, "Batch B (not TND)")->check(CLI::PositiveNumber)->capture_default_str());
     add(cmd.add_option("--q-seqlen", p.qSeqLen, "Query rows S per batch (not TND; 1 = decode)")
@@ -205,6 +225,15 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
     add(cmd.add_flag("--no-quant-offset", f.noQuantOffset, "Scales only (symmetric int8), no antiquant offsets"));
     add(cmd.add_flag("--lse", p.lse, "softmaxLseFlag: also write softmaxLse"));
     add(cmd.add_flag("--sink", p.sink, "learnableSink, one logit per query head"));
+    add(cmd.add_option("--query-padding", p.queryPadding,
+                       "queryPaddingSize: left padding of the query (valid rows end this many rows before Q_S; needs "
+                       "--q-seqlens) [default: not passed]"));
+    add(cmd.add_option("--kv-padding", p.kvPadding,
+                       "kvPaddingSize: left padding of key/value (needs --kv-seqlens) [default: not passed]"));
+    add(cmd.add_option("--prefix-rows", p.prefixRows, "keySharedPrefix/valueSharedPrefix rows prefix_S (0: no shared prefix)")
+            ->capture_default_str());
+    add(cmd.add_option("--prefix-len", p.prefixLen, "actualSharedPrefixLen (<= --prefix-rows) [default: not passed]"));
+    add(cmd.add_flag("--kv-list", p.kvList, "Tensor-list key/value: one tensor per batch, each with its own S"));
     add(cmd.add_option("--data-seed", p.dataSeed, "Seed of the random inputs")->capture_default_str());
 }
 

@@ -153,7 +153,7 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
     query = HostTensor(p.dtype, layoutShape(in, batches, qRows, n1, d));
     fill(query, nan);
     for (int64_t b = 0; b < batches; ++b)
-        for (int64_t n = 0; n < n1; ++n)
+        for (int64_t n = 0; n < n1 && qStart[size_t(b)] >= 0; ++n)  // padding past row 0: refused by the call
             for (int64_t i = 0; i < p.qLen(b); ++i)
                 for (int64_t c = 0; c < d; ++c)
                     query.set(layoutIndex(in, qRows, n1, d, b, n, qStart[size_t(b)] + i, c), logical(p.dataSeed, kQuery, b, n, i, c));
@@ -307,7 +307,7 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
             for (int64_t i = 0; i < rows; ++i)
                 for (int64_t j = 0; j < maskCols; ++j) {
                     const int64_t row = (decode ? 0 : qStart[size_t(b)]) + i, col = std::max<int64_t>(0, kvStart[size_t(b)]) + j;
-                    if (row >= rows || col >= maskCols) continue;
+                    if (row < 0 || row >= rows || col >= maskCols) continue;
                     const bool fullyMasked = b == 0 && i == 1;  // a row that attends nothing
                     m[(b * rows + row) * maskCols + col] = fullyMasked || elementRng(p.dataSeed, kMask, b, 0, i, j).next() % 4 == 0;
                 }
@@ -317,7 +317,7 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         for (int64_t n = 0; n < n1; ++n) sink.set(n, float(1.5 * logical(p.dataSeed, kSink, 0, n, 0, 0) + 0.5));
     }
 
-    attentionOut = HostTensor(p.dtype, layoutShape(p.outLayout(), batches, qRows, n1, dv));
+    attentionOut = HostTensor(p.dtype, fiaOutputShape(p, qRows));
     fill(attentionOut, kUnwritten);
     if (p.lse) {
         softmaxLse = HostTensor(ATTNOPS_FLOAT32, p.tnd() ? std::vector<int64_t>{qRows, n1, 1}
@@ -479,6 +479,10 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
     r.tolerance = 2.0 * r.maxAbsNaiveError + 1e-5 * r.maxAbsReference + 1e-6;
     if (!(r.maxAbsError <= r.tolerance)) fail(fmt::format("output error {} > tolerance {} (naive error {})", r.maxAbsError, r.tolerance, r.maxAbsNaiveError));
     return r;
+}
+
+std::vector<int64_t> fiaOutputShape(const FiaProblem& p, int64_t qRows) {
+    return layoutShape(p.outLayout(), p.batches(), qRows, p.heads, p.vdim());
 }
 
 double fiaForwardFlops(const FiaProblem& p) {

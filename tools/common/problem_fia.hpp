@@ -114,6 +114,9 @@ FiaCheck checkFia(const FiaInstance& inst);
 // The same on the rows of the listed batches (sequences) only: a sampled check of a large call.
 FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& batches);
 
+// attentionOut's shape for the problem's output layout (qRows: Q_S, or T of a packed layout).
+std::vector<int64_t> fiaOutputShape(const FiaProblem& p, int64_t qRows);
+
 // Mask-aware FLOPs of the call (2 (D + Dv) per score the sparse mode's band keeps, per query
 // head; the holes of an explicit mask are counted, decode counts every key), and the bytes of K and V it must read at least:
 // every key and value of the actual KV lengths once per kv head (int8: 1 byte an element, plus
