@@ -12,6 +12,7 @@
 
 #include "attnops/attnops.h"
 #include "forced_impl.hpp"
+#include "threads_guard.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
 
@@ -401,4 +402,35 @@ TEST(FiaAddressingTensorList, Rules) {
     expectRejected(withPad, ATTNOPS_ERROR_INVALID_ARGUMENT, "tensor-list");
     FiaProblem withPrefix = prefixed(listed(p), 3);
     expectRejected(withPrefix, ATTNOPS_ERROR_INVALID_ARGUMENT, "tensor-list");
+}
+
+// ---- Determinism --------------------------------------------------------------------------
+
+std::vector<uint8_t> outputBytes(const FiaProblem& p) {
+    const FiaInstance inst = runDefault(p);
+    std::vector<uint8_t> bytes = inst.attentionOut.bytes();
+    bytes.insert(bytes.end(), inst.softmaxLse.bytes().begin(), inst.softmaxLse.bytes().end());
+    return bytes;
+}
+
+TEST(FiaAddressingDeterminism, SameBitsForAnyThreadCount) {
+    attnops::testsupport::ThreadsGuard guard;
+    FiaProblem list = problem("BSH_NBSD", 3, 1, fia::kSplitKeys + 50, 8, 2, 32);
+    list.kvLens = {fia::kSplitKeys + 50, 3, 700};
+    list.kvList = true;
+    FiaProblem prefix = withMode(problem("BNSD", 2, 20, 300, 4, 1, 32), 3);
+    prefix.prefixRows = 90;
+    FiaProblem pad = withMode(problem("BSND", 2, 40, 200, 4, 2, 16), 1);
+    pad.qLens = {33, 7};
+    pad.kvLens = {150, 190};
+    pad.queryPadding = 4;
+    pad.kvPadding = 9;
+    for (const FiaProblem& p : {list, prefix, pad, packed("NTD", {33, 1, 70}, {40, 90, 70}, 8, 2, 32)}) {
+        ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
+        const std::vector<uint8_t> one = outputBytes(p);
+        for (int32_t threads : {2, 3}) {
+            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+            EXPECT_EQ(outputBytes(p), one) << threads << " threads: " << p.describe();
+        }
+    }
 }
