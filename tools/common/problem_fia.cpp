@@ -510,7 +510,7 @@ double fiaKvBytes(const FiaProblem& p) {
     const double perToken = p.int8Kv ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
     double bytes = 0;
     for (int64_t b = 0; b < p.batches(); ++b)
-        bytes += double(p.kvLen(b)) * (double(p.kvHeads) * double(p.dim + p.vdim()) * element + perToken);
+        bytes += double(p.kvLen(b) + p.sharedPrefix()) * (double(p.kvHeads) * double(p.dim + p.vdim()) * element + perToken);
     return bytes;
 }
 

@@ -120,7 +120,7 @@ std::vector<int64_t> fiaOutputShape(const FiaProblem& p, int64_t qRows);
 // Mask-aware FLOPs of the call (2 (D + Dv) per score the sparse mode's band keeps, per query
 // head; the holes of an explicit mask are counted, decode counts every key), and the bytes of K and V it must read at least:
 // every key and value of the actual KV lengths once per kv head (int8: 1 byte an element, plus
-// the per-token scales and offsets).
+// the per-token scales and offsets); shared-prefix rows count once per batch (each batch reads them).
 double fiaForwardFlops(const FiaProblem& p);
 double fiaKvBytes(const FiaProblem& p);
 
