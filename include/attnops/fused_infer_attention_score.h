@@ -6,8 +6,9 @@
  * and a message naming the argument, never ignored):
  *   query fp16/bf16; key/value the query dtype, or int8 / int4 (int32 containers) dequantised as
  *   (x + offset) * scale in both parameter styles and modes 0-5; int8 output (quantScale2);
- *   inputLayout BSH, BSND, BNSD, TND; GQA with any ratio; actual sequence lengths;
- *   sparseMode 0-4; paged KV caches (BnBsH, BnNBsD, NZ); softmaxLse; learnableSink. */
+ *   inputLayout BSH, BSND, BNSD, TND, NTD and the output-transposing forms; GQA with any ratio;
+ *   actual sequence lengths; sparseMode 0-4; paged KV caches (BnBsH, BnNBsD, NZ); tensor-list
+ *   key/value; left padding; the shared prefix; softmaxLse; learnableSink. */
 #ifndef ATTNOPS_FUSED_INFER_ATTENTION_SCORE_H
 #define ATTNOPS_FUSED_INFER_ATTENTION_SCORE_H
 
@@ -27,14 +28,34 @@ extern "C" {
  * returns the workspace size and a single-use executor.
  *
  * key, value: arrays of keyCount / valueCount tensor handles (aclnn's aclTensorList). A count of
- *   1 is a plain tensor; more (tensor-list KV) is not implemented yet.
+ *   1 is a plain tensor. Tensor list: keyCount = valueCount = B (<= 256), key[i]/value[i] batch
+ *   i's tensors in the layout with batch 1 and their own S (equal for key[i] and value[i]); the
+ *   KV lengths default to each S and must not exceed it. Not with a paged cache, left padding,
+ *   the shared prefix or TND/NTD.
  * Layouts (upper case), Q_N = numHeads, KV_N = numKeyValueHeads (0: Q_N), Q_N % KV_N == 0:
  *   BSH  query [B,Q_S,Q_N*D]   key/value [B,KV_S,KV_N*D]
  *   BSND query [B,Q_S,Q_N,D]   key/value [B,KV_S,KV_N,D]
  *   BNSD query [B,Q_N,Q_S,D]   key/value [B,KV_N,KV_S,D]
  *   TND  query [T,Q_N,D]       key/value [T_kv,KV_N,D]
+ *   NTD  query [Q_N,T,D]       key/value [KV_N,T_kv,D]   (lengths as TND)
  *   attentionOut: the query's shape with D replaced by the value head dim Dv (Dv may differ from
  *   D only without a paged cache and with D, Dv <= 128). D <= 512.
+ *   X_Y: inputs in layout X, attentionOut in layout Y: BNSD_BSND (Q_S > 1), BSH_BNSD, BSND_BNSD
+ *   (D = Dv = 64 or 128, or D 192 with Dv 128), BSH_NBSD, BSND_NBSD, BNSD_NBSD (attentionOut
+ *   [Q_N,B,Q_S,Dv], Q_S <= 16), NTD_TND, TND_NTD. Dv != D is refused with NTD, *_BNSD and
+ *   BNSD_BSND (except 192/128 outside NTD).
+ * queryPaddingSize / kvPaddingSize (left padding): int64 [1], negative counts as 0; require
+ *   actualSeqLengths / actualSeqLengthsKv. Batch b's valid query rows are
+ *   [Q_S - pad - len_b, Q_S - pad), its KV rows likewise in KV_S; other rows are written 0 and
+ *   masks are read at these physical positions (mode 0's tokens are reset). A prefill window that
+ *   would start before row 0 is invalid; a decode KV window that would is an empty batch (output
+ *   0). Not with a paged cache, tensor lists, TND/NTD or *_BNSD layouts, nor (unsupported) with
+ *   per-token dequantisation of kvPaddingSize's KV. Decode ignores queryPaddingSize.
+ * keySharedPrefix / valueSharedPrefix: both or neither, the key's dtype, [1,prefix_S,KV_N*D] /
+ *   [1,prefix_S,KV_N,D] / [1,KV_N,prefix_S,D] by layout (value with Dv); actualSharedPrefixLen one
+ *   entry in [0, prefix_S] (NULL: prefix_S). The first Lp prefix rows precede every batch's KV and
+ *   count in skv for the masks (a full mask covers Lp + KV_S columns). Not with a paged cache,
+ *   tensor lists, left padding, TND/NTD, nor (unsupported) per-token dequantisation.
  * Paged KV (blockTableOptional given): blockTable int32 [B, maxBlocksPerSeq]; key/value are the
  *   caches BnBsH [blockNum,blockSize,KV_N*D], BnNBsD [blockNum,KV_N,blockSize,D] or NZ
  *   [blockNum,KV_N,D/D0,blockSize,D0] (D0 = 16 for fp16/bf16, 32 for int8); blockSize > 0 equals

@@ -7,8 +7,8 @@
  *   - no query lengths, preTokens/nextTokens or sparseMode (decode ignores them), no softmaxLse.
  * Extra rules: inputLayout BSH, BSND or BNSD; the query's S is 1. Every other rule of
  * fused_infer_attention_score.h applies, including what is not implemented yet (the combined
- * antiquantisation, left padding and quantisation are rejected with
- * ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION). V1: query, key, value, pseShift, attenMask,
+ * antiquantisation and quantisation are rejected with ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
+ * kvPaddingSize and tensor-list key/value follow its rules. V1: query, key, value, pseShift, attenMask,
  * actualSeqLengths, numHeads, scaleValue, inputLayout, numKeyValueHeads; V2 adds the quantisation
  * tensors; V3 adds antiquantScale, antiquantOffset, blocktable, blockSize, innerPrecise; V4 adds
  * kvPaddingSize. key/value are arrays of keyCount/valueCount tensors (aclnn's aclTensorList). */

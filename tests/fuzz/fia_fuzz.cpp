@@ -22,7 +22,15 @@ using attnops::fuzz::FuzzArray;
 using attnops::fuzz::FuzzTensor;
 
 const attnopsDataType kHalf[] = {ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16, ATTNOPS_FLOAT32, ATTNOPS_INT8};
-const char* const kFiaLayouts[] = {"BSH", "BSND", "BNSD", "TND", "SBH", "bsnd", ""};
+const char* const kFiaLayouts[] = {"BSH", "BSND", "BNSD", "TND", "SBH", "bsnd", "", "NTD", "BNSD_NBSD", "BSH_BNSD", "TND_NTD",
+                                   "BNSD_BSND"};
+
+// Shape of an operand in one form of an inputLayout (X of X_Y for inputs, Y for the output).
+std::vector<int64_t> formShape(const std::string& form, int64_t b, int64_t s, int64_t n, int64_t d) {
+    if (form == "NTD") return {n, s, d};
+    if (form == "NBSD") return {n, b, s, d};
+    return attnops::fuzz::layoutShape(form, b, s, n, d);
+}
 const attnopsDataType kMaskTypes[] = {ATTNOPS_BOOL, ATTNOPS_UINT8, ATTNOPS_INT8, ATTNOPS_FLOAT16};
 
 }  // namespace
@@ -30,7 +38,10 @@ const attnopsDataType kMaskTypes[] = {ATTNOPS_BOOL, ATTNOPS_UINT8, ATTNOPS_INT8,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     attnops::fuzz::launchBlockingOnce();
     Bytes in(data, size);
-    const std::string layout = kFiaLayouts[in.small(0, 6)];
+    const std::string layout = kFiaLayouts[in.small(0, 11)];
+    const std::string base = layout.substr(0, layout.find('_'));
+    const std::string outForm = layout.find('_') == std::string::npos ? layout : layout.substr(layout.find('_') + 1);
+    const bool packed = base == "TND" || base == "NTD";
     const attnopsDataType qType = kHalf[in.small(0, 1) + (in.small(0, 15) == 0 ? 2 : 0)];
     const attnopsDataType kvType = in.small(0, 3) == 0 ? (in.small(0, 3) == 0 ? ATTNOPS_INT32 : ATTNOPS_INT8)
                                                        : (in.small(0, 15) == 0 ? kHalf[in.small(0, 3)] : qType);
@@ -40,13 +51,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto pick = [&](int64_t v) { return in.small(0, 15) == 0 ? v + 1 : v; };  // occasionally wrong
     FuzzTensor q, k, v, out, lse, mask, table, kScale, kOffset, vScale, vOffset, sink, aScale, aOffset, oScale, oOffset;
     FuzzArray qLens, kvLens;
-    q.make(in, qType, attnops::fuzz::layoutShape(layout, b, sq, n, d));
+    q.make(in, qType, formShape(base, b, sq, n, d));
     const int cache = in.small(0, 3);  // 0: contiguous; 1 BnBsH, 2 BnNBsD, 3 NZ
     const int64_t blockSize = in.small(0, 3) == 0 ? in.small(0, 40) : 16 * in.small(1, 2);
     const int64_t blocks = in.small(0, 6), perSeq = in.small(0, 4);
     if (cache == 0) {
-        k.make(in, kvType, attnops::fuzz::layoutShape(layout, pick(b), skv, kvn, d));
-        v.make(in, kvType, attnops::fuzz::layoutShape(layout, b, pick(skv), kvn, pick(d)));
+        k.make(in, kvType, formShape(base, pick(b), skv, kvn, d));
+        v.make(in, kvType, formShape(base, b, pick(skv), kvn, pick(d)));
     } else {
         const int64_t d0 = kvType == ATTNOPS_INT8 ? 32 : 16;
         const std::vector<int64_t> shape = cache == 1   ? std::vector<int64_t>{blocks, blockSize, kvn * d}
@@ -63,8 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     const bool int8Out = in.small(0, 5) == 0;
-    out.make(in, int8Out ? ATTNOPS_INT8 : in.small(0, 15) == 0 ? ATTNOPS_FLOAT32 : qType,
-             attnops::fuzz::layoutShape(layout, b, sq, n, pick(d)));
+    out.make(in, int8Out ? ATTNOPS_INT8 : in.small(0, 15) == 0 ? ATTNOPS_FLOAT32 : qType, formShape(outForm, b, sq, n, pick(d)));
     if (int8Out || in.small(0, 15) == 0) {  // quantScale2 per tensor or per channel, fp32 or bf16
         const std::vector<int64_t> shape = in.flag() ? std::vector<int64_t>{1} : std::vector<int64_t>{n, pick(d)};
         const attnopsDataType t = in.small(0, 3) == 0 ? ATTNOPS_BFLOAT16 : ATTNOPS_FLOAT32;
@@ -72,7 +82,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (in.flag()) oOffset.make(in, t, shape);
     }
     const bool lseFlag = in.flag();
-    if (lseFlag) lse.make(in, ATTNOPS_FLOAT32, layout == "TND" ? std::vector<int64_t>{sq, n, 1} : std::vector<int64_t>{b, n, pick(sq), 1});
+    if (lseFlag) lse.make(in, ATTNOPS_FLOAT32, packed ? std::vector<int64_t>{sq, n, 1} : std::vector<int64_t>{b, n, pick(sq), 1});
+    // Tensor-list key/value (one pair per batch, each its own S), left padding, shared prefix.
+    FuzzTensor listK[3], listV[3], qPad, kvPad, kPrefix, vPrefix;
+    FuzzArray prefixLen;
+    const bool list = cache == 0 && b > 1 && in.small(0, 5) == 0;
+    for (int64_t i = 0; list && i < b; ++i) {
+        const int64_t rows = in.small(0, 40);
+        listK[i].make(in, kvType, formShape(base, pick(1), rows, kvn, d));
+        listV[i].make(in, kvType, formShape(base, 1, pick(rows), kvn, pick(d)));
+    }
+    if (in.small(0, 5) == 0) qPad.make(in, in.small(0, 7) == 0 ? ATTNOPS_INT32 : ATTNOPS_INT64, {pick(1)});
+    if (in.small(0, 5) == 0) kvPad.make(in, in.small(0, 7) == 0 ? ATTNOPS_INT32 : ATTNOPS_INT64, {pick(1)});
+    if (in.small(0, 5) == 0) {
+        const int64_t rows = in.small(0, 40);
+        kPrefix.make(in, kvType, formShape(base, pick(1), rows, kvn, d));
+        if (in.small(0, 7) != 0) vPrefix.make(in, kvType, formShape(base, 1, pick(rows), kvn, pick(d)));
+        if (in.flag()) prefixLen.make(in, in.small(0, 7) == 0 ? 2 : 1);
+    }
     const int64_t mode = in.small(0, 7) == 0 ? in.small(-1, 10) : in.small(0, 4);
     if (in.flag()) {
         const bool compressed = mode >= 2 && in.flag();
@@ -107,9 +134,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t keyMode = in.small(0, 6), valueMode = in.small(0, 6), antiquantMode = in.small(0, 2);
     const int64_t pre = in.flag() ? in.wide() : 2147483647, next = in.flag() ? in.wide() : 2147483647;
     const double scale = in.flag() ? 0.125 : -1.0;
-    const attnopsTensor* keys[1] = {k.handle};
-    const attnopsTensor* values[1] = {v.handle};
-    const uint64_t count = in.small(0, 15) == 0 ? 0 : 1;
+    const attnopsTensor* keys[3] = {k.handle, nullptr, nullptr};
+    const attnopsTensor* values[3] = {v.handle, nullptr, nullptr};
+    for (int64_t i = 0; list && i < b; ++i) {
+        keys[i] = listK[i].handle;
+        values[i] = listV[i].handle;
+    }
+    const uint64_t count = in.small(0, 15) == 0 ? 0 : list ? uint64_t(b) : 1;
     uint64_t ws = 0;
     attnopsExecutor* exec = nullptr;
     switch (in.small(0, 2)) {
@@ -117,10 +148,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             const attnopsStatus st = attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
                 in.small(0, 15) == 0 ? nullptr : q.handle, keys, count, values, count, nullptr, mask.handle, qLens.handle,
                 kvLens.handle, nullptr, nullptr, nullptr, oScale.handle, oOffset.handle, aScale.handle, aOffset.handle,
-                table.handle, nullptr, nullptr,
-                kScale.handle, kOffset.handle, vScale.handle, vOffset.handle, nullptr, nullptr, nullptr, nullptr, nullptr,
-                nullptr, nullptr, sink.handle, n, scale, pre, next, layout.c_str(), pick(kvn), mode, in.small(0, 4),
-                blockSize, antiquantMode, lseFlag, keyMode, valueMode, 0, out.handle, lse.handle, &ws, &exec);
+                table.handle, qPad.handle, kvPad.handle, kScale.handle, kOffset.handle, vScale.handle, vOffset.handle,
+                kPrefix.handle, vPrefix.handle, prefixLen.handle, nullptr, nullptr, nullptr, nullptr, sink.handle, n, scale, pre,
+                next, layout.c_str(), pick(kvn), mode, in.small(0, 4), blockSize, antiquantMode, lseFlag, keyMode, valueMode, 0,
+                out.handle, lse.handle, &ws, &exec);
             execute(st, ws, exec, attnopsFusedInferAttentionScoreV4);
             break;
         }
@@ -134,7 +165,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         default: {
             const attnopsStatus st = attnopsIncreFlashAttentionV4GetWorkspaceSize(
                 q.handle, keys, count, values, count, nullptr, mask.handle, kvLens.handle, nullptr, nullptr, nullptr,
-                oScale.handle, oOffset.handle, aScale.handle, aOffset.handle, table.handle, nullptr, n, scale, layout.c_str(),
+                oScale.handle, oOffset.handle, aScale.handle, aOffset.handle, table.handle, kvPad.handle, n, scale, layout.c_str(),
                 kvn, blockSize, 1,
                 out.handle, &ws, &exec);
             execute(st, ws, exec, attnopsIncreFlashAttentionV4);

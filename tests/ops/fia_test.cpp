@@ -320,8 +320,8 @@ TEST(FiaCheck, MismatchedShapesAndModes) {
     expectRejected(planWith(inst, [](fia::Args& a) { a.sparseMode = 9; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION, "sparseMode = 9");
     expectRejected(planWith(inst, [&](fia::Args& a) { a.pseShift = inst.query.handle(); }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
                    "pseShift");
-    expectRejected(planWith(inst, [](fia::Args& a) { a.keyCount = a.valueCount = 2; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
-                   "keyCount = 2");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.keyCount = a.valueCount = 2; }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "one batch: B must be 1");
     expectRejected(planWith(inst, [](fia::Args& a) { a.softmaxLse = nullptr; }), ATTNOPS_ERROR_NULL_ARGUMENT, "softmaxLse = NULL");
     FiaProblem masked = withMode(prefill("BSH", 2, 8, 10, 2, 2, 16), 1);
     FiaInstance mi(masked);

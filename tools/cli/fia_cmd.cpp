@@ -28,6 +28,24 @@ attnopsDataType dtypeOf(const std::string& name) {
     return ATTNOPS_FLOAT16;
 }
 
+// Left padding, the shared prefix and tensor lists: what the generator needs to place the rows.
+void validateAddressing(const FiaProblem& p) {
+    if (p.kvList && p.paged()) throw CliError("--kv-list: a tensor list is not a paged cache (omit --cache)");
+    if (p.kvList && p.tnd()) throw CliError("--kv-list: a tensor list needs a batched layout, not " + p.layout);
+    if (p.prefixRows < 0) throw CliError(fmt::format("--prefix-rows {} must be >= 0", p.prefixRows));
+    if (p.prefixLen >= 0 && p.prefixRows == 0) throw CliError("--prefix-len needs --prefix-rows (the prefix tensors)");
+    if ((p.queryPadding >= 0 || p.kvPadding >= 0) && p.tnd())
+        throw CliError("--query-padding/--kv-padding: left padding needs a batched layout, not " + p.layout);
+    for (int64_t b = 0; b < p.batches() && !p.tnd(); ++b) {
+        if (p.queryPadding >= 0 && p.qSeqLen > 1 && p.qSeqLen - p.queryPadding - p.qLen(b) < 0)
+            throw CliError(fmt::format("--query-padding {}: batch {}'s {} rows do not fit before it in --q-seqlen {}", p.queryPadding,
+                                       b, p.qLen(b), p.qSeqLen));
+        if (p.kvPadding >= 0 && p.qSeqLen > 1 && p.kvSeqLen - p.kvPadding - p.kvLen(b) < 0)
+            throw CliError(fmt::format("--kv-padding {}: batch {}'s {} rows do not fit before it in --kv-seqlen {}", p.kvPadding, b,
+                                       p.kvLen(b), p.kvSeqLen));
+    }
+}
+
 // The rules the input generator relies on (the library checks everything else and says why).
 void validate(const FiaProblem& p) {
     const int64_t batches = p.batches();
@@ -65,6 +83,9 @@ void validate(const FiaProblem& p) {
         throw CliError(fmt::format("--int4-kv: --dim {} (and --v-dim) must fill whole int32 containers of 8", p.dim));
     if (p.combinedQuant && (!p.quantKv() || p.keyQuantMode != p.valueQuantMode || p.keyQuantMode > 1))
         throw CliError("--combined-quant: needs --int8-kv and equal --key-quant-mode/--value-quant-mode 0 or 1");
+    validateAddressing(p);
+    if (p.int4Kv && (p.kvList || p.prefixRows > 0))
+        throw CliError("--int4-kv: not with --kv-list or --prefix-rows (int4 key/value is decode on one batched tensor)");
 }
 
 FiaProblem problemFromFlags(const FiaFlags& f) {
@@ -161,7 +182,8 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
         return opt;
     };
     add(cmd.add_option("--layout", p.layout, "inputLayout")
-            ->check(CLI::IsMember({"BSH", "BSND", "BNSD", "TND"}))
+            ->check(CLI::IsMember({"BSH", "BSND", "BNSD", "TND", "NTD", "BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD",
+                                   "BSND_NBSD", "BNSD_NBSD", "NTD_TND", "TND_NTD"}))
             ->capture_default_str());
     add(cmd.add_option("--batch", p.batch, "Batch B (not TND)")->check(CLI::PositiveNumber)->capture_default_str());
     add(cmd.add_option("--q-seqlen", p.qSeqLen, "Query rows S per batch (not TND; 1 = decode)")
@@ -226,6 +248,15 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
     add(cmd.add_flag("--no-out-quant-offset", f.noOutQuantOffset, "quantScale2 only, no quantOffset2"));
     add(cmd.add_flag("--lse", p.lse, "softmaxLseFlag: also write softmaxLse"));
     add(cmd.add_flag("--sink", p.sink, "learnableSink, one logit per query head"));
+    add(cmd.add_option("--query-padding", p.queryPadding,
+                       "queryPaddingSize: left padding of the query (valid rows end this many rows before Q_S; needs "
+                       "--q-seqlens) [default: not passed]"));
+    add(cmd.add_option("--kv-padding", p.kvPadding,
+                       "kvPaddingSize: left padding of key/value (needs --kv-seqlens) [default: not passed]"));
+    add(cmd.add_option("--prefix-rows", p.prefixRows, "keySharedPrefix/valueSharedPrefix rows prefix_S (0: no shared prefix)")
+            ->capture_default_str());
+    add(cmd.add_option("--prefix-len", p.prefixLen, "actualSharedPrefixLen (<= --prefix-rows) [default: not passed]"));
+    add(cmd.add_flag("--kv-list", p.kvList, "Tensor-list key/value: one tensor per batch, each with its own S"));
     add(cmd.add_option("--data-seed", p.dataSeed, "Seed of the random inputs")->capture_default_str());
 }
 

@@ -2,6 +2,7 @@
 #include "fia_files.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <algorithm>
@@ -42,11 +43,26 @@ const Slot kSlots[] = {
     {"antiquantOffset", &FiaInstance::antiquantOffset, false},
     {"quantScale2", &FiaInstance::quantScale2, false},
     {"quantOffset2", &FiaInstance::quantOffset2, false},
+    {"keySharedPrefix", &FiaInstance::keySharedPrefix, false},
+    {"valueSharedPrefix", &FiaInstance::valueSharedPrefix, false},
     {"attentionOut", &FiaInstance::attentionOut, true},
     {"softmaxLse", &FiaInstance::softmaxLse, true},
 };
 constexpr const char* kQLens = "actualSeqLengths";
 constexpr const char* kKvLens = "actualSeqLengthsKv";
+constexpr const char* kPrefixLen = "actualSharedPrefixLen";
+// The int64 left-padding tensors, saved and read as integer arrays.
+const std::pair<const char*, HostTensor FiaInstance::*> kPaddings[] = {{"queryPaddingSize", &FiaInstance::queryPaddingSize},
+                                                                       {"kvPaddingSize", &FiaInstance::kvPaddingSize}};
+
+// File names of tensor-list key/value entries: key_0.npy, value_0.npy, ...
+std::string listName(const char* base, size_t i) { return fmt::format("{}_{}", base, i); }
+
+const std::vector<std::string>& layoutNames() {
+    static const std::vector<std::string> names = {"BSH",      "BSND",     "BNSD",      "TND",       "NTD",       "BNSD_BSND", "BSH_BNSD",
+                                                   "BSND_BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "NTD_TND", "TND_NTD"};
+    return names;
+}
 
 std::vector<int64_t> lengthsOf(const std::vector<int64_t>& cumulative) {
     std::vector<int64_t> lengths;
@@ -82,8 +98,25 @@ int saveFusedInferAttention(const FiaInstance& inst, const fs::path& dir) {
         saveTensor(dir, slot.name, t.dtype(), t.shape(), t.data(), tensors);
         ++written;
     }
+    for (const auto& [name, member] : kPaddings) {
+        const HostTensor& t = inst.*member;
+        if (t.empty()) {
+            fs::remove(npyPath(dir, name));
+            continue;
+        }
+        writeNpy(npyPath(dir, name), NpyType::I64, t.shape(), static_cast<const int64_t*>(t.data()));
+        tensors[name] = {{"file", std::string(name) + ".npy"}, {"dtype", "int64"}, {"shape", t.shape()}};
+        ++written;
+    }
+    for (size_t i = 0; i < inst.keyList.size(); ++i)
+        for (const auto& [base, list] : {std::pair{"key", &inst.keyList}, std::pair{"value", &inst.valueList}}) {
+            const HostTensor& t = (*list)[i];
+            saveTensor(dir, listName(base, i), t.dtype(), t.shape(), t.data(), tensors);
+            ++written;
+        }
     for (const auto& [name, pass, values] : {std::tuple{kQLens, inst.passQLens, &inst.qLensArg},
-                                             std::tuple{kKvLens, inst.passKvLens, &inst.kvLensArg}}) {
+                                             std::tuple{kKvLens, inst.passKvLens, &inst.kvLensArg},
+                                             std::tuple{kPrefixLen, !inst.prefixLenArg.empty(), &inst.prefixLenArg}}) {
         if (!pass) {
             fs::remove(npyPath(dir, name));
             continue;
@@ -111,6 +144,7 @@ int saveFusedInferAttention(const FiaInstance& inst, const fs::path& dir) {
         {"valueAntiquantMode", p.valueQuantMode},
         {"queryQuantMode", 0},
         {"cacheFormat", p.cache},  // informative: the key's rank decides on load
+        {"keyCount", inst.keyList.empty() ? size_t(1) : inst.keyList.size()},  // > 1: key_<i>.npy, value_<i>.npy
         {"tensors", tensors},
     };
     writeParams(dir, params);
@@ -133,10 +167,23 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
         else if (declared != nullptr)
             throw CliError(fmt::format("{}: listed in params.json but missing", path.string()));
     }
+    // Tensor-list key/value: key_<i>.npy and value_<i>.npy, one pair per batch.
+    const int64_t keyCount = attribute<int64_t>(params, "keyCount", 1);
+    std::vector<HostTensor> keyList, valueList;
+    for (int64_t i = 0; keyCount > 1 && i < keyCount; ++i)
+        for (auto [base, list] : {std::pair{"key", &keyList}, std::pair{"value", &valueList}}) {
+            const std::string name = listName(base, size_t(i));
+            if (!fs::exists(npyPath(dir, name))) throw CliError(fmt::format("{}: missing (keyCount = {})", npyPath(dir, name).string(), keyCount));
+            list->push_back(readTensor(npyPath(dir, name), declaredEntry(params, name)));
+        }
+    if (keyCount > 1) {  // batch 0's tensors stand for key and value in the shape parsing below
+        files.emplace("key", readTensor(npyPath(dir, listName("key", 0)), nullptr));
+        files.emplace("value", readTensor(npyPath(dir, listName("value", 0)), nullptr));
+    }
     for (const char* required : {"query", "key", "value"})
         if (!files.count(required)) throw CliError(fmt::format("{}: missing", npyPath(dir, required).string()));
     std::map<std::string, std::vector<int64_t>> arrays;
-    for (const char* name : {kQLens, kKvLens}) {
+    for (const char* name : {kQLens, kKvLens, kPrefixLen}) {
         const fs::path path = npyPath(dir, name);
         if (fs::exists(path)) arrays.emplace(name, readNpyInts(path));
         else if (declaredEntry(params, name) != nullptr)
@@ -145,8 +192,9 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
 
     FiaProblem p;
     p.layout = attribute<std::string>(params, "inputLayout", "", true);
-    if (p.layout != "BSH" && p.layout != "BSND" && p.layout != "BNSD" && p.layout != "TND")
-        throw CliError(fmt::format("params.json: inputLayout \"{}\" is not BSH, BSND, BNSD or TND", p.layout));
+    if (std::find(layoutNames().begin(), layoutNames().end(), p.layout) == layoutNames().end())
+        throw CliError(fmt::format("params.json: inputLayout \"{}\" is not one of {}", p.layout, fmt::join(layoutNames(), ", ")));
+    const std::string in = p.inLayout();
     p.heads = attribute<int64_t>(params, "numHeads", 0, true);
     if (p.heads <= 0) throw CliError(fmt::format("params.json: numHeads = {} must be positive", p.heads));
     p.kvHeads = attribute<int64_t>(params, "numKeyValueHeads", 0);
@@ -168,14 +216,14 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     const std::string qWhy = "inputLayout " + p.layout;
     p.dtype = query.dtype();
     int64_t qRows = 0;
-    if (p.layout == "TND") {
-        qRows = dimOf(query, 3, 0, qPath, qWhy);
+    if (p.tnd()) {
+        qRows = dimOf(query, 3, in == "TND" ? 0 : 1, qPath, qWhy);
         p.dim = query.shape()[2];
     } else {
-        const size_t rank = p.layout == "BSH" ? 3 : 4;
+        const size_t rank = in == "BSH" ? 3 : 4;
         p.batch = dimOf(query, rank, 0, qPath, qWhy);
-        p.qSeqLen = query.shape()[p.layout == "BNSD" ? 2 : 1];
-        p.dim = p.layout == "BSH" ? query.shape()[2] / p.heads : query.shape()[3];
+        p.qSeqLen = query.shape()[in == "BNSD" ? 2 : 1];
+        p.dim = in == "BSH" ? query.shape()[2] / p.heads : query.shape()[3];
     }
     const bool paged = files.count("blockTable") > 0;
     const HostTensor& key = files.at("key");
@@ -197,14 +245,15 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
                              : dimOf(value, 5, 2, vPath, "an NZ cache") * value.shape()[4];
     } else {
         const size_t rank = query.shape().size();
-        p.kvSeqLen = dimOf(key, rank, p.layout == "BNSD" ? 2 : p.layout == "TND" ? 0 : 1, npyPath(dir, "key"), qWhy);
-        p.vDim = pack * (p.layout == "BSH" ? dimOf(value, 3, 2, vPath, qWhy) / p.kvHeads : dimOf(value, rank, rank - 1, vPath, qWhy));
+        const size_t rowAxis = in == "BNSD" ? 2 : in == "TND" ? 0 : 1;  // BSH, BSND, NTD: 1
+        p.kvSeqLen = dimOf(key, rank, rowAxis, npyPath(dir, "key"), qWhy);
+        p.vDim = pack * (in == "BSH" ? dimOf(value, 3, 2, vPath, qWhy) / p.kvHeads : dimOf(value, rank, rank - 1, vPath, qWhy));
     }
 
     // Lengths exactly as given: TND's query array (and a contiguous KV's) is cumulative, a paged
     // KV array per batch.
     if (p.tnd() && (!arrays.count(kQLens) || !arrays.count(kKvLens)))
-        throw CliError(fmt::format("inputLayout TND needs {} and {}", npyPath(dir, kQLens).string(),
+        throw CliError(fmt::format("inputLayout {} needs {} and {}", p.layout, npyPath(dir, kQLens).string(),
                                    npyPath(dir, kKvLens).string()));
     if (p.tnd()) {
         p.qLens = lengthsOf(arrays.at(kQLens));
@@ -227,21 +276,46 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     p.outQuantOffset = files.count("quantOffset2") > 0;
     p.sink = files.count("learnableSink") > 0;
     p.maskKind = files.count("attenMask") ? "file" : "none";
+    // Left padding, the shared prefix and the tensor list (informative: the files are passed as they are).
+    std::map<std::string, std::vector<int64_t>> paddings;
+    for (const auto& [name, member] : kPaddings) {
+        const fs::path path = npyPath(dir, name);
+        if (fs::exists(path)) paddings.emplace(name, readNpyInts(path));
+        else if (declaredEntry(params, name) != nullptr)
+            throw CliError(fmt::format("{}: listed in params.json but missing", path.string()));
+    }
+    const auto firstInt = [&](const char* name) {
+        return paddings.count(name) && !paddings.at(name).empty() ? paddings.at(name)[0] : int64_t(-1);
+    };
+    p.queryPadding = firstInt("queryPaddingSize");
+    p.kvPadding = firstInt("kvPaddingSize");
+    if (files.count("keySharedPrefix") && files.at("keySharedPrefix").shape().size() >= 3)
+        p.prefixRows = files.at("keySharedPrefix").shape()[in == "BNSD" ? 2 : 1];
+    if (arrays.count(kPrefixLen) && !arrays.at(kPrefixLen).empty()) p.prefixLen = arrays.at(kPrefixLen)[0];
+    p.kvList = keyCount > 1;
 
     FiaInstance inst(p, FiaInstance::NoInputs{});
     for (const Slot& slot : kSlots) {
         auto it = files.find(slot.name);
-        if (it != files.end()) inst.*slot.member = std::move(it->second);
+        if (it != files.end() && !(p.kvList && (slot.member == &FiaInstance::key || slot.member == &FiaInstance::value)))
+            inst.*slot.member = std::move(it->second);
     }
+    for (const auto& [name, member] : kPaddings) {
+        if (!paddings.count(name)) continue;
+        const std::vector<int64_t>& v = paddings.at(name);
+        inst.*member = HostTensor(ATTNOPS_INT64, {int64_t(v.size())});
+        std::copy(v.begin(), v.end(), static_cast<int64_t*>((inst.*member).data()));
+    }
+    inst.keyList = std::move(keyList);
+    inst.valueList = std::move(valueList);
+    if (arrays.count(kPrefixLen)) inst.prefixLenArg = arrays.at(kPrefixLen);
     inst.passQLens = arrays.count(kQLens) > 0;
     inst.passKvLens = arrays.count(kKvLens) > 0;
     if (inst.passQLens) inst.qLensArg = arrays.at(kQLens);
     if (inst.passKvLens) inst.kvLensArg = arrays.at(kKvLens);
 
-    // Outputs: the query's shape with D replaced by the value's Dv (the call checks the rest).
-    std::vector<int64_t> outShape = inst.query.shape();
-    outShape.back() = p.layout == "BSH" ? p.heads * p.vdim() : p.vdim();
-    inst.attentionOut = HostTensor(p.int8Out ? ATTNOPS_INT8 : p.dtype, outShape);
+    // Outputs: the output layout's shape with Dv (the call checks the rest).
+    inst.attentionOut = HostTensor(p.int8Out ? ATTNOPS_INT8 : p.dtype, tools::fiaOutputShape(p, p.tnd() ? qRows : p.qSeqLen));
     if (p.lse)
         inst.softmaxLse = HostTensor(ATTNOPS_FLOAT32, p.tnd() ? std::vector<int64_t>{qRows, p.heads, 1}
                                                               : std::vector<int64_t>{p.batch, p.heads, p.qSeqLen, 1});

@@ -118,6 +118,20 @@ expect 0 "fia TND causal prefill, GQA, sink --check" '^check against .*PASS' -- 
 expect 0 "fia BNSD NZ int8 per-token decode --check" '^check against .*PASS' -- \
     "$cli" run fused-infer-attention --batch 2 --kv-seqlens 70,129 --heads 8 --kv-heads 2 --cache NZ \
     --block-size 32 --int8-kv --key-quant-mode 1 --value-quant-mode 1 --check
+adir="$work/saved-fia-addressing"
+expect 0 "fia left padding, BSND_NBSD output --check --save" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout BSND_NBSD --batch 2 --q-seqlen 12 --kv-seqlen 40 --q-seqlens 4,9 \
+    --kv-seqlens 30,33 --query-padding 2 --kv-padding 3 --sparse-mode 3 --lse --check --save "$adir"
+expect 0 "fia left padding round trip" '^compare: PASS' -- "$cli" run --load "$adir" --compare
+expect 2 "fia tensor-list KV with a shared prefix is refused by the library" 'not supported with tensor-list' -- \
+    "$cli" run fused-infer-attention --batch 3 --kv-seqlens 30,1,12 --kv-list --prefix-rows 4
+expect 0 "fia tensor-list KV --save" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout BSH --batch 3 --q-seqlen 3 --kv-seqlens 30,1,12 --kv-list --lse --check \
+    --save "$work/saved-fia-list"
+expect 0 "fia tensor-list round trip" '^compare: PASS' -- "$cli" run --load "$work/saved-fia-list" --compare
+expect 0 "fia BNSD causal prefill with a shared prefix --check" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout BNSD --batch 2 --q-seqlen 5 --kv-seqlen 20 --prefix-rows 9 --prefix-len 7 \
+    --sparse-mode 3 --lse --check
 cp -r "$idir" "$work/corrupt-fia"
 corrupt_npy "$work/corrupt-fia/attentionOut.npy"
 expect 1 "fia compare fails on a corrupted attentionOut" '^compare: FAIL' -- \

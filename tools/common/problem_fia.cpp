@@ -26,6 +26,7 @@ void check(attnopsStatus status, const char* what) {
 
 // Input kinds, so that query, key and value of one position differ.
 enum Kind : uint64_t { kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink, kOutScale, kOutOffset };
+constexpr int64_t kNotPassed = -1;
 
 // A deterministic random source per logical element.
 Rng elementRng(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t d) {
@@ -58,6 +59,8 @@ std::vector<int64_t> layoutShape(const std::string& layout, int64_t b, int64_t s
     if (layout == "BSND") return {b, s, n, d};
     if (layout == "BNSD") return {b, n, s, d};
     if (layout == "TND") return {s, n, d};
+    if (layout == "NTD") return {n, s, d};
+    if (layout == "NBSD") return {n, b, s, d};
     throw std::invalid_argument("unknown layout " + layout);
 }
 
@@ -66,6 +69,7 @@ int64_t layoutIndex(const std::string& layout, int64_t s, int64_t n, int64_t d, 
                     int64_t di) {
     if (layout == "BNSD") return ((bi * n + ni) * s + row) * d + di;
     if (layout == "TND") return (row * n + ni) * d + di;
+    if (layout == "NTD") return (ni * s + row) * d + di;
     return ((bi * s + row) * n + ni) * d + di;  // BSH, BSND
 }
 
@@ -105,6 +109,13 @@ std::vector<int64_t> cumulativeOf(const std::vector<int64_t>& lens) {
 
 }  // namespace
 
+std::string FiaProblem::inLayout() const { return layout.substr(0, layout.find('_')); }
+
+std::string FiaProblem::outLayout() const {
+    const size_t at = layout.find('_');
+    return at == std::string::npos ? layout : layout.substr(at + 1);
+}
+
 int64_t FiaProblem::qLen(int64_t b) const {
     if (tnd()) return qLens[size_t(b)];
     if (qSeqLen == 1 || qLens.empty()) return qSeqLen;  // decode ignores actualSeqLengths
@@ -113,17 +124,18 @@ int64_t FiaProblem::qLen(int64_t b) const {
 
 int64_t FiaProblem::kvLen(int64_t b) const {
     if (tnd()) return kvLens[size_t(b)];
-    if (kvLens.empty()) return kvSeqLen;
+    if (kvLens.empty()) return kvList ? kvSeqLen + b % 3 : kvSeqLen;
     return kvLens[kvLens.size() == 1 ? 0 : size_t(b)];
 }
 
 std::string FiaProblem::describe() const {
     return fmt::format("{} {} B={} Q_S={} KV_S={} qLens=[{}] kvLens=[{}] N={}/{} D={}/{} mode={} pre={} next={} mask={} cache={} bs={} "
-                       "int8={} int4={} ({}/{}{}{}) sink={} int8Out={}{}",
+                       "int8={} int4={} ({}/{}{}{}) sink={} int8Out={}{} pad={}/{} prefix={}/{} list={}",
                        layout, attnopsDataTypeName(dtype), batches(), qSeqLen, kvSeqLen, fmt::join(qLens, ","), fmt::join(kvLens, ","),
                        heads, kvHeads, dim, vdim(), sparseMode, preTokens, nextTokens, maskKind, cache, blockSize, int8Kv,
                        int4Kv, keyQuantMode, valueQuantMode, combinedQuant ? " combined" : "", quantPerTensor ? " per-tensor" : "", sink,
-                       int8Out, int8Out ? (outQuantPerChannel ? " per-channel" : " per-tensor") : "");
+                       int8Out, int8Out ? (outQuantPerChannel ? " per-channel" : " per-tensor") : "", queryPadding, kvPadding,
+                       prefixRows, prefixLen, kvList);
 }
 
 FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
@@ -131,6 +143,8 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const attnopsDataType kvType = p.int4Kv ? ATTNOPS_INT32 : p.int8Kv ? ATTNOPS_INT8 : p.dtype;
     const int64_t kvPack = p.int4Kv ? 8 : 1;  // int4: the last dim holds eight per int32
+    const std::string in = p.inLayout();
+    const int64_t lp = p.sharedPrefix();
 
     // Query: rows outside the actual lengths hold NaN (they must never be read).
     std::vector<int64_t> qStart(size_t(batches), 0), kvStart(size_t(batches), 0);
@@ -151,14 +165,21 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         kvLensArg = p.kvLens.empty() && p.paged() ? std::vector<int64_t>{p.kvSeqLen} : p.kvLens;
         passQLens = !qLensArg.empty();
         passKvLens = !kvLensArg.empty();
+        // Left padding: the valid rows end `padding` rows before the end (a KV window that would
+        // start before row 0 in decode stays empty: the batch attends nothing).
+        for (int64_t b = 0; b < batches; ++b) {
+            if (p.queryPadding != kNotPassed && p.qSeqLen > 1)
+                qStart[size_t(b)] = p.qSeqLen - std::max<int64_t>(0, p.queryPadding) - p.qLen(b);
+            if (p.kvPadding != kNotPassed) kvStart[size_t(b)] = p.kvSeqLen - std::max<int64_t>(0, p.kvPadding) - p.kvLen(b);
+        }
     }
-    query = HostTensor(p.dtype, layoutShape(p.layout, batches, qRows, n1, d));
+    query = HostTensor(p.dtype, layoutShape(in, batches, qRows, n1, d));
     fill(query, nan);
     for (int64_t b = 0; b < batches; ++b)
-        for (int64_t n = 0; n < n1; ++n)
+        for (int64_t n = 0; n < n1 && qStart[size_t(b)] >= 0; ++n)  // padding past row 0: refused by the call
             for (int64_t i = 0; i < p.qLen(b); ++i)
                 for (int64_t c = 0; c < d; ++c)
-                    query.set(layoutIndex(p.layout, qRows, n1, d, b, n, qStart[size_t(b)] + i, c), logical(p.dataSeed, kQuery, b, n, i, c));
+                    query.set(layoutIndex(in, qRows, n1, d, b, n, qStart[size_t(b)] + i, c), logical(p.dataSeed, kQuery, b, n, i, c));
 
     // Key and value: layout tensors, or paged caches with a (shuffled) block table.
     int64_t maxBlocks = 0, blockNum = 0;
@@ -191,39 +212,83 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         else shape = {blockNum, n2, d / lanes, bs, lanes};
         key = HostTensor(kvType, shape);
         value = HostTensor(kvType, shape);
+    } else if (p.kvList) {
+        for (int64_t b = 0; b < batches; ++b) {
+            keyList.emplace_back(kvType, layoutShape(in, 1, p.kvListRows(b), n2, d));
+            valueList.emplace_back(kvType, layoutShape(in, 1, p.kvListRows(b), n2, dv));
+            if (!p.quantKv()) {
+                fill(keyList.back(), nan);
+                fill(valueList.back(), nan);
+            }
+        }
     } else {
-        std::vector<int64_t> kShape = layoutShape(p.layout, batches, kvRows, n2, d), vShape = layoutShape(p.layout, batches, kvRows, n2, dv);
+        std::vector<int64_t> kShape = layoutShape(in, batches, kvRows, n2, d), vShape = layoutShape(in, batches, kvRows, n2, dv);
         kShape.back() /= kvPack;
         vShape.back() /= kvPack;
         key = HostTensor(kvType, kShape);
         value = HostTensor(kvType, vShape);
     }
-    if (!p.quantKv()) {
+    if (!p.quantKv() && !p.kvList) {
         fill(key, nan);
         fill(value, nan);
     }
     const auto* table = p.paged() ? static_cast<const int32_t*>(blockTable.data()) : nullptr;
     const auto kvIndex = [&](int64_t b, int64_t m, int64_t t, int64_t c, int64_t dim) {
-        if (!p.paged()) return layoutIndex(p.layout, kvRows, n2, dim, b, m, kvStart[size_t(b)] + t, c);
+        if (p.kvList) return layoutIndex(in, p.kvListRows(b), n2, dim, 0, m, t, c);
+        if (!p.paged()) return layoutIndex(in, kvRows, n2, dim, b, m, kvStart[size_t(b)] + t, c);
         const int64_t blk = table[b * maxBlocks + t / bs], slot = t % bs;
         if (p.cache == "BnBsH") return ((blk * bs + slot) * n2 + m) * dim + c;
         if (p.cache == "BnNBsD") return ((blk * n2 + m) * bs + slot) * dim + c;
         const int64_t lanes = p.int8Kv ? 32 : 16;
         return (((blk * n2 + m) * (dim / lanes) + c / lanes) * bs + slot) * lanes + c % lanes;
     };
-    for (int64_t b = 0; b < batches; ++b)
+    const auto lowBits = p.int4Kv ? logicalInt4 : logicalInt8;  // the stored integers of a quantised source
+    for (int64_t b = 0; b < batches; ++b) {
+        if (kvStart[size_t(b)] < 0) continue;  // left padding past row 0 (decode): never read
+        HostTensor& kt = p.kvList ? keyList[size_t(b)] : key;
+        HostTensor& vt = p.kvList ? valueList[size_t(b)] : value;
         for (int64_t m = 0; m < n2; ++m)
             for (int64_t t = 0; t < p.kvLen(b); ++t) {
-                const auto lowBits = p.int4Kv ? logicalInt4 : logicalInt8;
+                const int64_t lt = lp + t;  // logical row (after the shared prefix)
                 for (int64_t c = 0; c < d; ++c)
-                    setElement(key, kvIndex(b, m, t, c, d), logical(p.dataSeed, kKey, b, m, t, c), lowBits(p.dataSeed, kKey, b, m, t, c));
+                    setElement(kt, kvIndex(b, m, t, c, d), logical(p.dataSeed, kKey, b, m, lt, c), lowBits(p.dataSeed, kKey, b, m, lt, c));
                 for (int64_t c = 0; c < dv; ++c)
-                    setElement(value, kvIndex(b, m, t, c, dv), logical(p.dataSeed, kValue, b, m, t, c),
-                               lowBits(p.dataSeed, kValue, b, m, t, c));
+                    setElement(vt, kvIndex(b, m, t, c, dv), logical(p.dataSeed, kValue, b, m, lt, c),
+                               lowBits(p.dataSeed, kValue, b, m, lt, c));
             }
+    }
+    // Shared prefix: batch 0's logical rows [0, Lp); rows beyond Lp hold NaN (never read).
+    if (p.prefixRows > 0) {
+        keySharedPrefix = HostTensor(kvType, layoutShape(in, 1, p.prefixRows, n2, d));
+        valueSharedPrefix = HostTensor(kvType, layoutShape(in, 1, p.prefixRows, n2, dv));
+        if (!p.quantKv()) {
+            fill(keySharedPrefix, nan);
+            fill(valueSharedPrefix, nan);
+        }
+        for (int64_t m = 0; m < n2; ++m)
+            for (int64_t t = 0; t < std::min(lp, p.prefixRows); ++t) {
+                for (int64_t c = 0; c < d; ++c)
+                    setElement(keySharedPrefix, layoutIndex(in, p.prefixRows, n2, d, 0, m, t, c), logical(p.dataSeed, kKey, 0, m, t, c),
+                               lowBits(p.dataSeed, kKey, 0, m, t, c));
+                for (int64_t c = 0; c < dv; ++c)
+                    setElement(valueSharedPrefix, layoutIndex(in, p.prefixRows, n2, dv, 0, m, t, c),
+                               logical(p.dataSeed, kValue, 0, m, t, c), lowBits(p.dataSeed, kValue, 0, m, t, c));
+            }
+        if (p.prefixLen != kNotPassed) prefixLenArg = {p.prefixLen};
+    }
+    if (p.queryPadding != kNotPassed) {
+        queryPaddingSize = HostTensor(ATTNOPS_INT64, {1});
+        static_cast<int64_t*>(queryPaddingSize.data())[0] = p.queryPadding;
+    }
+    if (p.kvPadding != kNotPassed) {
+        kvPaddingSize = HostTensor(ATTNOPS_INT64, {1});
+        static_cast<int64_t*>(kvPaddingSize.data())[0] = p.kvPadding;
+    }
+    int64_t listRows = 0;
+    for (int64_t b = 0; p.kvList && b < batches; ++b) listRows = std::max(listRows, p.kvListRows(b));
 
     // Dequantisation parameters.
-    const int64_t tokens = p.paged() ? maxBlocks * bs : kvRows;
+    const int64_t tokens = p.paged() ? maxBlocks * bs : p.kvList ? listRows : kvRows;
     if (p.quantKv()) {
         // Each mode's shape (spec 9.1), values per index: mode 0 [KV_N, D] (or [1]) and 2 [KV_N] in
         // the query dtype; 1 [B, S], 3 [B, KV_N, S], 4 [blockNum, bs], 5 [blockNum, KV_N, bs] fp32.
@@ -271,7 +336,7 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
     // Mask.
     std::string maskKind = p.maskKind;
     if (maskKind == "auto") maskKind = p.sparseMode == 1 ? "random" : p.sparseMode >= 2 ? "compressed" : "none";
-    const int64_t maskCols = p.paged() ? maxBlocks * bs : kvRows;
+    const int64_t maskCols = (p.paged() ? maxBlocks * bs : p.kvList ? listRows : kvRows) + lp;
     if (maskKind == "compressed") {
         attenMask = HostTensor(ATTNOPS_UINT8, {kCompressedMask, kCompressedMask});
         auto* m = static_cast<uint8_t*>(attenMask.data());
@@ -283,11 +348,15 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         attenMask = HostTensor(ATTNOPS_BOOL, decode ? std::vector<int64_t>{batches, 1, 1, maskCols}
                                                     : std::vector<int64_t>{batches, rows, maskCols});
         auto* m = static_cast<uint8_t*>(attenMask.data());
+        // Logical element (b, i, j) at the physical position (left padding shifts it).
+        std::fill(m, m + attenMask.numel(), uint8_t(1));
         for (int64_t b = 0; b < batches; ++b)
             for (int64_t i = 0; i < rows; ++i)
                 for (int64_t j = 0; j < maskCols; ++j) {
+                    const int64_t row = (decode ? 0 : qStart[size_t(b)]) + i, col = std::max<int64_t>(0, kvStart[size_t(b)]) + j;
+                    if (row < 0 || row >= rows || col >= maskCols) continue;
                     const bool fullyMasked = b == 0 && i == 1;  // a row that attends nothing
-                    m[(b * rows + i) * maskCols + j] = fullyMasked || elementRng(p.dataSeed, kMask, b, 0, i, j).next() % 4 == 0;
+                    m[(b * rows + row) * maskCols + col] = fullyMasked || elementRng(p.dataSeed, kMask, b, 0, i, j).next() % 4 == 0;
                 }
     }
     if (p.sink) {
@@ -295,7 +364,7 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         for (int64_t n = 0; n < n1; ++n) sink.set(n, float(1.5 * logical(p.dataSeed, kSink, 0, n, 0, 0) + 0.5));
     }
 
-    attentionOut = HostTensor(p.int8Out ? ATTNOPS_INT8 : p.dtype, layoutShape(p.layout, batches, qRows, n1, dv));
+    attentionOut = HostTensor(p.int8Out ? ATTNOPS_INT8 : p.dtype, fiaOutputShape(p, qRows));
     if (p.int8Out)
         std::fill(attentionOut.bytes().begin(), attentionOut.bytes().end(), uint8_t(0x5a));  // every element must be written
     else
@@ -310,24 +379,42 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
 FiaArrays::FiaArrays(const FiaInstance& inst) {
     if (inst.passQLens) check(attnopsCreateIntArray(inst.qLensArg.data(), inst.qLensArg.size(), &qLens), "attnopsCreateIntArray");
     if (inst.passKvLens) check(attnopsCreateIntArray(inst.kvLensArg.data(), inst.kvLensArg.size(), &kvLens), "attnopsCreateIntArray");
+    if (!inst.prefixLenArg.empty())
+        check(attnopsCreateIntArray(inst.prefixLenArg.data(), inst.prefixLenArg.size(), &prefixLen), "attnopsCreateIntArray");
+    for (size_t b = 0; b < inst.keyList.size(); ++b) {
+        keys.push_back(inst.keyList[b].handle());
+        values.push_back(inst.valueList[b].handle());
+    }
 }
 
 FiaArrays::~FiaArrays() {
     attnopsDestroyIntArray(qLens);
     attnopsDestroyIntArray(kvLens);
+    attnopsDestroyIntArray(prefixLen);
 }
 
 fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnopsTensor* kv[2]) {
     const FiaProblem& p = inst.problem;
     const auto handle = [](const HostTensor& t) -> const attnopsTensor* { return t.empty() ? nullptr : t.handle(); };
     fia::Args a;
-    kv[0] = inst.key.handle();
-    kv[1] = inst.value.handle();
+    kv[0] = handle(inst.key);
+    kv[1] = handle(inst.value);
     a.query = inst.query.handle();
     a.key = &kv[0];
     a.keyCount = 1;
     a.value = &kv[1];
     a.valueCount = 1;
+    if (!arrays.keys.empty()) {  // tensor list
+        a.key = arrays.keys.data();
+        a.keyCount = arrays.keys.size();
+        a.value = arrays.values.data();
+        a.valueCount = arrays.values.size();
+    }
+    a.queryPaddingSize = handle(inst.queryPaddingSize);
+    a.kvPaddingSize = handle(inst.kvPaddingSize);
+    a.keySharedPrefix = handle(inst.keySharedPrefix);
+    a.valueSharedPrefix = handle(inst.valueSharedPrefix);
+    a.actualSharedPrefixLen = arrays.prefixLen;
     a.attenMask = handle(inst.attenMask);
     a.actualSeqLengths = arrays.qLens;
     a.actualSeqLengthsKv = arrays.kvLens;
@@ -454,8 +541,9 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
                         fail(fmt::format("lse of row (b {}, n {}, i {}) = {}, reference {}", b, n, i, got, ref.lse));
                 }
             }
-            if (!c.varlen)
-                for (int64_t i = sq; i < p.qSeqCapacity; ++i) expectEmpty(b, n, i);
+            if (!c.varlen)  // rows before (left padding) and after the valid ones
+                for (int64_t i = 0; i < p.qSeqCapacity; ++i)
+                    if (i < c.seq.qStart[size_t(b)] || i >= c.seq.qStart[size_t(b)] + sq) expectEmpty(b, n, i);
         }
     }
     if (c.varlen)
@@ -473,6 +561,10 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
     return r;
 }
 
+std::vector<int64_t> fiaOutputShape(const FiaProblem& p, int64_t qRows) {
+    return layoutShape(p.outLayout(), p.batches(), qRows, p.heads, p.vdim());
+}
+
 double fiaForwardFlops(const FiaProblem& p) {
     fa::MaskSpec mask;  // modes 0-4: the FlashAttentionScore geometry; decode ignores the mode
     const bool decode = !p.tnd() && p.qSeqLen == 1;
@@ -481,7 +573,7 @@ double fiaForwardFlops(const FiaProblem& p) {
     mask.nextTokens = decode ? kNoBand : p.nextTokens;
     double kept = 0;
     for (int64_t b = 0; b < p.batches(); ++b) {
-        const int64_t sq = p.qLen(b), skv = p.kvLen(b);
+        const int64_t sq = p.qLen(b), skv = p.kvLen(b) + p.sharedPrefix();
         mask.prefix.assign(size_t(b + 1), 0);
         const fa::SeqRule rule = fa::seqRule(mask, b, sq, skv);
         for (int64_t i = 0; i < sq; ++i) {
@@ -498,7 +590,7 @@ double fiaKvBytes(const FiaProblem& p) {
     const double perToken = p.quantKv() ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
     double bytes = 0;
     for (int64_t b = 0; b < p.batches(); ++b)
-        bytes += double(p.kvLen(b)) * (double(p.kvHeads) * double(p.dim + p.vdim()) * element + perToken);
+        bytes += double(p.kvLen(b) + p.sharedPrefix()) * (double(p.kvHeads) * double(p.dim + p.vdim()) * element + perToken);
     return bytes;
 }
 

@@ -16,7 +16,7 @@
 namespace attnops::tools {
 
 struct FiaProblem {
-    std::string layout = "BNSD";           // BSH, BSND, BNSD, TND
+    std::string layout = "BNSD";           // any inputLayout: BSH, BSND, BNSD, TND, NTD, or X_Y (output Y)
     int64_t batch = 1;                     // non-TND
     int64_t qSeqLen = 1, kvSeqLen = 64;    // non-TND: Q_S, KV_S (paged: KV_S is derived)
     std::vector<int64_t> qLens, kvLens;    // actual lengths per batch; non-TND: empty = not passed
@@ -43,9 +43,23 @@ struct FiaProblem {
     attnopsDataType outQuantDType = ATTNOPS_FLOAT32;
     bool lse = true;
     bool sink = false;
+    // Left padding (non-packed): queryPaddingSize / kvPaddingSize, < 0: not passed. The valid rows
+    // of batch b are the last qLen(b) (kvLen(b)) rows before the padding.
+    int64_t queryPadding = -1, kvPadding = -1;
+    // Shared prefix of prefixRows rows (0: none); actualSharedPrefixLen, < 0: not passed. Prefix
+    // row t holds batch 0's logical row t, and every batch's own row t its logical row Lp + t, so
+    // that with B = 1 the call equals a plain one over Lp + kvLen rows.
+    int64_t prefixRows = 0, prefixLen = -1;
+    bool kvList = false;                   // tensor-list key/value: batch b's tensor holds kvListRows(b) rows
     uint64_t dataSeed = 1;
 
-    bool tnd() const { return layout == "TND"; }
+    std::string inLayout() const;          // the query/key/value layout (before '_')
+    std::string outLayout() const;         // attentionOut's layout (after '_', else the same)
+    bool tnd() const { return inLayout() == "TND" || inLayout() == "NTD"; }  // packed rows
+    int64_t sharedPrefix() const { return prefixRows == 0 ? 0 : prefixLen < 0 ? prefixRows : prefixLen; }
+    // Tensor list: batch b's S; without kvLens that is its length (kvSeqLen + b % 3), with them
+    // some spare rows follow.
+    int64_t kvListRows(int64_t b) const { return kvLen(b) + (kvLens.empty() ? 0 : b % 3); }
     bool paged() const { return cache != "none"; }
     int64_t vdim() const { return vDim < 0 ? dim : vDim; }
     bool quantKv() const { return int8Kv || int4Kv; }
@@ -60,6 +74,9 @@ struct FiaInstance {
     FiaProblem problem;
     HostTensor query, key, value, attenMask, blockTable, keyScale, keyOffset, valueScale, valueOffset, sink;
     HostTensor antiquantScale, antiquantOffset, quantScale2, quantOffset2;
+    HostTensor queryPaddingSize, kvPaddingSize, keySharedPrefix, valueSharedPrefix;
+    std::vector<HostTensor> keyList, valueList;  // tensor-list key/value (problem.kvList)
+    std::vector<int64_t> prefixLenArg;          // actualSharedPrefixLen (empty: not passed)
     HostTensor attentionOut, softmaxLse;
     std::vector<int64_t> qLensArg, kvLensArg;  // the actualSeqLengths(Kv) arrays passed (may be empty)
     bool passQLens = false, passKvLens = false;
@@ -80,10 +97,12 @@ public:
     ~FiaArrays();
     FiaArrays(const FiaArrays&) = delete;
     FiaArrays& operator=(const FiaArrays&) = delete;
-    attnopsIntArray *qLens = nullptr, *kvLens = nullptr;
+    attnopsIntArray *qLens = nullptr, *kvLens = nullptr, *prefixLen = nullptr;
+    std::vector<const attnopsTensor*> keys, values;  // the key/value arrays (tensor list or one each)
 };
 
-// The call's arguments (handles borrowed from inst and arrays; key/value point into `kv`).
+// The call's arguments (handles borrowed from inst and arrays; key/value point into `kv`, or
+// into arrays.keys/values for a tensor list).
 fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnopsTensor* kv[2]);
 
 // Calls phase 1 with `a` unpacked (tests change single arguments of fiaArgs' result).
@@ -103,10 +122,13 @@ FiaCheck checkFia(const FiaInstance& inst);
 // The same on the rows of the listed batches (sequences) only: a sampled check of a large call.
 FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& batches);
 
+// attentionOut's shape for the problem's output layout (qRows: Q_S, or T of a packed layout).
+std::vector<int64_t> fiaOutputShape(const FiaProblem& p, int64_t qRows);
+
 // Mask-aware FLOPs of the call (2 (D + Dv) per score the sparse mode's band keeps, per query
 // head; the holes of an explicit mask are counted, decode counts every key), and the bytes of K and V it must read at least:
 // every key and value of the actual KV lengths once per kv head (int8: 1 byte an element, plus
-// the per-token scales and offsets).
+// the per-token scales and offsets); shared-prefix rows count once per batch (each batch reads them).
 double fiaForwardFlops(const FiaProblem& p);
 double fiaKvBytes(const FiaProblem& p);
 

@@ -53,26 +53,30 @@ def _out_dtype(query: Tensor, quant_scale2: Optional[Tensor]) -> torch.dtype:
     return torch.int8 if quant_scale2 is not None else query.dtype
 
 
+_FIA_LAYOUTS = ("BSH", "BSND", "BNSD", "TND", "NTD", "BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD", "BSND_NBSD",
+                "BNSD_NBSD", "NTD_TND", "TND_NTD")
+
+
 def _fia_shapes(query: Tensor, value: Tensor, layout: str, num_heads: int, num_kv_heads: int, paged: bool):
-    """(attention_out shape, softmax_lse shape) of a call; the library validates the rest."""
-    ranks = {"BSH": 3, "BSND": 4, "BNSD": 4, "TND": 3}
-    if layout not in ranks:
-        raise ValueError(f"input_layout = {layout!r}: must be one of BSH, BSND, BNSD, TND")
-    if query.dim() != ranks[layout]:
-        raise ValueError(f"query: rank {query.dim()} for input_layout {layout}: must be {ranks[layout]}")
+    """(attention_out shape, softmax_lse shape) of a call (spec 4: X_Y takes X and returns Y; NBSD
+    is (Q_N, B, Q_S, V_D); the lse is (B, Q_N, Q_S, 1), or (T, Q_N, 1) for the packed layouts); the
+    library validates the rest."""
+    if layout not in _FIA_LAYOUTS:
+        raise ValueError(f"input_layout = {layout!r}: must be one of {', '.join(_FIA_LAYOUTS)}")
+    base, _, out_form = layout.partition("_")
+    out_form = out_form or base
+    ranks = {"BSH": 3, "BSND": 4, "BNSD": 4, "TND": 3, "NTD": 3}
+    if query.dim() != ranks[base]:
+        raise ValueError(f"query: rank {query.dim()} for input_layout {layout}: must be {ranks[base]}")
     kv_heads = num_kv_heads if num_kv_heads > 0 else num_heads
-    dv = _value_dim(value, layout, kv_heads, paged)
-    if layout == "BSH":
-        b, s = query.shape[0], query.shape[1]
-        return (b, s, num_heads * dv), (b, num_heads, s, 1)
-    if layout == "BSND":
-        b, s, n = query.shape[0], query.shape[1], query.shape[2]
-        return (b, s, n, dv), (b, n, s, 1)
-    if layout == "BNSD":
-        b, n, s = query.shape[0], query.shape[1], query.shape[2]
-        return (b, n, s, dv), (b, n, s, 1)
-    t, n = query.shape[0], query.shape[1]
-    return (t, n, dv), (t, n, 1)
+    dv = _value_dim(value, base, kv_heads, paged)
+    if base in ("TND", "NTD"):
+        t = query.shape[0] if base == "TND" else query.shape[1]
+        return ((t, num_heads, dv) if out_form == "TND" else (num_heads, t, dv)), (t, num_heads, 1)
+    b, s = (query.shape[0], query.shape[2]) if base == "BNSD" else (query.shape[0], query.shape[1])
+    n = num_heads
+    out = {"BSH": (b, s, n * dv), "BSND": (b, s, n, dv), "BNSD": (b, n, s, dv), "NBSD": (n, b, s, dv)}[out_form]
+    return out, (b, n, s, 1)
 
 
 @torch.library.custom_op("attnops::fused_infer_attention_score", mutates_args=())

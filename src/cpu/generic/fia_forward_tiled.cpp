@@ -72,11 +72,16 @@ uint64_t scratchBytes(const Params& p, TileShape t) { return uint64_t(Scratch::f
 // Row t of kv head m of batch b, dequantised or converted to fp32, `dim` elements.
 void gatherRow(const Params& p, const KvSource& src, const AntiquantSpec& quant, int64_t b, int64_t m, int64_t t,
                int64_t dim, float* __restrict dst) {
-    const int64_t at = kvRowOffset(p, src, b, m, t);
     if (quant.mode != Antiquant::None) {
         for (int64_t d = 0; d < dim; ++d) dst[d] = kvElement(p, src, quant, b, m, t, d);
         return;
     }
+    if (hasKvParts(src)) {  // shared prefix or tensor-list rows (never NZ)
+        const KvAddress a = kvAddress(p, src, b, m, t);
+        cpu::loadRow(a.data, a.at, a.dimStride, src.dtype, dim, dst);
+        return;
+    }
+    const int64_t at = kvRowOffset(p, src, b, m, t);
     if (src.dimGroup == 0) {
         cpu::loadRow(src.data, at, src.dimStride, src.dtype, dim, dst);
         return;

@@ -119,7 +119,9 @@ template <class V>
 bool acceptsSource(const KvSource& s, int64_t dim) {
     // The key/value dtypes check.cpp admits (fp32 is not one).
     const bool known = s.dtype == DType::F16 || s.dtype == DType::BF16 || s.dtype == DType::I8;
-    return known && dim % V::kLanes == 0 && s.dimStride == 1 && (s.dimGroup == 0 || s.dimGroup % V::kLanes == 0);
+    bool unitParts = s.prefixLen == 0 || s.prefix.dimStride == 1;  // shared prefix, tensor-list rows
+    for (const KvPart& e : s.perBatch) unitParts = unitParts && e.dimStride == 1;
+    return known && unitParts && dim % V::kLanes == 0 && s.dimStride == 1 && (s.dimGroup == 0 || s.dimGroup % V::kLanes == 0);
 }
 
 template <class V>
@@ -292,6 +294,13 @@ inline void sourceRows(const Params& p, const KvSource& s, int64_t b, int64_t m,
                        const char** rows) {
     const char* base = static_cast<const char*>(s.data);
     const int64_t bytes = elementBytes(s.dtype), step = s.rowStride * bytes;
+    if (hasKvParts(s)) {  // shared prefix or tensor-list rows: each row from its own tensor
+        for (int64_t j = 0; j < nk; ++j) {
+            const KvAddress a = kvAddress(p, s, b, m, k0 + j);
+            rows[j] = static_cast<const char*>(a.data) + a.at * bytes;
+        }
+        return;
+    }
     const int64_t run = p.table.data == nullptr ? nk : p.table.blockSize;  // rows that step by rowStride
     for (int64_t j = 0; j < nk;) {
         const int64_t t = k0 + j, n = std::min(nk - j, run - (p.table.data == nullptr ? 0 : t % run));

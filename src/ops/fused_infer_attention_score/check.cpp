@@ -17,6 +17,7 @@
 #include "core/handles.hpp"
 #include "ops/flash_attention_score/layout.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
+#include "ops/fused_infer_attention_score/layouts.hpp"
 
 namespace attnops::fia {
 namespace {
@@ -41,8 +42,8 @@ void rejectGiven(const void* t, const char* name, const char* what) {
 struct Dims {
     int64_t b = 1, s = 0, n = 0, d = 0;
 };
-Dims dimsOf(const attnopsTensor& t, fa::Layout l, int64_t heads, const char* name) {
-    const fa::Axes a = fa::axesOf(l);
+Dims dimsOf(const attnopsTensor& t, Form l, int64_t heads, const char* name) {
+    const fa::Axes a = axesOf(l);
     Dims r;
     if (a.b >= 0) r.b = t.shape[a.b];
     r.s = t.shape[a.s];
@@ -137,13 +138,50 @@ void decodeMask(const attnopsTensor& m, const Shapes& s, fa::MaskSpec& spec) {
 
 namespace {
 
-fa::Layout parseLayout(const char* name) {
+const char* formName(Form f) {
+    switch (f) {
+        case Form::BSH: return "BSH";
+        case Form::BSND: return "BSND";
+        case Form::BNSD: return "BNSD";
+        case Form::TND: return "TND";
+        case Form::NTD: return "NTD";
+        case Form::NBSD: return "NBSD";
+    }
+    return "?";
+}
+
+// The layouts each entry point takes (spec 13.3, 13.4).
+void checkEntryLayout(Entry e, const LayoutPair& l) {
+    const bool plain = l.in == l.out && (l.in == Form::BSH || l.in == Form::BSND || l.in == Form::BNSD);
+    if (e == Entry::IncreFlashAttention && !plain)
+        invalidArgument("inputLayout", l.name, "IncreFlashAttention takes BSH, BSND or BNSD (spec 13.3)");
+    if (e == Entry::PromptFlashAttention && !plain && std::strcmp(l.name, "BNSD_BSND") != 0 && std::strcmp(l.name, "TND") != 0)
+        invalidArgument("inputLayout", l.name, "PromptFlashAttention takes BSH, BSND, BNSD, BNSD_BSND or TND (spec 13.4)");
+}
+
+// Restrictions of the output-transposing layouts (spec 4, 12).
+void checkLayoutRules(const LayoutPair& l, int64_t qS, int64_t d, int64_t dv) {
+    const std::string name = l.name;
+    const bool mla192 = d == 192 && dv == 128;  // prefill MLA merged form
+    if (name == "BNSD_BSND" && qS <= 1)
+        invalidArgument("inputLayout", l.name, "needs the query's S > 1 (got {}): BNSD_BSND is a prefill layout", qS);
+    if (l.out == Form::NBSD && qS > 16)
+        invalidArgument("inputLayout", l.name, "needs the query's S <= 16 (got {}): NBSD output is for decode and MTP", qS);
+    if (l.out == Form::BNSD && l.in != Form::BNSD && !((d == 64 || d == 128) && dv == d) && !mla192)
+        invalidArgument("inputLayout", l.name, "needs D = V_D = 64 or 128 (or Q/K D 192 with V D 128), got D = {}, V_D = {}", d, dv);
+    const bool unequalBarred = l.in == Form::NTD || name == "BSH_BNSD" || name == "BSND_BNSD" || name == "BNSD_BSND";
+    if (d != dv && unequalBarred && !(mla192 && l.in != Form::NTD))
+        invalidArgument("inputLayout", l.name, "does not allow D = {} != V_D = {} (spec 12)", d, dv);
+}
+
+LayoutPair parseLayout(const char* name) {
     if (name == nullptr) nullArgument("inputLayout");
-    for (fa::Layout l : {fa::Layout::BSH, fa::Layout::BSND, fa::Layout::BNSD, fa::Layout::TND})
-        if (std::strcmp(name, fa::layoutName(l)) == 0) return l;
-    for (const char* later : {"BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "NTD", "NTD_TND", "TND_NTD"})
-        if (std::strcmp(name, later) == 0) unsupported("inputLayout = \"{}\": output-transposing and NTD layouts are not implemented yet", name);
-    invalidArgument("inputLayout", fmt::format("\"{}\"", name), "must be one of BSH, BSND, BNSD, TND (upper case)");
+    std::string names;
+    for (const LayoutPair& l : layoutPairs()) {
+        if (std::strcmp(name, l.name) == 0) return l;
+        names += names.empty() ? l.name : fmt::format(", {}", l.name);
+    }
+    invalidArgument("inputLayout", fmt::format("\"{}\"", name), "must be one of {} (upper case)", names);
 }
 
 // Key or value source of a paged cache: BnBsH (rank 3), BnNBsD (rank 4) or NZ (rank 5).
@@ -175,6 +213,142 @@ KvSource pagedSource(const attnopsTensor& t, CacheFormat f, int64_t headDim) {
     return s;
 }
 
+
+// ---- KV addressing features (spec 4, 5 step 2 and 4, 10): tensor-list key/value, left padding,
+// shared prefix. Each is refused with the features it cannot be combined with.
+
+constexpr uint64_t kMaxTensorListBatch = 256;
+
+KvPart partOf(const fa::View4& v) { return KvPart{v.data, v.stride[1], v.stride[2], v.stride[3]}; }
+
+// Tensor-list key/value: keyCount = valueCount = B tensors of batch 1, each with its own S.
+// Fills the per-batch parts and returns each batch's S; s.kvS becomes the largest.
+std::vector<int64_t> tensorListSources(const Args& a, const LayoutPair& lp, Shapes& s, Params& p, int32_t device) {
+    if (a.keyCount > kMaxTensorListBatch)
+        invalidArgument("keyCount", a.keyCount, "tensor-list key/value take at most {} tensors (one per batch)", kMaxTensorListBatch);
+    if (int64_t(a.keyCount) != s.batch)
+        invalidArgument("keyCount", a.keyCount, "a tensor list needs one key/value tensor per batch: must equal the query's B = {}", s.batch);
+    if (isPacked(lp.in)) invalidArgument("keyCount", a.keyCount, "tensor-list key/value do not exist with inputLayout {}", lp.name);
+    const DType kvType = a.key[0] ? a.key[0]->dtype : DType::F16;
+    std::vector<int64_t> lens;
+    s.kvS = 0;
+    for (uint64_t i = 0; i < a.keyCount; ++i) {
+        const std::string kn = fmt::format("key[{}]", i), vn = fmt::format("value[{}]", i);
+        const attnopsTensor& k = requireTensorOn(a.key[i], kn.c_str(), device);
+        const attnopsTensor& v = requireTensorOn(a.value[i], vn.c_str(), device);
+        if (k.dtype != kvType) invalidArgument(kn + ".dtype", dtypeName(k.dtype), "must equal key[0].dtype ({})", dtypeName(kvType));
+        if (v.dtype != kvType) invalidArgument(vn + ".dtype", dtypeName(v.dtype), "must equal key[0].dtype ({})", dtypeName(kvType));
+        requireRank(k, kn.c_str(), rankOf(lp.in), fmt::format("inputLayout {}", lp.name));
+        requireRank(v, vn.c_str(), rankOf(lp.in), fmt::format("inputLayout {}", lp.name));
+        const Dims dk = dimsOf(k, lp.in, s.n2, kn.c_str()), dv = dimsOf(v, lp.in, s.n2, vn.c_str());
+        if (dk.b != 1) invalidArgument(kn + ".shape", shapeString(k), "each tensor of a tensor list holds one batch: B must be 1");
+        if (dv.b != 1) invalidArgument(vn + ".shape", shapeString(v), "each tensor of a tensor list holds one batch: B must be 1");
+        if (dk.d != s.d) invalidArgument(kn + ".shape", shapeString(k), "head dim {} must equal the query's D = {}", dk.d, s.d);
+        if (dv.s != dk.s) invalidArgument(vn + ".shape", shapeString(v), "sequence length {} must equal {}'s {}", dv.s, kn, dk.s);
+        if (i == 0) s.dv = dv.d;
+        if (dv.d != s.dv) invalidArgument(vn + ".shape", shapeString(v), "head dim {} must equal value[0]'s {}", dv.d, s.dv);
+        p.key.perBatch.push_back(partOf(viewOf<fa::View4>(k, lp.in, s.d)));
+        p.value.perBatch.push_back(partOf(viewOf<fa::View4>(v, lp.in, s.dv)));
+        lens.push_back(dk.s);
+        s.kvS = std::max(s.kvS, dk.s);
+    }
+    for (KvSource* src : {&p.key, &p.value}) {  // the main fields describe batch 0 (dtype, dim stride)
+        src->data = src->perBatch[0].data;
+        src->dtype = kvType;
+        src->headStride = src->perBatch[0].headStride;
+        src->rowStride = src->perBatch[0].rowStride;
+        src->dimStride = src->perBatch[0].dimStride;
+    }
+    s.maskCols = s.kvS;
+    return lens;
+}
+
+// One value of an int64 [1] padding-size tensor; negative counts as 0 (spec 5 step 2).
+int64_t paddingSize(const attnopsTensor& t, const char* name) {
+    if (t.dtype != DType::I64) invalidArgument(fmt::format("{}.dtype", name), dtypeName(t.dtype), "must be int64");
+    if (!shapeIs(t, {1})) invalidArgument(fmt::format("{}.shape", name), shapeString(t), "must be [1] (one padding for every batch)");
+    return std::max<int64_t>(0, static_cast<const int64_t*>(t.data)[0]);
+}
+
+// The combinations left padding, the shared prefix and tensor lists do not exist in (spec 4, 10).
+void refuseWith(bool feature, const char* name, const LayoutPair& lp, bool paged, bool list, bool perToken, bool packedOk = false,
+                bool bnsdOut = true) {
+    if (!feature) return;
+    if (paged) invalidArgument(name, "non-NULL", "is not supported with a paged cache (blockTable)");
+    if (list) invalidArgument(name, "non-NULL", "is not supported with tensor-list key/value (keyCount > 1)");
+    if (!packedOk && isPacked(lp.in)) invalidArgument(name, "non-NULL", "is not supported with inputLayout {}", lp.name);
+    if (!bnsdOut && lp.out == Form::BNSD && lp.in != Form::BNSD)
+        invalidArgument(name, "non-NULL", "is not supported with inputLayout {}", lp.name);
+    if (perToken) unsupported("{} with per-token dequantisation (antiquant modes 1, 3-5) is not implemented", name);
+}
+
+// Left padding (spec 5 step 2): the valid rows of each batch end `padding` rows before the end
+// of the padded S. Prefill windows that would start before row 0 are refused; decode batches
+// whose KV window starts before row 0 attend nothing (spec 10).
+void applyLeftPadding(const attnopsTensor* qPad, const attnopsTensor* kvPad, const Args& a, bool decode, const Shapes& s,
+                      fa::Sequences& seq) {
+    if (qPad && !decode) {
+        if (a.actualSeqLengths == nullptr) nullArgument("actualSeqLengths", "is required with queryPaddingSize (left padding)");
+        const int64_t pad = paddingSize(*qPad, "queryPaddingSize");
+        for (int64_t b = 0; b < s.batch; ++b) {
+            const int64_t start = s.qS - pad - seq.qLen[size_t(b)];
+            if (start < 0)
+                invalidArgument("queryPaddingSize", pad, "batch {}: Q_S {} - padding - actualSeqLengths {} = {} must be >= 0", b, s.qS,
+                                seq.qLen[size_t(b)], start);
+            seq.qStart[size_t(b)] = start;
+        }
+    } else if (qPad) {
+        paddingSize(*qPad, "queryPaddingSize");  // decode ignores the query's lengths and padding
+    }
+    if (kvPad) {
+        if (a.actualSeqLengthsKv == nullptr) nullArgument(a.kvLengthsName, "is required with kvPaddingSize (left padding)");
+        const int64_t pad = paddingSize(*kvPad, "kvPaddingSize");
+        for (int64_t b = 0; b < s.batch; ++b) {
+            const int64_t start = s.kvS - pad - seq.kvLen[size_t(b)];
+            if (start >= 0) {
+                seq.kvStart[size_t(b)] = start;
+            } else if (decode) {
+                seq.kvLen[size_t(b)] = 0;  // the window starts before row 0: output 0 (spec 10)
+            } else {
+                invalidArgument("kvPaddingSize", pad, "batch {}: KV_S {} - padding - {} {} = {} must be >= 0", b, s.kvS, a.kvLengthsName,
+                                seq.kvLen[size_t(b)], start);
+            }
+        }
+    }
+}
+
+// Shared prefix (spec 10): [1, prefix_S, ...] key/value rows in the base layout, prepended to
+// every batch's KV; actualSharedPrefixLen (one entry, <= prefix_S) picks how many.
+void applySharedPrefix(const attnopsTensor* kp, const attnopsTensor* vp, const attnopsIntArray* lenArr, const LayoutPair& lp,
+                       DType kvType, Shapes& s, Params& p) {
+    if (!kp && !vp) {
+        if (lenArr) nullArgument("keySharedPrefix", "is required with actualSharedPrefixLen");
+        return;
+    }
+    if (!kp || !vp) nullArgument(kp ? "valueSharedPrefix" : "keySharedPrefix", "keySharedPrefix and valueSharedPrefix go together");
+    for (auto [t, name] : {std::pair{kp, "keySharedPrefix"}, std::pair{vp, "valueSharedPrefix"}}) {
+        if (t->dtype != kvType) invalidArgument(fmt::format("{}.dtype", name), dtypeName(t->dtype), "must equal key.dtype ({})", dtypeName(kvType));
+        requireRank(*t, name, rankOf(lp.in), fmt::format("inputLayout {}", lp.name));
+    }
+    const Dims dk = dimsOf(*kp, lp.in, s.n2, "keySharedPrefix"), dv = dimsOf(*vp, lp.in, s.n2, "valueSharedPrefix");
+    if (dk.b != 1) invalidArgument("keySharedPrefix.shape", shapeString(*kp), "batch must be 1 (one prefix shared by every batch)");
+    if (dv.b != 1) invalidArgument("valueSharedPrefix.shape", shapeString(*vp), "batch must be 1 (one prefix shared by every batch)");
+    if (dk.d != s.d) invalidArgument("keySharedPrefix.shape", shapeString(*kp), "head dim {} must equal the query's D = {}", dk.d, s.d);
+    if (dv.d != s.dv) invalidArgument("valueSharedPrefix.shape", shapeString(*vp), "head dim {} must equal the value's D = {}", dv.d, s.dv);
+    if (dv.s != dk.s)
+        invalidArgument("valueSharedPrefix.shape", shapeString(*vp), "prefix length {} must equal keySharedPrefix's {}", dv.s, dk.s);
+    int64_t len = dk.s;
+    if (lenArr) {
+        if (lenArr->values.size() != 1)
+            invalidArgument("actualSharedPrefixLen.size", lenArr->values.size(), "must be 1 (one prefix length for every batch)");
+        len = lenArr->values[0];
+        if (len < 0 || len > dk.s) invalidArgument("actualSharedPrefixLen[0]", len, "must be in [0, prefix_S = {}]", dk.s);
+    }
+    p.key.prefix = partOf(viewOf<fa::View4>(*kp, lp.in, s.d));
+    p.value.prefix = partOf(viewOf<fa::View4>(*vp, lp.in, s.dv));
+    p.key.prefixLen = p.value.prefixLen = len;
+}
+
 }  // namespace
 
 Params checkForward(const Args& a, int32_t device) {
@@ -187,20 +361,17 @@ Params checkForward(const Args& a, int32_t device) {
     if (a.value == nullptr || a.valueCount == 0) nullArgument("value", "is required (an array of valueCount >= 1 tensors)");
     if (a.keyCount != a.valueCount)
         invalidArgument("valueCount", a.valueCount, "must equal keyCount = {} (key[i] and value[i] pair up)", a.keyCount);
-    if (a.keyCount > 1) unsupported("keyCount = {}: tensor-list key/value (one tensor per batch) is not implemented yet", a.keyCount);
+    const bool list = a.keyCount > 1;  // tensor-list key/value: one tensor per batch
     // int32 key/value: eight int4 per element, seen from here on as packed int4 (spec 9.1).
     const attnopsTensor k = unpackInt4(requireTensorOn(a.key[0], "key[0]", device), "key");
     const attnopsTensor v = unpackInt4(requireTensorOn(a.value[0], "value[0]", device), "value");
+    if (list && k.dtype == DType::I4)
+        unsupported("keyCount = {}: tensor-list key/value with int4 (int32 containers) is not supported", a.keyCount);
     const attnopsTensor& out = requireTensorOn(a.attentionOut, "attentionOut", device);
     rejectGiven(a.pseShift, "pseShift", "the position shift (pse)");
     rejectGiven(a.deqScale1, "deqScale1", "full int8 quantisation");
     rejectGiven(a.quantScale1, "quantScale1", "full int8 quantisation");
     rejectGiven(a.deqScale2, "deqScale2", "full int8 quantisation");
-    rejectGiven(a.queryPaddingSize, "queryPaddingSize", "left padding");
-    rejectGiven(a.kvPaddingSize, "kvPaddingSize", "left padding");
-    rejectGiven(a.keySharedPrefix, "keySharedPrefix", "the shared prefix");
-    rejectGiven(a.valueSharedPrefix, "valueSharedPrefix", "the shared prefix");
-    rejectGiven(a.actualSharedPrefixLen, "actualSharedPrefixLen", "the shared prefix");
     rejectGiven(a.queryRope, "queryRope", "MLA (rope inputs)");
     rejectGiven(a.keyRope, "keyRope", "MLA (rope inputs)");
     rejectGiven(a.dequantScaleQuery, "dequantScaleQuery", "MLA full quantisation");
@@ -208,13 +379,13 @@ Params checkForward(const Args& a, int32_t device) {
     if (a.antiquantMode != 0 && a.antiquantMode != 1) invalidArgument("antiquantMode", a.antiquantMode, "must be 0 or 1");
 
     // 2. Layout, dtypes, heads and head dims (spec 4, 11, 12).
-    const fa::Layout layout = parseLayout(a.inputLayout);
-    p.layout = layout;
-    if (a.entry == Entry::IncreFlashAttention && layout == fa::Layout::TND)
-        invalidArgument("inputLayout", a.inputLayout, "IncreFlashAttention takes BSH, BSND or BNSD (spec 13.3)");
-    c.varlen = layout == fa::Layout::TND;
-    const std::string rankWhy = fmt::format("inputLayout {}", fa::layoutName(layout));
-    requireRank(q, "query", fa::rankOf(layout), rankWhy);
+    const LayoutPair lp = parseLayout(a.inputLayout);
+    const Form layout = lp.in;
+    p.layout = baseLayout(layout);
+    checkEntryLayout(a.entry, lp);
+    c.varlen = isPacked(layout);
+    const std::string rankWhy = fmt::format("inputLayout {}", lp.name);
+    requireRank(q, "query", rankOf(layout), rankWhy);
     if (q.dtype == DType::I8) unsupported("query.dtype = int8: full quantisation is not implemented yet");
     if (!isHalf(q.dtype)) invalidArgument("query.dtype", dtypeName(q.dtype), "must be fp16 or bf16");
     const bool int8Kv = k.dtype == DType::I8 || k.dtype == DType::I4;  // dequantised (int8 or int4)
@@ -245,9 +416,16 @@ Params checkForward(const Args& a, int32_t device) {
     const attnopsTensor* table = optionalTensorOn(a.blockTable, "blockTable", device);
     if (shapeOf(v).size() != shapeOf(k).size()) invalidArgument("value.shape", shapeString(v), "must have key's rank {}", k.rank);
     int64_t blockNum = 0;
-    if (table == nullptr) {
-        requireRank(k, "key", fa::rankOf(layout), rankWhy);
-        requireRank(v, "value", fa::rankOf(layout), rankWhy);
+    std::vector<int64_t> listLens;  // tensor list: each batch's S
+    if (list) {
+        if (table) invalidArgument("keyCount", a.keyCount, "tensor-list key/value (keyCount > 1) are not supported with a paged cache");
+        listLens = tensorListSources(a, lp, s, p, device);
+        if (s.dv != s.d && (s.d > 128 || s.dv > 128 || int8Kv))
+            invalidArgument("value[0].shape", shapeString(v), "head dim {} may differ from D = {} only when both are <= 128 (no int8 key/value)",
+                            s.dv, s.d);
+    } else if (table == nullptr) {
+        requireRank(k, "key", rankOf(layout), rankWhy);
+        requireRank(v, "value", rankOf(layout), rankWhy);
         const Dims dk = dimsOf(k, layout, s.n2, "key");
         const Dims dvv = dimsOf(v, layout, s.n2, "value");
         if (!c.varlen && dk.b != s.batch) invalidArgument("key.shape", shapeString(k), "batch {} must equal the query's B = {}", dk.b, s.batch);
@@ -260,7 +438,7 @@ Params checkForward(const Args& a, int32_t device) {
         if (s.dv != s.d && (s.d > 128 || s.dv > 128 || int8Kv))
             invalidArgument("value.shape", shapeString(v), "head dim {} may differ from D = {} only when both are <= 128 (no int8 key/value)",
                             s.dv, s.d);
-        const fa::View4 kv = fa::viewOf<fa::View4>(k, layout, s.d), vv = fa::viewOf<fa::View4>(v, layout, s.dv);
+        const fa::View4 kv = viewOf<fa::View4>(k, layout, s.d), vv = viewOf<fa::View4>(v, layout, s.dv);
         for (auto [src, view] : {std::pair{&p.key, &kv}, std::pair{&p.value, &vv}}) {
             src->data = view->data;
             src->dtype = view->dtype;
@@ -324,11 +502,13 @@ Params checkForward(const Args& a, int32_t device) {
     c.dv = s.dv;
 
     // 4. Output shape.
-    const std::vector<int64_t> outShape = fa::expectedShape(layout, s.batch, s.qS, s.n1, s.dv);
+    checkLayoutRules(lp, s.qS, s.d, s.dv);
+    const std::vector<int64_t> outShape = expectedShape(lp.out, s.batch, s.qS, s.n1, s.dv);
     if (!shapeIs(out, outShape))
-        invalidArgument("attentionOut.shape", shapeString(out), "must be {} (the query's shape with D replaced by Dv)", dimsText(outShape));
-    c.q = fa::viewOf<fa::View4>(q, layout, s.d);
-    c.out = fa::viewOf<fa::MutView4>(out, layout, s.dv);
+        invalidArgument("attentionOut.shape", shapeString(out), "must be {} (inputLayout {}: the output in {} order, D replaced by Dv)",
+                        dimsText(outShape), lp.name, formName(lp.out));
+    c.q = viewOf<fa::View4>(q, layout, s.d);
+    c.out = viewOf<fa::MutView4>(out, lp.out, s.dv);
     p.qSeqCapacity = s.qS;
     c.qRowsTotal = s.qS;
 
@@ -338,8 +518,8 @@ Params checkForward(const Args& a, int32_t device) {
     fa::Sequences& seq = c.seq;
     if (p.table.data && !kvLens) nullArgument(a.kvLengthsName, "is required with a paged cache (blockTable)");
     if (c.varlen) {
-        if (!qLens) nullArgument("actualSeqLengths", "is required with inputLayout TND");
-        if (!kvLens) nullArgument(a.kvLengthsName, "is required with inputLayout TND");
+        if (!qLens) nullArgument("actualSeqLengths", "is required with inputLayout TND or NTD");
+        if (!kvLens) nullArgument(a.kvLengthsName, "is required with inputLayout TND or NTD");
         if (kvLens->values.size() != qLens->values.size())
             invalidArgument("actualSeqLengthsKv.size", kvLens->values.size(), "must equal actualSeqLengths.size = {} (one entry per batch)",
                             qLens->values.size());
@@ -361,9 +541,42 @@ Params checkForward(const Args& a, int32_t device) {
                             : perBatch(qLens, "actualSeqLengths", s.batch, s.qS, s.qS, "the query's S");
         seq.kvLen = perBatch(kvLens, a.kvLengthsName, s.batch, s.kvS, s.kvS,
                              p.table.data ? "maxBlocksPerSeq*blockSize of the block table" : "the key's S");
+        for (size_t b = 0; b < listLens.size(); ++b) {  // tensor list: each batch against its own S
+            if (!kvLens) seq.kvLen[b] = listLens[b];
+            if (seq.kvLen[b] > listLens[b])
+                invalidArgument(fmt::format("{}[{}]", a.kvLengthsName, kvLens->values.size() == 1 ? 0 : b), seq.kvLen[b],
+                                "must be <= key[{}]'s S = {} (tensor-list key/value)", b, listLens[b]);
+        }
         seq.qStart.assign(size_t(s.batch), 0);
         seq.kvStart.assign(size_t(s.batch), 0);
         seq.qRowsUsed = s.qS;
+    }
+    // 5b. Left padding and the shared prefix (spec 5 steps 2 and 4, 10).
+    const attnopsTensor* qPad = optionalTensorOn(a.queryPaddingSize, "queryPaddingSize", device);
+    const attnopsTensor* kvPad = optionalTensorOn(a.kvPaddingSize, "kvPaddingSize", device);
+    const attnopsTensor* kPrefix = optionalTensorOn(a.keySharedPrefix, "keySharedPrefix", device);
+    const attnopsTensor* vPrefix = optionalTensorOn(a.valueSharedPrefix, "valueSharedPrefix", device);
+    const attnopsIntArray* prefixLens = liveIntArrayOrNull(a.actualSharedPrefixLen, "actualSharedPrefixLen");
+    // Per-token scales (separate modes 1, 3-5; the combined style's mode 1) index rows that left
+    // padding and the prefix shift: refused until that mapping is settled.
+    const bool separateStyle = a.keyAntiquantScale || a.keyAntiquantOffset || a.valueAntiquantScale || a.valueAntiquantOffset;
+    const auto tokenMode = [](int64_t m) { return m == 1 || (m >= 3 && m <= 5); };
+    const bool perToken = int8Kv && (separateStyle ? tokenMode(a.keyAntiquantMode) || tokenMode(a.valueAntiquantMode)
+                                                   : a.antiquantMode == 1);
+    if ((qPad || kvPad) && k.dtype == DType::I4)
+        invalidArgument(qPad ? "queryPaddingSize" : "kvPaddingSize", "non-NULL", "is not supported with int4 key/value (spec 9.1)");
+    const bool leftPadding = qPad || kvPad;
+    refuseWith(qPad, "queryPaddingSize", lp, p.table.data, list, false, false, false);
+    refuseWith(kvPad, "kvPaddingSize", lp, p.table.data, list, perToken, false, false);
+    const bool prefixGiven = kPrefix || vPrefix || prefixLens;
+    refuseWith(prefixGiven, kPrefix ? "keySharedPrefix" : vPrefix ? "valueSharedPrefix" : "actualSharedPrefixLen", lp, p.table.data,
+               list, perToken);
+    if (prefixGiven && leftPadding) invalidArgument("keySharedPrefix", "non-NULL", "is not supported with left padding (queryPaddingSize/kvPaddingSize)");
+    applyLeftPadding(qPad, kvPad, a, p.decode, s, seq);
+    applySharedPrefix(kPrefix, vPrefix, prefixLens, lp, k.dtype, s, p);
+    if (p.key.prefixLen > 0) {  // the prefix counts in each batch's skv, and the mask covers it
+        for (int64_t& len : seq.kvLen) len += p.key.prefixLen;
+        s.maskCols += p.key.prefixLen;
     }
     seq.count = s.batch;
     c.batch = s.batch;
@@ -394,6 +607,7 @@ Params checkForward(const Args& a, int32_t device) {
     ms.sparseMode = 1;  // the full rule; modes below narrow it
     ms.preTokens = ms.nextTokens = fa::kUnbounded;
     if (mask) ms.maskData = static_cast<const uint8_t*>(mask->data);
+    ms.maskGlobalRows = leftPadding;  // left padding: the mask is indexed by physical row and column
     const int64_t mode = a.sparseMode;
     if (p.decode) {
         // sparseMode and the tokens are ignored on the incremental branch, and with them the
@@ -408,7 +622,7 @@ Params checkForward(const Args& a, int32_t device) {
         if (mode == 9) unsupported("sparseMode = 9: the tree mask is not implemented yet");
         if (mode < 0 || mode > 9) invalidArgument("sparseMode", mode, "must be in [0, 4] or 9");
         if (c.varlen && (mode == 1 || mode == 2 || (mode == 0 && mask)))
-            invalidArgument("sparseMode", mode, "with inputLayout TND must be 0 without attenMask, 3 or 4{}", mask ? " (attenMask given)" : "");
+            invalidArgument("sparseMode", mode, "with inputLayout TND or NTD must be 0 without attenMask, 3 or 4{}", mask ? " (attenMask given)" : "");
         if ((mode == 1 || mode >= 2) && !mask)
             nullArgument("attenMask", fmt::format("is required with sparseMode {} ({})", mode,
                                                   mode == 1 ? "the full mask" : "the compressed 2048x2048 mask"));
@@ -433,8 +647,9 @@ Params checkForward(const Args& a, int32_t device) {
             fullMask(*mask, s, ms);
             ms.explicitMask = true;
             ms.sparseMode = 0;
-            ms.preTokens = fa::clampTokens(a.preTokens);
-            ms.nextTokens = fa::clampTokens(a.nextTokens);
+            // Left padding resets the tokens of mode 0 (spec 6).
+            ms.preTokens = leftPadding ? fa::kUnbounded : fa::clampTokens(a.preTokens);
+            ms.nextTokens = leftPadding ? fa::kUnbounded : fa::clampTokens(a.nextTokens);
         } else if (mode == 1) {
             fullMask(*mask, s, ms);
             ms.explicitMask = true;
@@ -481,6 +696,7 @@ Params checkForward(const Args& a, int32_t device) {
     if (a.softmaxLseFlag) {
         const attnopsTensor& lse = requireTensorOn(a.softmaxLse, "softmaxLse", device);
         if (lse.dtype != DType::F32) invalidArgument("softmaxLse.dtype", dtypeName(lse.dtype), "must be fp32");
+        // Packed layouts: [T, Q_N, 1]; all others [B, Q_N, Q_S, 1], whatever the output order.
         const std::vector<int64_t> want = c.varlen ? std::vector<int64_t>{s.qS, s.n1, 1} : std::vector<int64_t>{s.batch, s.n1, s.qS, 1};
         if (!shapeIs(lse, want)) invalidArgument("softmaxLse.shape", shapeString(lse), "must be {}", dimsText(want));
         p.lse.data = lse.data;

@@ -106,7 +106,10 @@ void runForward(const Params& p, const Plan& plan, void* workspace, ThreadPool& 
     if (p.core.varlen) {
         writeEmptyRows(p, 0, seq.qRowsUsed, p.core.qRowsTotal);
     } else {
-        pool.parallelFor(seq.count, [&](int64_t b, int) { writeEmptyRows(p, b, seq.qLen[size_t(b)], p.qSeqCapacity); });
+        pool.parallelFor(seq.count, [&](int64_t b, int) {  // left padding: rows before qStart too
+            writeEmptyRows(p, b, 0, seq.qStart[size_t(b)]);
+            writeEmptyRows(p, b, seq.qStart[size_t(b)] + seq.qLen[size_t(b)], p.qSeqCapacity);
+        });
     }
 }
 

@@ -29,6 +29,13 @@ struct BlockTable {
     int64_t entry(int64_t b, int64_t block) const { return data[b * rowStride + block * colStride]; }
 };
 
+// A strided (head, row, dim) tensor of key or value rows outside the main source: one batch's
+// tensor of a tensor-list key/value, or the shared prefix.
+struct KvPart {
+    const void* data = nullptr;
+    int64_t headStride = 0, rowStride = 0, dimStride = 1;
+};
+
 // Where element (b, kv head m, row t, dim d) of a key or value source lives. Not paged: rows are
 // absolute (TND: the batch's first row plus t) and the batch stride applies. Paged: the batch
 // picks the block-table row, `blockStride` a physical block and `rowStride` a row in it. The dim
@@ -38,6 +45,12 @@ struct KvSource {
     DType dtype = DType::F16;
     int64_t batchStride = 0, headStride = 0, rowStride = 0, blockStride = 0;
     int64_t dimStride = 1, dimGroup = 0, dimGroupStride = 0;  // dimGroup 0: no split
+    // Rows [0, prefixLen) of every batch are rows of the shared prefix `prefix`; the batch's own
+    // rows follow (row t is its row t - prefixLen). Tensor-list key/value: batch b's own rows live
+    // in perBatch[b] (data above unused). Neither is paged.
+    int64_t prefixLen = 0;
+    KvPart prefix;
+    std::vector<KvPart> perBatch;
 
     int64_t dimOffset(int64_t d) const {
         return dimGroup == 0 ? d * dimStride : (d / dimGroup) * dimGroupStride + (d % dimGroup) * dimStride;
@@ -116,12 +129,32 @@ inline int64_t kvRowOffset(const Params& p, const KvSource& s, int64_t b, int64_
     return p.table.entry(b, t / bs) * s.blockStride + m * s.headStride + (t % bs) * s.rowStride;
 }
 
+// True when some rows of the source live outside s.data (shared prefix, tensor-list KV).
+inline bool hasKvParts(const KvSource& s) { return s.prefixLen > 0 || !s.perBatch.empty(); }
+
+// Element offset of dim 0 of row t of head m of batch b in the tensor `data`, and the dim stride
+// there: kvRowOffset for the main source, the prefix or the batch's tensor otherwise.
+struct KvAddress {
+    const void* data;
+    int64_t at, dimStride;
+};
+inline KvAddress kvAddress(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t t) {
+    if (t < s.prefixLen) return {s.prefix.data, m * s.prefix.headStride + t * s.prefix.rowStride, s.prefix.dimStride};
+    t -= s.prefixLen;
+    if (!s.perBatch.empty()) {
+        const KvPart& e = s.perBatch[size_t(b)];
+        return {e.data, m * e.headStride + (p.core.seq.kvStart[size_t(b)] + t) * e.rowStride, e.dimStride};
+    }
+    return {s.data, kvRowOffset(p, s, b, m, t), s.dimStride};
+}
+
 // Dequantised (or converted) element d of row t of head m of batch b.
 inline float kvElement(const Params& p, const KvSource& s, const AntiquantSpec& q, int64_t b, int64_t m, int64_t t,
                        int64_t d) {
-    const int64_t at = kvRowOffset(p, s, b, m, t) + s.dimOffset(d);
-    if (q.mode == Antiquant::None) return loadAsFloat(s.data, at, s.dtype);
-    const float x = s.dtype == DType::I4 ? float(loadInt4(s.data, at)) : float(static_cast<const int8_t*>(s.data)[at]);
+    const KvAddress a = hasKvParts(s) ? kvAddress(p, s, b, m, t) : KvAddress{s.data, kvRowOffset(p, s, b, m, t), s.dimStride};
+    const int64_t at = a.at + (s.dimGroup == 0 ? d * a.dimStride : s.dimOffset(d));
+    if (q.mode == Antiquant::None) return loadAsFloat(a.data, at, s.dtype);
+    const float x = s.dtype == DType::I4 ? float(loadInt4(a.data, at)) : float(static_cast<const int8_t*>(a.data)[at]);
     if (q.mode == Antiquant::PerChannel) {
         const size_t c = q.scale.size() == 1 ? 0 : size_t(m * q.headDim + d);
         return (x + (q.offset.empty() ? 0.0f : q.offset[c])) * q.scale[c];

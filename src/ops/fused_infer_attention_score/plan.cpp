@@ -30,6 +30,11 @@ void appendSource(std::string& key, const KvSource& s, const AntiquantSpec& q) {
     append(key, s.dimStride);
     append(key, s.dimGroup);
     append(key, q.mode);
+    // Shared-prefix and tensor-list rows: their dim strides decide which kernels accept them.
+    bool unitParts = s.prefixLen == 0 || s.prefix.dimStride == 1;
+    for (const KvPart& e : s.perBatch) unitParts = unitParts && e.dimStride == 1;
+    append(key, hasKvParts(s));
+    append(key, unitParts);
 }
 
 }  // namespace
