@@ -25,7 +25,8 @@ void check(attnopsStatus status, const char* what) {
 }
 
 // Input kinds, so that query, key and value of one position differ.
-enum Kind : uint64_t { kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink };
+enum Kind : uint64_t { kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink, kPse,
+                      kQueryRope, kKeyRope };
 
 // A deterministic random source per logical element.
 Rng elementRng(uint64_t seed, Kind kind, int64_t b, int64_t h, int64_t t, int64_t d) {
@@ -99,10 +100,10 @@ int64_t FiaProblem::kvLen(int64_t b) const {
 
 std::string FiaProblem::describe() const {
     return fmt::format("{} {} B={} Q_S={} KV_S={} qLens=[{}] kvLens=[{}] N={}/{} D={}/{} mode={} pre={} next={} mask={} cache={} bs={} "
-                       "int8={} ({}/{}) sink={}",
+                       "int8={} ({}/{}) sink={} pse={} rope={}",
                        layout, attnopsDataTypeName(dtype), batches(), qSeqLen, kvSeqLen, fmt::join(qLens, ","), fmt::join(kvLens, ","),
                        heads, kvHeads, dim, vdim(), sparseMode, preTokens, nextTokens, maskKind, cache, blockSize, int8Kv,
-                       keyQuantMode, valueQuantMode, sink);
+                       keyQuantMode, valueQuantMode, sink, pse, ropeDim);
 }
 
 FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
@@ -137,6 +138,17 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
             for (int64_t i = 0; i < p.qLen(b); ++i)
                 for (int64_t c = 0; c < d; ++c)
                     query.set(layoutIndex(p.layout, qRows, n1, d, b, n, qStart[size_t(b)] + i, c), logical(p.dataSeed, kQuery, b, n, i, c));
+    const int64_t dr = p.ropeDim;
+    if (dr > 0) {
+        queryRope = HostTensor(p.dtype, layoutShape(p.layout, batches, qRows, n1, dr));
+        fill(queryRope, nan);
+        for (int64_t b = 0; b < batches; ++b)
+            for (int64_t n = 0; n < n1; ++n)
+                for (int64_t i = 0; i < p.qLen(b); ++i)
+                    for (int64_t c = 0; c < dr; ++c)
+                        queryRope.set(layoutIndex(p.layout, qRows, n1, dr, b, n, qStart[size_t(b)] + i, c),
+                                      logical(p.dataSeed, kQueryRope, b, n, i, c));
+    }
 
     // Key and value: layout tensors, or paged caches with a (shuffled) block table.
     int64_t maxBlocks = 0, blockNum = 0;
@@ -169,13 +181,21 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         else shape = {blockNum, n2, d / lanes, bs, lanes};
         key = HostTensor(kvType, shape);
         value = HostTensor(kvType, shape);
+        if (dr > 0) {
+            std::vector<int64_t> ropeShape = shape;
+            if (p.cache == "NZ") ropeShape[2] = dr / lanes;
+            else ropeShape.back() = p.cache == "BnBsH" ? n2 * dr : dr;
+            keyRope = HostTensor(kvType, ropeShape);
+        }
     } else {
         key = HostTensor(kvType, layoutShape(p.layout, batches, kvRows, n2, d));
         value = HostTensor(kvType, layoutShape(p.layout, batches, kvRows, n2, dv));
+        if (dr > 0) keyRope = HostTensor(kvType, layoutShape(p.layout, batches, kvRows, n2, dr));
     }
     if (!p.int8Kv) {
         fill(key, nan);
         fill(value, nan);
+        if (dr > 0) fill(keyRope, nan);
     }
     const auto* table = p.paged() ? static_cast<const int32_t*>(blockTable.data()) : nullptr;
     const auto kvIndex = [&](int64_t b, int64_t m, int64_t t, int64_t c, int64_t dim) {
@@ -192,9 +212,11 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
                 for (int64_t c = 0; c < d; ++c)
                     setElement(key, kvIndex(b, m, t, c, d), logical(p.dataSeed, kKey, b, m, t, c), p.int8Kv,
                                logicalInt8(p.dataSeed, kKey, b, m, t, c));
+                const Kind valueKind = p.valueIsKey() ? kKey : kValue;  // decode MLA: value = key
                 for (int64_t c = 0; c < dv; ++c)
-                    setElement(value, kvIndex(b, m, t, c, dv), logical(p.dataSeed, kValue, b, m, t, c), p.int8Kv,
-                               logicalInt8(p.dataSeed, kValue, b, m, t, c));
+                    setElement(value, kvIndex(b, m, t, c, dv), logical(p.dataSeed, valueKind, b, m, t, c), p.int8Kv,
+                               logicalInt8(p.dataSeed, valueKind, b, m, t, c));
+                for (int64_t c = 0; c < dr; ++c) keyRope.set(kvIndex(b, m, t, c, dr), logical(p.dataSeed, kKeyRope, b, m, t, c));
             }
 
     // Dequantisation parameters.
@@ -244,6 +266,15 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
                     m[(b * rows + i) * maskCols + j] = fullyMasked || elementRng(p.dataSeed, kMask, b, 0, i, j).next() % 4 == 0;
                 }
     }
+    if (p.pse != "none") {
+        const int64_t pseRows = p.tnd() ? qRows : p.qSeqLen, pseBatch = p.pse == "shared" ? 1 : batches;
+        pseShift = HostTensor(p.dtype, {pseBatch, n1, pseRows, maskCols});
+        for (int64_t b = 0; b < pseBatch; ++b)
+            for (int64_t n = 0; n < n1; ++n)
+                for (int64_t i = 0; i < pseRows; ++i)
+                    for (int64_t j = 0; j < maskCols; ++j)
+                        pseShift.set(((b * n1 + n) * pseRows + i) * maskCols + j, 2.0f * logical(p.dataSeed, kPse, b, n, i, j));
+    }
     if (p.sink) {
         sink = HostTensor(p.dtype, {n1});
         for (int64_t n = 0; n < n1; ++n) sink.set(n, float(1.5 * logical(p.dataSeed, kSink, 0, n, 0, 0) + 0.5));
@@ -288,6 +319,9 @@ fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnop
     a.valueAntiquantScale = handle(inst.valueScale);
     a.valueAntiquantOffset = handle(inst.valueOffset);
     a.learnableSink = handle(inst.sink);
+    a.pseShift = handle(inst.pseShift);
+    a.queryRope = handle(inst.queryRope);
+    a.keyRope = handle(inst.keyRope);
     a.numHeads = p.heads;
     a.scaleValue = std::isnan(p.scale) ? 1.0 / std::sqrt(double(p.dim)) : p.scale;
     a.preTokens = p.preTokens;
@@ -356,8 +390,10 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
             if (outAt(b, n, row, col) != 0.0f) fail(fmt::format("row (b {}, n {}, row {}) must be 0, got {}", b, n, row, outAt(b, n, row, col)));
         if (p.writeLse && lseAt(b, n, row) != inf) fail(fmt::format("lse of row (b {}, n {}, row {}) must be +inf, got {}", b, n, row, lseAt(b, n, row)));
     };
-    const double scoreMag = std::fabs(double(c.scale)) * double(c.d) * (pr.int8Kv ? 1.3 : 1.0);
-    r.lseTolerance = std::ldexp(1.0, -24) * (4.0 * double(c.d) * scoreMag + 4.0 * double(c.seq.maxKvLen) + 64.0) + 1e-6;
+    const int64_t dotDim = c.d + p.ropeDim;  // pse adds up to 2 (the generator's range)
+    const double scoreMag = std::fabs(double(c.scale)) * double(dotDim) * (pr.int8Kv ? 1.3 : 1.0) +
+                            (c.pse.form != fa::PseForm::None ? 2.0 : 0.0);
+    r.lseTolerance = std::ldexp(1.0, -24) * (4.0 * double(dotDim) * scoreMag + 4.0 * double(c.seq.maxKvLen) + 64.0) + 1e-6;
     for (const int64_t b : batches) {
         if (b < 0 || b >= c.seq.count) throw std::invalid_argument(fmt::format("checkFiaBatches: no batch {}", b));
         for (int64_t n = 0; n < c.n1; ++n) {
@@ -410,7 +446,7 @@ double fiaForwardFlops(const FiaProblem& p) {
             kept += double(std::max<int64_t>(0, band.hi - band.lo));
         }
     }
-    return kept * double(p.heads) * 2.0 * double(p.dim + p.vdim());
+    return kept * double(p.heads) * 2.0 * double(p.dim + p.ropeDim + p.vdim());
 }
 
 double fiaKvBytes(const FiaProblem& p) {
@@ -419,7 +455,8 @@ double fiaKvBytes(const FiaProblem& p) {
     const double perToken = p.int8Kv ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
     double bytes = 0;
     for (int64_t b = 0; b < p.batches(); ++b)
-        bytes += double(p.kvLen(b)) * (double(p.kvHeads) * double(p.dim + p.vdim()) * element + perToken);
+        bytes += double(p.kvLen(b)) *  // decode MLA reads the key once as key and value
+                 (double(p.kvHeads) * double(p.dim + p.ropeDim + (p.valueIsKey() ? 0 : p.vdim())) * element + perToken);
     return bytes;
 }
 

@@ -37,12 +37,16 @@ struct FiaProblem {
     bool quantOffset = true;
     bool lse = true;
     bool sink = false;
+    // pseShift: "none", "batch" [B, N, Q_S, K] or "shared" [1, N, Q_S, K] (K: the mask's columns).
+    std::string pse = "none";
+    int64_t ropeDim = 0;                   // MLA: queryRope/keyRope of this width (64), 0: none
     uint64_t dataSeed = 1;
 
     bool tnd() const { return layout == "TND"; }
     bool paged() const { return cache != "none"; }
     int64_t vdim() const { return vDim < 0 ? dim : vDim; }
     int64_t batches() const { return tnd() ? int64_t(qLens.size()) : batch; }
+    bool valueIsKey() const { return ropeDim > 0 && dim == 512; }  // decode MLA: the value holds the key
     int64_t qLen(int64_t b) const;   // actual (effective) query length of batch b
     int64_t kvLen(int64_t b) const;  // actual key/value length of batch b
     std::string describe() const;
@@ -52,6 +56,7 @@ struct FiaProblem {
 struct FiaInstance {
     FiaProblem problem;
     HostTensor query, key, value, attenMask, blockTable, keyScale, keyOffset, valueScale, valueOffset, sink;
+    HostTensor pseShift, queryRope, keyRope;
     HostTensor attentionOut, softmaxLse;
     std::vector<int64_t> qLensArg, kvLensArg;  // the actualSeqLengths(Kv) arrays passed (may be empty)
     bool passQLens = false, passKvLens = false;
@@ -98,7 +103,8 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
 // Mask-aware FLOPs of the call (2 (D + Dv) per score the sparse mode's band keeps, per query
 // head; the holes of an explicit mask are counted, decode counts every key), and the bytes of K and V it must read at least:
 // every key and value of the actual KV lengths once per kv head (int8: 1 byte an element, plus
-// the per-token scales and offsets).
+// the per-token scales and offsets; MLA: the key rope too, and decode MLA reads its key once as
+// key and value).
 double fiaForwardFlops(const FiaProblem& p);
 double fiaKvBytes(const FiaProblem& p);
 

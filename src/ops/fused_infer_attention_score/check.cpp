@@ -15,6 +15,7 @@
 #include "core/handles.hpp"
 #include "ops/flash_attention_score/layout.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
+#include "ops/fused_infer_attention_score/check_pse_rope.hpp"
 
 namespace attnops::fia {
 namespace {
@@ -207,6 +208,8 @@ AntiquantSpec antiquantOf(const attnopsTensor* scale, const attnopsTensor* offse
     return q;
 }
 
+}  // namespace
+
 // Key or value source of a paged cache: BnBsH (rank 3), BnNBsD (rank 4) or NZ (rank 5).
 KvSource pagedSource(const attnopsTensor& t, CacheFormat f, int64_t headDim) {
     KvSource s;
@@ -236,8 +239,6 @@ KvSource pagedSource(const attnopsTensor& t, CacheFormat f, int64_t headDim) {
     return s;
 }
 
-}  // namespace
-
 Params checkForward(const Args& a, int32_t device) {
     Params p;
     fa::ForwardParams& c = p.core;
@@ -252,7 +253,6 @@ Params checkForward(const Args& a, int32_t device) {
     const attnopsTensor& k = requireTensorOn(a.key[0], "key[0]", device);
     const attnopsTensor& v = requireTensorOn(a.value[0], "value[0]", device);
     const attnopsTensor& out = requireTensorOn(a.attentionOut, "attentionOut", device);
-    rejectGiven(a.pseShift, "pseShift", "the position shift (pse)");
     rejectGiven(a.deqScale1, "deqScale1", "full int8 quantisation");
     rejectGiven(a.quantScale1, "quantScale1", "full int8 quantisation");
     rejectGiven(a.deqScale2, "deqScale2", "full int8 quantisation");
@@ -265,8 +265,6 @@ Params checkForward(const Args& a, int32_t device) {
     rejectGiven(a.keySharedPrefix, "keySharedPrefix", "the shared prefix");
     rejectGiven(a.valueSharedPrefix, "valueSharedPrefix", "the shared prefix");
     rejectGiven(a.actualSharedPrefixLen, "actualSharedPrefixLen", "the shared prefix");
-    rejectGiven(a.queryRope, "queryRope", "MLA (rope inputs)");
-    rejectGiven(a.keyRope, "keyRope", "MLA (rope inputs)");
     rejectGiven(a.dequantScaleQuery, "dequantScaleQuery", "MLA full quantisation");
     if (a.queryQuantMode != 0) unsupported("queryQuantMode = {}: query quantisation is not implemented yet (pass 0)", a.queryQuantMode);
     if (a.antiquantMode != 0 && a.antiquantMode != 1) invalidArgument("antiquantMode", a.antiquantMode, "must be 0 or 1");
@@ -418,7 +416,7 @@ Params checkForward(const Args& a, int32_t device) {
         }
         seq.qRowsUsed = s.batch > 0 ? seq.qStart.back() + seq.qLen.back() : 0;
     } else {
-        p.decode = s.qS == 1;
+        p.decode = s.qS == 1 && a.queryRope == nullptr;  // MLA keeps the sparse rules (spec 3)
         seq.qLen = p.decode ? std::vector<int64_t>(size_t(s.batch), 1)
                             : perBatch(qLens, "actualSeqLengths", s.batch, s.qS, s.qS, "the query's S");
         seq.kvLen = perBatch(kvLens, a.kvLengthsName, s.batch, s.kvS, s.kvS,
@@ -506,6 +504,12 @@ Params checkForward(const Args& a, int32_t device) {
             ms.nextTokens = fa::clampTokens(a.nextTokens);
         }
     }
+
+    // 7b. Features with their own rules: pseShift and the MLA rope inputs (check_pse_rope.cpp).
+    const CheckedShapes checked{layout, s.batch, s.qS, s.n1, s.n2, s.d, s.dv, s.maskCols, int8Kv};
+    if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) checkPseShift(a, *pse, checked, p);
+    checkRope(a, q, k, v, optionalTensorOn(a.queryRope, "queryRope", device), optionalTensorOn(a.keyRope, "keyRope", device),
+              checked, p);
 
     // 8. Dequantisation of int8 key/value (spec 9.1, separate style, modes 0 and 1).
     const attnopsTensor* kScale = optionalTensorOn(a.keyAntiquantScale, "keyAntiquantScale", device);

@@ -59,7 +59,8 @@ struct AntiquantSpec {
 struct Params {
     // Attention core: q and out views (b, n, row, d), per-batch lengths (seq; TND: qStart is
     // the batch's first packed row; paged: kvStart 0), mask rule, scale, n1/n2/group/d/dv.
-    // core.k and core.v are unused (see key, value); core.pse is None, core.dropout off.
+    // core.k and core.v are unused (see key, value); core.pse is pseShift (Dense, type 0:
+    // added unscaled) or None; core.dropout is off.
     fa::ForwardParams core;
     fa::Layout layout = fa::Layout::BNSD;  // BSH, BSND, BNSD or TND
     bool decode = false;           // Q_S == 1, not TND: the incremental (IFA) branch
@@ -72,6 +73,12 @@ struct Params {
     fa::MutView4 lse;              // fp32 (b, n1, row, 0)
     std::vector<float> sink;       // [Q_N] learnable sink logits; empty: none
     DType probDType = DType::F16;  // probabilities rounded to it before P.V (precision model)
+    // MLA (spec 10 "Rope"): S = scale * (q.k + qRope.kRope) + pse, the rope parts ropeDim wide;
+    // the key rope lies like the key (same rows, pages and block table). ropeDim 0: no rope.
+    int64_t ropeDim = 0;
+    fa::View4 queryRope;           // (b, n1, row, d) like core.q
+    KvSource keyRope;
+    bool valueIsKey = false;       // decode MLA: value == key (the value input is never read)
 };
 
 // Offset of row t of head m of batch b in a key or value source (elements).
