@@ -19,8 +19,8 @@ using tools::FiaProblem;
 
 constexpr const char* kBytesNote =
     "KV read: every key and value of the actual lengths once per kv head (int8: 1 byte per element plus "
-    "per-token scales/offsets)";
-constexpr const char* kFlopsNote = "2 (D + Dv) per score the sparse mode keeps, per query head";
+    "per-token scales/offsets; MLA: the key rope too, and decode MLA's key once as key and value)";
+constexpr const char* kFlopsNote = "2 (D + rope + Dv) per score the sparse mode keeps, per query head";
 
 attnopsDataType dtypeOf(const std::string& name) {
     if (name == "bf16") return ATTNOPS_BFLOAT16;
@@ -205,6 +205,16 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
     add(cmd.add_flag("--no-quant-offset", f.noQuantOffset, "Scales only (symmetric int8), no antiquant offsets"));
     add(cmd.add_flag("--lse", p.lse, "softmaxLseFlag: also write softmaxLse"));
     add(cmd.add_flag("--sink", p.sink, "learnableSink, one logit per query head"));
+    add(cmd.add_option("--pse", p.pse,
+                       "pseShift, added to the scores after the scale: none, batch [B,N,Q_S,K] or shared [1,N,Q_S,K] "
+                       "(K: KV_S, or maxBlocksPerSeq*blockSize with a paged cache)")
+            ->check(CLI::IsMember({"none", "batch", "shared"}))
+            ->capture_default_str());
+    add(cmd.add_option("--rope-dim", p.ropeDim,
+                       "MLA: queryRope/keyRope of this width (64; 0: none). With --dim 512 (decode MLA, --kv-heads 1, "
+                       "paged) the value is the key")
+            ->check(CLI::IsMember({0, 64}))
+            ->capture_default_str());
     add(cmd.add_option("--data-seed", p.dataSeed, "Seed of the random inputs")->capture_default_str());
 }
 

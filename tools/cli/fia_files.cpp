@@ -38,6 +38,9 @@ const Slot kSlots[] = {
     {"valueAntiquantScale", &FiaInstance::valueScale, false},
     {"valueAntiquantOffset", &FiaInstance::valueOffset, false},
     {"learnableSink", &FiaInstance::sink, false},
+    {"pseShift", &FiaInstance::pseShift, false},
+    {"queryRope", &FiaInstance::queryRope, false},
+    {"keyRope", &FiaInstance::keyRope, false},
     {"attentionOut", &FiaInstance::attentionOut, true},
     {"softmaxLse", &FiaInstance::softmaxLse, true},
 };
@@ -212,6 +215,14 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     p.quantOffset = files.count("keyAntiquantOffset") > 0;
     p.sink = files.count("learnableSink") > 0;
     p.maskKind = files.count("attenMask") ? "file" : "none";
+    p.pse = files.count("pseShift") ? "file" : "none";
+    if (files.count("queryRope")) {  // MLA: the rope width from the query rope's last axis
+        const HostTensor& qr = files.at("queryRope");
+        if (qr.shape().size() != query.shape().size())
+            throw CliError(fmt::format("{}: shape {} must have the query's rank {}", npyPath(dir, "queryRope").string(),
+                                       shapeText(qr.shape()), query.shape().size()));
+        p.ropeDim = p.layout == "BSH" ? qr.shape().back() / p.heads : qr.shape().back();
+    }
 
     FiaInstance inst(p, FiaInstance::NoInputs{});
     for (const Slot& slot : kSlots) {
