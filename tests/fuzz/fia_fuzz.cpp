@@ -79,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (in.flag()) vOffset.make(in, valueMode == 1 ? ATTNOPS_FLOAT32 : qType, valueMode == 1 ? perToken : perChannel);
     }
     if (in.small(0, 3) == 0) sink.make(in, qType, {pick(n)});
-    // pseShift and the MLA rope inputs (check_pse_rope.cpp): shapes near the valid ones.
+    // pseShift and the MLA rope inputs (check_features.cpp): shapes near the valid ones.
     FuzzTensor pse, qRope, kRope;
     if (in.small(0, 3) == 0)
         pse.make(in, in.small(0, 7) == 0 ? kHalf[in.small(0, 1)] : qType,

@@ -179,7 +179,8 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
             ->check(CLI::IsMember({"fp16", "bf16", "fp32"}))
             ->capture_default_str());
     add(cmd.add_option("--scale", p.scale, "scaleValue [default: 1/sqrt(D)]"));
-    add(cmd.add_option("--sparse-mode", p.sparseMode, "sparseMode 0-4 (3: causal, bottom-right)")->capture_default_str());
+    add(cmd.add_option("--sparse-mode", p.sparseMode, "sparseMode 0-4 (3: causal, bottom-right), 9 (tree mask, generated)")
+            ->capture_default_str());
     add(cmd.add_option("--pre-tokens", p.preTokens, "preTokens")->capture_default_str());
     add(cmd.add_option("--next-tokens", p.nextTokens, "nextTokens")->capture_default_str());
     add(cmd.add_option("--mask", p.maskKind,

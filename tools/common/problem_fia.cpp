@@ -246,13 +246,31 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
 
     // Mask.
     std::string maskKind = p.maskKind;
-    if (maskKind == "auto") maskKind = p.sparseMode == 1 ? "random" : p.sparseMode >= 2 ? "compressed" : "none";
+    if (maskKind == "auto")
+        maskKind = p.sparseMode == 1 ? "random" : p.sparseMode == 9 ? "tree" : p.sparseMode >= 2 ? "compressed" : "none";
     const int64_t maskCols = p.paged() ? maxBlocks * bs : kvRows;
     if (maskKind == "compressed") {
         attenMask = HostTensor(ATTNOPS_UINT8, {kCompressedMask, kCompressedMask});
         auto* m = static_cast<uint8_t*>(attenMask.data());
         for (int64_t i = 0; i < kCompressedMask; ++i)
             for (int64_t j = 0; j < kCompressedMask; ++j) m[i * kCompressedMask + j] = j > i ? 1 : 0;
+    } else if (maskKind == "tree") {
+        // Sparse mode 9: each draft token sees itself and, at random, earlier draft tokens (its
+        // ancestors); [B, Q_S, Q_S], or TND's sq x sq blocks one after another.
+        std::vector<int64_t> base;
+        int64_t total = 0;
+        for (int64_t b = 0; b < batches; ++b) {
+            base.push_back(total);
+            total += p.tnd() ? p.qLen(b) * p.qLen(b) : p.qSeqLen * p.qSeqLen;
+        }
+        attenMask = p.tnd() ? HostTensor(ATTNOPS_BOOL, {total}) : HostTensor(ATTNOPS_BOOL, {batches, p.qSeqLen, p.qSeqLen});
+        auto* m = static_cast<uint8_t*>(attenMask.data());
+        for (int64_t b = 0; b < batches; ++b) {
+            const int64_t side = p.tnd() ? p.qLen(b) : p.qSeqLen;
+            for (int64_t i = 0; i < side; ++i)
+                for (int64_t c = 0; c < side; ++c)
+                    m[base[size_t(b)] + i * side + c] = c > i || (c < i && elementRng(p.dataSeed, kMask, b, 1, i, c).next() % 2 == 0);
+        }
     } else if (maskKind == "random") {
         const bool decode = !p.tnd() && p.qSeqLen == 1;
         const int64_t rows = decode ? 1 : p.qSeqLen;

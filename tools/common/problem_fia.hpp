@@ -26,7 +26,8 @@ struct FiaProblem {
     double scale = std::numeric_limits<double>::quiet_NaN();  // NaN: 1/sqrt(dim)
     int64_t sparseMode = 0, preTokens = kNoBand, nextTokens = kNoBand;
     // attenMask: "auto" (compressed for modes 2-4, none for mode 0, random for mode 1), "none",
-    // "random" (a full mask, about a quarter masked, some rows fully masked).
+    // "random" (a full mask, about a quarter masked, some rows fully masked), "tree" (mode 9's
+    // [B, Q_S, Q_S] tree mask; "auto" with mode 9).
     std::string maskKind = "auto";
     std::string cache = "none";            // "none", "BnBsH", "BnNBsD", "NZ"
     int64_t blockSize = 16;

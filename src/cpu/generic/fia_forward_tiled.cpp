@@ -148,8 +148,8 @@ void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t at = g * rows + r;
                 fa::tile::rowScores(sc.q + at * dk, sc.kt, dk, nk, t.keyRows, sc.s);
-                const float rowMax =
-                    fa::tile::finishScores(c, u.b, u.n2 * c.group + g, rule, u.q0 + r, k0, nk, skv, sc.s, sc.kept);
+                float rowMax = fa::tile::finishScores(c, u.b, u.n2 * c.group + g, rule, u.q0 + r, k0, nk, skv, sc.s, sc.kept);
+                if (p.tree != nullptr) rowMax = applyTreeMask(p, u.b, u.q0 + r, k0, nk, sc.s, sc.kept);
                 if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
                 accumulateRow(p, nk, rowMax, sc.s, sc.kept, sc.v, sc.m[at], sc.l[at], sc.acc + at * c.dv);
             }

@@ -18,7 +18,8 @@
 // MLA: the rope part of a score, q_rope . k_rope, continues the same dot (the query row holds
 // [q ; q_rope], the key rope row is read from its own tensor at the key's row), and decode MLA's
 // value is the key itself, so each page is fetched once and serves both passes. pseShift is
-// added per key by the shared row step (like an explicit mask).
+// added per key by the shared row step (like an explicit mask), and the tree mask of sparse mode
+// 9 right after it.
 //
 // Order of every reduction, fixed per element: q.k over the head dim (then the rope dims) in
 // V::kLanes-wide lanes ascending, then the lanes by V::sum8's fixed tree; the row max and sum over keys ascending
@@ -413,7 +414,10 @@ ATTNOPS_SIMD_FN float finishRowScores(const Params& p, const WorkUnit& u, const 
         nan = V::maskOr(nan, V::maskAnd(mk, V::isNan(x)));
         mx = V::max(mx, V::select(mk, V::set1(kNegInf), x));
     }
-    if (masked) return fa::tile::finishScores(p.core, u.b, u.n2 * p.core.group + g, rule, row, k0, nk, skv, s, sc.kept);
+    if (masked) {
+        const float m = fa::tile::finishScores(p.core, u.b, u.n2 * p.core.group + g, rule, row, k0, nk, skv, s, sc.kept);
+        return p.tree != nullptr ? applyTreeMask(p, u.b, row, k0, nk, s, sc.kept) : m;
+    }
     if (V::any(nan)) return __builtin_nanf("");
     alignas(64) float lanes[V::kLanes];
     V::store(lanes, mx);
@@ -490,7 +494,7 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         tokenTerms(p.valueQuant, u.b, k0, nk, sc.vScale, sc.vOffset);
         dotsOf<V>(p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
         // pseShift takes the shared row step too (scale, then pse per kept key).
-        const bool masked = c.mask.explicitMask || c.pse.form != fa::PseForm::None ||
+        const bool masked = c.mask.explicitMask || c.pse.form != fa::PseForm::None || p.tree != nullptr ||
                             !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
         for (int64_t i = 0; i < R; ++i) {
             float* s = sc.st + i * ldst;

@@ -15,7 +15,7 @@
 #include "core/handles.hpp"
 #include "ops/flash_attention_score/layout.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
-#include "ops/fused_infer_attention_score/check_pse_rope.hpp"
+#include "ops/fused_infer_attention_score/check_features.hpp"
 
 namespace attnops::fia {
 namespace {
@@ -458,21 +458,20 @@ Params checkForward(const Args& a, int32_t device) {
     if (p.decode) {
         // sparseMode and the tokens are ignored on the incremental branch, and with them the
         // compressed mask of modes 2-4 that callers pass unchanged from their prefill calls.
-        if (mask && !(mode >= 2 && mode <= 4 && isCompressedMask(*mask))) {
+        if (mask && mode != 9 && !(mode >= 2 && mode <= 4 && isCompressedMask(*mask))) {
             decodeMask(*mask, s, ms);
             ms.explicitMask = true;
         }
     } else {
         if (mode >= 5 && mode <= 8)
             invalidArgument("sparseMode", mode, "modes 5-8 (prefix, global, dilated, block-local) do not exist for this operator");
-        if (mode == 9) unsupported("sparseMode = 9: the tree mask is not implemented yet");
         if (mode < 0 || mode > 9) invalidArgument("sparseMode", mode, "must be in [0, 4] or 9");
         if (c.varlen && (mode == 1 || mode == 2 || (mode == 0 && mask)))
             invalidArgument("sparseMode", mode, "with inputLayout TND must be 0 without attenMask, 3 or 4{}", mask ? " (attenMask given)" : "");
-        if ((mode == 1 || mode >= 2) && !mask)
+        if ((mode == 1 || (mode >= 2 && mode <= 4)) && !mask)
             nullArgument("attenMask", fmt::format("is required with sparseMode {} ({})", mode,
                                                   mode == 1 ? "the full mask" : "the compressed 2048x2048 mask"));
-        if (mode >= 2 && !isCompressedMask(*mask))
+        if (mode >= 2 && mode <= 4 && !isCompressedMask(*mask))
             invalidArgument("attenMask.shape", shapeString(*mask), "with sparseMode {} must be the compressed [2048,2048] (or [1,2048,2048], "
                             "[1,1,2048,2048])", mode);
         if ((mode == 0 && mask) || mode == 4) {
@@ -498,18 +497,19 @@ Params checkForward(const Args& a, int32_t device) {
         } else if (mode == 1) {
             fullMask(*mask, s, ms);
             ms.explicitMask = true;
-        } else if (mode >= 2) {
+        } else if (mode >= 2 && mode <= 4) {
             ms.sparseMode = mode;
             ms.preTokens = fa::clampTokens(a.preTokens);
             ms.nextTokens = fa::clampTokens(a.nextTokens);
         }
     }
 
-    // 7b. Features with their own rules: pseShift and the MLA rope inputs (check_pse_rope.cpp).
+    // 7b. Features with their own rules: pseShift and the MLA rope inputs (check_features.cpp).
     const CheckedShapes checked{layout, s.batch, s.qS, s.n1, s.n2, s.d, s.dv, s.maskCols, int8Kv};
     if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) checkPseShift(a, *pse, checked, p);
     checkRope(a, q, k, v, optionalTensorOn(a.queryRope, "queryRope", device), optionalTensorOn(a.keyRope, "keyRope", device),
               checked, p);
+    if (a.sparseMode == 9) checkTreeMask(a, mask, checked, p);  // also on the decode branch (one draft token)
 
     // 8. Dequantisation of int8 key/value (spec 9.1, separate style, modes 0 and 1).
     const attnopsTensor* kScale = optionalTensorOn(a.keyAntiquantScale, "keyAntiquantScale", device);

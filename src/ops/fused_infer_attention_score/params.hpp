@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -79,7 +80,37 @@ struct Params {
     fa::View4 queryRope;           // (b, n1, row, d) like core.q
     KvSource keyRope;
     bool valueIsKey = false;       // decode MLA: value == key (the value input is never read)
+    // Tree mask (sparse mode 9, spec 6; core.mask is then mode 1 without a tensor): key j of
+    // batch b is masked for row i iff j >= skv - sq and tree(b, i, j - (skv - sq)) != 0.
+    const uint8_t* tree = nullptr;  // NULL: no tree mask
+    int64_t treeStride[3] = {0, 0, 0};  // (b, i, c) of the [B, Q_S, Q_S] form
+    std::vector<int64_t> treeBase;      // TND: start of batch b's sq x sq block (then b stride 0)
 };
+
+// Whether the tree mask hides key j of row i of batch b (sq, skv: the batch's lengths). Static:
+// instruction-set-specific kernels each compile their own copy.
+static inline bool treeMasked(const Params& p, int64_t b, int64_t sq, int64_t skv, int64_t i, int64_t j) {
+    const int64_t c = j - (skv - sq);
+    if (c < 0) return false;  // the context before the draft tokens is always visible
+    const int64_t at = p.treeBase.empty() ? b * p.treeStride[0] + i * p.treeStride[1] + c * p.treeStride[2]
+                                          : p.treeBase[size_t(b)] + i * sq + c;
+    return p.tree[at] != 0;
+}
+
+// Applies the tree mask to the finished scores of row i against keys [k0, k0 + nk) (masked: -inf,
+// kept 0) and returns the new row max (NaN stays NaN).
+static inline float applyTreeMask(const Params& p, int64_t b, int64_t i, int64_t k0, int64_t nk, float* s, uint8_t* kept) {
+    const int64_t sq = p.core.seq.qLen[size_t(b)], skv = p.core.seq.kvLen[size_t(b)];
+    float rowMax = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < nk; ++j) {
+        if (kept[j] && treeMasked(p, b, sq, skv, i, k0 + j)) {
+            kept[j] = 0;
+            s[j] = -std::numeric_limits<float>::infinity();
+        }
+        if (kept[j]) rowMax = (s[j] > rowMax || s[j] != s[j]) ? s[j] : rowMax;
+    }
+    return rowMax;
+}
 
 // Offset of row t of head m of batch b in a key or value source (elements).
 inline int64_t kvRowOffset(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t t) {

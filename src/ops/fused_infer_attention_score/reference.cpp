@@ -22,6 +22,7 @@ void scoreRow(const Params& p, int64_t b, int64_t n1, int64_t i, std::vector<Rea
     kept.assign(size_t(skv), 0);
     for (int64_t j = 0; j < skv; ++j) {
         if (!rule.keeps(i, j) || fa::explicitMasked(c, b, n1, i, j)) continue;
+        if (p.tree != nullptr && treeMasked(p, b, sq, skv, i, j)) continue;
         Real dot = 0;
         for (int64_t d = 0; d < c.d; ++d)
             dot += Real(c.q.load(b, n1, qRow, d)) * Real(kvElement(p, p.key, p.keyQuant, b, m, j, d));

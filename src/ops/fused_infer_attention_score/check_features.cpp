@@ -1,6 +1,7 @@
-// pseShift and MLA rope rules of FusedInferAttentionScore (spec 10, 1, 3, 6): each documented
-// constraint a named check; what passes becomes core.pse or the rope part of Params.
-#include "ops/fused_infer_attention_score/check_pse_rope.hpp"
+// pseShift, MLA rope and tree mask rules of FusedInferAttentionScore (spec 10, 1, 3, 6): each
+// documented constraint a named check; what passes becomes core.pse, the rope or the tree part of
+// Params.
+#include "ops/fused_infer_attention_score/check_features.hpp"
 
 #include <fmt/format.h>
 
@@ -105,8 +106,8 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
                                 tnd ? std::to_string(p.core.seq.qLen[size_t(b)]) : shapeString(q),
                                 "MLA with D {} takes 1-{} query rows per batch", kMlaDecodeDim, kMaxMlaQueryRows);
         const int64_t mode = a.sparseMode;
-        if (!(mode == 3 || mode == 4 || (mode == 0 && a.attenMask == nullptr)))
-            invalidArgument("sparseMode", mode, "MLA with D {} takes sparseMode 0 without attenMask, 3 or 4{}", kMlaDecodeDim,
+        if (!(mode == 3 || mode == 4 || mode == 9 || (mode == 0 && a.attenMask == nullptr)))
+            invalidArgument("sparseMode", mode, "MLA with D {} takes sparseMode 0 without attenMask, 3, 4 or 9{}", kMlaDecodeDim,
                             a.attenMask && mode == 0 ? " (attenMask given)" : "");
         if (tnd && a.softmaxLseFlag)
             invalidArgument("softmaxLseFlag", "true", "is not supported for MLA with D {} and inputLayout TND", kMlaDecodeDim);
@@ -139,6 +140,39 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
         p.keyRope.rowStride = view.stride[2];
         p.keyRope.dimStride = view.stride[3];
     }
+}
+
+void checkTreeMask(const Args& a, const attnopsTensor* mask, const CheckedShapes& s, Params& p) {
+    if (!mask) nullArgument("attenMask", "is required with sparseMode 9 (the tree mask)");
+    for (const auto& [t, name] : {std::pair{a.pseShift, "pseShift"}, std::pair{a.quantScale2, "quantScale2"},
+                                  std::pair{a.keySharedPrefix, "keySharedPrefix"}, std::pair{a.queryPaddingSize, "queryPaddingSize"},
+                                  std::pair{a.kvPaddingSize, "kvPaddingSize"}})
+        if (t) invalidArgument(name, "non-NULL", "is not supported with sparseMode 9 (the tree mask)");
+    if (s.int8Kv) invalidArgument("key.dtype", "int8", "sparseMode 9 (the tree mask) takes non-quantised key/value");
+    const fa::Sequences& seq = p.core.seq;
+    for (int64_t b = 0; b < s.batch; ++b)
+        if (seq.qLen[size_t(b)] > seq.kvLen[size_t(b)])
+            invalidArgument(fmt::format("{}[{}]", a.kvLengthsName, b), seq.kvLen[size_t(b)],
+                            "with sparseMode 9 must be >= the batch's query length {} (the draft tokens are the last keys)",
+                            seq.qLen[size_t(b)]);
+    p.tree = static_cast<const uint8_t*>(mask->data);
+    if (p.layout == fa::Layout::TND) {
+        int64_t total = 0;
+        for (int64_t b = 0; b < s.batch; ++b) {
+            p.treeBase.push_back(total * mask->strides[0]);
+            total += seq.qLen[size_t(b)] * seq.qLen[size_t(b)];
+        }
+        if (!shapeIs(*mask, {total}))
+            invalidArgument("attenMask.shape", shapeString(*mask),
+                            "with sparseMode 9 and inputLayout TND must be [{}] (the sum of each batch's Sq * Sq)", total);
+        if (mask->strides[0] != 1)
+            invalidArgument("attenMask.strides", mask->strides[0], "the packed tree mask must be contiguous");
+        return;
+    }
+    if (!shapeIs(*mask, {s.batch, s.qS, s.qS}))
+        invalidArgument("attenMask.shape", shapeString(*mask), "with sparseMode 9 must be [B, Q_S, Q_S] = [{}, {}, {}]", s.batch,
+                        s.qS, s.qS);
+    for (int i = 0; i < 3; ++i) p.treeStride[i] = mask->strides[i];
 }
 
 }  // namespace attnops::fia

@@ -1,6 +1,7 @@
-// Validation of two FusedInferAttentionScore features kept apart from the core rules of check.cpp:
-// the additive position shift pseShift (spec 10) and the MLA rope inputs queryRope/keyRope
-// (spec 10 "Rope", 1 "Decode MLA"). Each fills its part of Params or throws a StatusError.
+// Validation of FusedInferAttentionScore features kept apart from the core rules of check.cpp:
+// the additive position shift pseShift (spec 10), the MLA rope inputs queryRope/keyRope (spec 10
+// "Rope", 1 "Decode MLA") and the tree mask (sparse mode 9, spec 6). Each fills its part of
+// Params or throws a StatusError.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,10 @@ void checkPseShift(const Args& a, const attnopsTensor& pse, const CheckedShapes&
 // (D 512), makes the value the key (the value input is not read). Called after the mask rules.
 void checkRope(const Args& a, const attnopsTensor& query, const attnopsTensor& key, const attnopsTensor& value,
                const attnopsTensor* queryRope, const attnopsTensor* keyRope, const CheckedShapes& s, Params& p);
+
+// sparseMode 9: the tree mask [B, Q_S, Q_S] (TND: 1-D, the batches' sq x sq blocks one after
+// another); mask NULL is an error. Called after the lengths are known.
+void checkTreeMask(const Args& a, const attnopsTensor* mask, const CheckedShapes& s, Params& p);
 
 // Key or value source of a paged cache in `f` (check.cpp).
 KvSource pagedSource(const attnopsTensor& t, CacheFormat f, int64_t headDim);

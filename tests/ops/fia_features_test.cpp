@@ -1,9 +1,10 @@
-// FusedInferAttentionScore pseShift and MLA rope: results against the double reference on every
-// layout, broadcast pse, paged caches (pse columns covering maxBlocksPerSeq * blockSize), masks
-// with pse, decode MLA (KV_N 1, D 512 + rope 64, the key read as the value, every cache format,
-// sparse 3/4, key splits) and prefill MLA (TND, D 128 + 64); every implementation this CPU runs;
-// the same bits for any thread count; and each documented constraint rejected with a message
-// naming the argument.
+// FusedInferAttentionScore pseShift, MLA rope and the tree mask (sparse mode 9): results against
+// the double reference on every layout, broadcast pse, paged caches (pse columns covering
+// maxBlocksPerSeq * blockSize), masks with pse, decode MLA (KV_N 1, D 512 + rope 64, the key read
+// as the value, every cache format, sparse 3/4/9, key splits), prefill MLA (TND, D 128 + 64) and
+// tree masks (every layout, TND, paged, one draft token); every implementation this CPU runs; the
+// same bits for any thread count; and each documented constraint rejected with a message naming
+// the argument.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -329,7 +330,7 @@ TEST(FiaMla, ConstraintsRejectedNamingTheArgument) {
     expectRejected(planWith(FiaInstance(rows), [](fia::Args&) {}), "1-16 query rows");
     FiaProblem masked = dec.problem;
     masked.maskKind = "random";
-    expectRejected(planWith(FiaInstance(masked), [](fia::Args&) {}), "sparseMode 0 without attenMask, 3 or 4");
+    expectRejected(planWith(FiaInstance(masked), [](fia::Args&) {}), "sparseMode 0 without attenMask, 3, 4 or 9");
     FiaProblem pse = dec.problem;
     pse.pse = "batch";
     expectRejected(planWith(FiaInstance(pse), [](fia::Args&) {}), "MLA");
@@ -355,4 +356,89 @@ TEST(FiaMla, ConstraintsRejectedNamingTheArgument) {
     FiaProblem gqa = mlaPrefill({4}, {4}, 2);
     gqa.kvHeads = 1;
     expectRejected(planWith(FiaInstance(gqa), [](fia::Args&) {}), "must equal numHeads");
+}
+
+// ---------------------------------------------------------------- tree mask (sparse mode 9)
+
+namespace {
+
+FiaProblem tree(FiaProblem p) {
+    p.sparseMode = 9;
+    p.preTokens = -7;  // ignored by mode 9
+    p.nextTokens = -7;
+    return p;
+}
+
+}  // namespace
+
+TEST(FiaTree, EveryLayoutPagedAndTndMatchReference) {
+    int ran = 0;
+    for (const char* layout : {"BSH", "BSND", "BNSD"}) expectEveryImplementation(tree(problem(layout, 3, 5, 40, 4, 2, 32)), ran);
+    FiaProblem lens = tree(problem("BSND", 3, 6, 70, 4, 1, 16));
+    lens.qLens = {6, 1, 4};
+    lens.kvLens = {70, 1, 9};  // Skv = Sq: no context, only the tree
+    lens.dtype = ATTNOPS_BFLOAT16;
+    expectEveryImplementation(lens, ran);
+    FiaProblem pagedTree = tree(problem("BNSD", 2, 8, 0, 8, 2, 64));
+    pagedTree.cache = "BnBsH";
+    pagedTree.blockSize = 16;
+    pagedTree.kvLens = {kSplitKeys + 9, 8};
+    expectEveryImplementation(pagedTree, ran);
+    FiaProblem t;
+    t.layout = "TND";
+    t.qLens = {3, 0, 5, 1};
+    t.kvLens = {10, 4, 5, 30};
+    t.heads = 4;
+    t.kvHeads = 2;
+    t.dim = 32;
+    expectEveryImplementation(tree(t), ran);
+    FiaProblem decodeOne = tree(problem("BSH", 2, 1, 33, 2, 2, 16));  // one draft token: it sees itself
+    expectEveryImplementation(decodeOne, ran);
+    FiaProblem mla = tree(mlaDecode("BSND", 2, 4, 8, {150, 4}, "NZ", 128));  // MTP decode MLA with a tree
+    expectEveryImplementation(mla, ran);
+    EXPECT_GT(ran, 0);
+}
+
+// The draft tokens' keys follow the tree, the context before them is always visible: a tree that
+// hides every draft token but the row's own gives the same output as an explicit mode-1 mask of
+// that pattern.
+TEST(FiaTree, SameAsTheEquivalentFullMask) {
+    FiaProblem p = tree(problem("BNSD", 1, 4, 12, 2, 2, 16));
+    FiaInstance withTree(p);
+    auto* m = static_cast<uint8_t*>(withTree.attenMask.data());
+    for (int64_t i = 0; i < 4; ++i)
+        for (int64_t c = 0; c < 4; ++c) m[i * 4 + c] = c != i;
+    ASSERT_EQ(withTree.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    FiaProblem full = problem("BNSD", 1, 4, 12, 2, 2, 16);
+    full.sparseMode = 1;
+    FiaInstance withFull(full);
+    withFull.attenMask = HostTensor(ATTNOPS_BOOL, {4, 12});
+    auto* f = static_cast<uint8_t*>(withFull.attenMask.data());
+    for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < 12; ++j) f[i * 12 + j] = j >= 8 && j - 8 != i;
+    ASSERT_EQ(withFull.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    EXPECT_EQ(withTree.attentionOut.bytes(), withFull.attentionOut.bytes());
+    EXPECT_EQ(withTree.softmaxLse.bytes(), withFull.softmaxLse.bytes());
+}
+
+TEST(FiaTree, ConstraintsRejectedNamingTheArgument) {
+    const FiaInstance base(tree(problem("BSND", 2, 5, 40, 4, 2, 32)));
+    expectRejected(planWith(base, [](fia::Args& a) { a.attenMask = nullptr; }), "attenMask = NULL", ATTNOPS_ERROR_NULL_ARGUMENT);
+    FiaInstance wrongShape(base.problem);
+    wrongShape.attenMask = HostTensor(ATTNOPS_BOOL, {2, 5, 6});
+    expectRejected(planWith(wrongShape, [](fia::Args&) {}), "[B, Q_S, Q_S] = [2, 5, 5]");
+    FiaProblem shortKv = base.problem;
+    shortKv.kvLens = {40, 4};
+    expectRejected(planWith(FiaInstance(shortKv), [](fia::Args&) {}), "actualSeqLengthsKv[1]");
+    expectRejected(planWith(FiaInstance(withPse(base.problem, "batch")), [](fia::Args&) {}), "pseShift");
+    FiaProblem i8 = base.problem;
+    i8.int8Kv = true;
+    expectRejected(planWith(FiaInstance(i8), [](fia::Args&) {}), "non-quantised");
+    FiaProblem t;
+    t.layout = "TND";
+    t.qLens = {3, 2};
+    t.kvLens = {4, 5};
+    FiaInstance tndShape(tree(t));
+    tndShape.attenMask = HostTensor(ATTNOPS_BOOL, {12});
+    expectRejected(planWith(tndShape, [](fia::Args&) {}), "must be [13]");
 }
