@@ -118,6 +118,17 @@ expect 0 "fia TND causal prefill, GQA, sink --check" '^check against .*PASS' -- 
 expect 0 "fia BNSD NZ int8 per-token decode --check" '^check against .*PASS' -- \
     "$cli" run fused-infer-attention --batch 2 --kv-seqlens 70,129 --heads 8 --kv-heads 2 --cache NZ \
     --block-size 32 --int8-kv --key-quant-mode 1 --value-quant-mode 1 --check
+mdir="$work/saved-fia-mla"
+expect 0 "fia decode MLA (rope, value = key) --check --save" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout BSND --batch 2 --kv-seqlens 130,7 --heads 8 --kv-heads 1 --dim 512 \
+    --rope-dim 64 --dtype bf16 --cache BnBsH --block-size 64 --lse --check --save "$mdir"
+expect 0 "fia MLA --load --compare carries the rope tensors" '^compare: PASS' -- "$cli" run --load "$mdir" --compare
+expect 0 "fia pseShift with a paged cache --check" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --batch 2 --q-seqlen 4 --kv-seqlens 40,9 --heads 4 --kv-heads 2 --cache BnNBsD \
+    --block-size 16 --pse batch --check
+expect 0 "fia tree mask (sparse mode 9) --check" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout TND --q-seqlens 3,1,4 --kv-seqlens 10,1,20 --heads 4 --kv-heads 2 \
+    --dim 32 --sparse-mode 9 --check
 cp -r "$idir" "$work/corrupt-fia"
 corrupt_npy "$work/corrupt-fia/attentionOut.npy"
 expect 1 "fia compare fails on a corrupted attentionOut" '^compare: FAIL' -- \
