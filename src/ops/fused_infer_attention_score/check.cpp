@@ -467,7 +467,7 @@ Params checkForward(const Args& a, int32_t device) {
             invalidArgument("sparseMode", mode, "modes 5-8 (prefix, global, dilated, block-local) do not exist for this operator");
         if (mode < 0 || mode > 9) invalidArgument("sparseMode", mode, "must be in [0, 4] or 9");
         if (c.varlen && (mode == 1 || mode == 2 || (mode == 0 && mask)))
-            invalidArgument("sparseMode", mode, "with inputLayout TND must be 0 without attenMask, 3 or 4{}", mask ? " (attenMask given)" : "");
+            invalidArgument("sparseMode", mode, "with inputLayout TND must be 0 without attenMask, 3, 4 or 9{}", mask ? " (attenMask given)" : "");
         if ((mode == 1 || (mode >= 2 && mode <= 4)) && !mask)
             nullArgument("attenMask", fmt::format("is required with sparseMode {} ({})", mode,
                                                   mode == 1 ? "the full mask" : "the compressed 2048x2048 mask"));
@@ -504,7 +504,8 @@ Params checkForward(const Args& a, int32_t device) {
         }
     }
 
-    // 7b. Features with their own rules: pseShift and the MLA rope inputs (check_features.cpp).
+    // 7b. Features with their own rules (check_features.cpp): pseShift, the MLA rope inputs, the
+    // tree mask of sparse mode 9.
     const CheckedShapes checked{layout, s.batch, s.qS, s.n1, s.n2, s.d, s.dv, s.maskCols, int8Kv};
     if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) checkPseShift(a, *pse, checked, p);
     checkRope(a, q, k, v, optionalTensorOn(a.queryRope, "queryRope", device), optionalTensorOn(a.keyRope, "keyRope", device),
