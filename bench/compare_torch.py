@@ -10,7 +10,8 @@ Runs `attnops bench --json` for the chosen workloads, then the same workloads th
     projection, softmax over the sources, einsum with the values.
   - a paged decode step (FusedInferAttentionScore decode workloads) the way a PyTorch user
     writes it: gather the pages of every request through the block table, dequantise an int8
-    cache with its per-channel scales, then SDPA of the one query row against the gathered keys.
+    cache with its per-channel scales, then SDPA of the one query row against the gathered keys
+    (decode MLA: one [k_nope ; k_pe] cache, the value its first D dims).
 Both sides time the same thing: the forward call, or the backward call alone (PyTorch: autograd
 over a graph built once, attnops: FlashAttentionScoreGrad given the forward's outputs), median of
 repeated runs after a warm-up, with the same number of threads.
@@ -171,6 +172,13 @@ class TorchCase:
             self.k_scale, self.v_scale = self.rand(1, n2, 1, d) * 0.01, self.rand(1, n2, 1, d) * 0.01
         else:
             cache = lambda: self.rand(blocks, n2, bs, d)
+        # MLA (ropeDim > 0): one cache of [k_nope ; k_pe] rows, whose first D dims are the value.
+        self.rope = p.get("ropeDim", 0)
+        if self.rope:
+            self.k_cache = self.v_cache = self.rand(blocks, n2, bs, d + self.rope)
+            self.q = self.rand(b, n1, 1, d + self.rope)
+            self.scale = 1.0 / math.sqrt(d + self.rope)
+            return
         self.k_cache, self.v_cache = cache(), cache()
         self.q = self.rand(b, n1, 1, d)
         self.scale = 1.0 / math.sqrt(d)
@@ -184,7 +192,10 @@ class TorchCase:
 
     def _decode(self):
         k = self._gather(self.k_cache, self.k_scale if self.int8 else None)
-        v = self._gather(self.v_cache, self.v_scale if self.int8 else None)
+        if self.rope:  # MLA: the value is the key's first D dims
+            v = k[..., :k.shape[-1] - self.rope]
+        else:
+            v = self._gather(self.v_cache, self.v_scale if self.int8 else None)
         F = self.torch.nn.functional
         return F.scaled_dot_product_attention(self.q, k, v, scale=self.scale, enable_gqa=True)
 

@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                        : (in.small(0, 15) == 0 ? kHalf[in.small(0, 3)] : qType);
     const int64_t b = in.small(0, 3), sq = in.small(0, 5) == 0 ? in.small(0, 20) : 1, skv = in.small(0, 40);
     const int64_t kvn = in.small(1, 3), n = kvn * in.small(1, 3) + (in.small(0, 15) == 0 ? 1 : 0);
-    const int64_t d = in.small(0, 3) == 0 ? in.small(0, 40) : 16 * in.small(1, 4);
+    const int64_t mlaScale = in.small(0, 7) == 0 ? 8 : 1;  // D 128-512: reaches the MLA rules
+    const int64_t d = in.small(0, 3) == 0 ? in.small(0, 40) : 16 * in.small(1, 4) * mlaScale;
     const auto pick = [&](int64_t v) { return in.small(0, 15) == 0 ? v + 1 : v; };  // occasionally wrong
     FuzzTensor q, k, v, out, lse, mask, table, kScale, kOffset, vScale, vOffset, sink, aScale, aOffset, oScale, oOffset;
     FuzzArray qLens, kvLens;
@@ -129,6 +130,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     if (in.small(0, 3) == 0) sink.make(in, qType, {pick(n)});
+    // pseShift and the MLA rope inputs (check_features.cpp): shapes near the valid ones.
+    FuzzTensor pse, qRope, kRope;
+    if (in.small(0, 3) == 0)
+        pse.make(in, in.small(0, 7) == 0 ? kHalf[in.small(0, 1)] : qType,
+                 {in.flag() ? 1 : pick(b), pick(n), pick(sq), pick(cache == 0 ? skv : perSeq * blockSize)});
+    if (in.small(0, 3) == 0) {
+        const int64_t rd = in.small(0, 7) == 0 ? in.small(0, 80) : 64, d0 = kvType == ATTNOPS_INT8 ? 32 : 16;
+        qRope.make(in, qType, attnops::fuzz::layoutShape(layout, b, sq, n, rd));
+        if (in.small(0, 7) != 0)
+            kRope.make(in, kvType,
+                       cache == 0   ? attnops::fuzz::layoutShape(layout, b, skv, kvn, rd)
+                       : cache == 1 ? std::vector<int64_t>{blocks, blockSize, kvn * rd}
+                       : cache == 2 ? std::vector<int64_t>{blocks, kvn, blockSize, rd}
+                                    : std::vector<int64_t>{blocks, kvn, rd / d0, blockSize, d0});
+    }
     if (in.flag()) qLens.make(in, in.small(0, 3) == 0 ? in.small(0, 4) : b);
     if (in.flag() || cache != 0 || layout == "TND") kvLens.make(in, in.small(0, 3) == 0 ? in.small(0, 4) : b);
     const int64_t keyMode = in.small(0, 6), valueMode = in.small(0, 6), antiquantMode = in.small(0, 2);
@@ -146,12 +162,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     switch (in.small(0, 2)) {
         case 0: {
             const attnopsStatus st = attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
-                in.small(0, 15) == 0 ? nullptr : q.handle, keys, count, values, count, nullptr, mask.handle, qLens.handle,
+                in.small(0, 15) == 0 ? nullptr : q.handle, keys, count, values, count, pse.handle, mask.handle, qLens.handle,
                 kvLens.handle, nullptr, nullptr, nullptr, oScale.handle, oOffset.handle, aScale.handle, aOffset.handle,
                 table.handle, qPad.handle, kvPad.handle, kScale.handle, kOffset.handle, vScale.handle, vOffset.handle,
-                kPrefix.handle, vPrefix.handle, prefixLen.handle, nullptr, nullptr, nullptr, nullptr, sink.handle, n, scale, pre,
-                next, layout.c_str(), pick(kvn), mode, in.small(0, 4), blockSize, antiquantMode, lseFlag, keyMode, valueMode, 0,
-                out.handle, lse.handle, &ws, &exec);
+                kPrefix.handle, vPrefix.handle, prefixLen.handle, qRope.handle, kRope.handle, nullptr, nullptr, sink.handle, n,
+                scale, pre, next, layout.c_str(), pick(kvn), mode, in.small(0, 4), blockSize, antiquantMode, lseFlag, keyMode,
+                valueMode, 0, out.handle, lse.handle, &ws, &exec);
             execute(st, ws, exec, attnopsFusedInferAttentionScoreV4);
             break;
         }

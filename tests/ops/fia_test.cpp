@@ -317,9 +317,9 @@ TEST(FiaCheck, MismatchedShapesAndModes) {
                    "attentionOut.shape");
     expectRejected(planWith(inst, [](fia::Args& a) { a.sparseMode = 2; }), ATTNOPS_ERROR_NULL_ARGUMENT, "attenMask = NULL");
     expectRejected(planWith(inst, [](fia::Args& a) { a.sparseMode = 6; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "sparseMode = 6");
-    expectRejected(planWith(inst, [](fia::Args& a) { a.sparseMode = 9; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION, "sparseMode = 9");
-    expectRejected(planWith(inst, [&](fia::Args& a) { a.pseShift = inst.query.handle(); }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
-                   "pseShift");
+    expectRejected(planWith(inst, [](fia::Args& a) { a.sparseMode = 9; }), ATTNOPS_ERROR_NULL_ARGUMENT, "sparseMode 9");
+    expectRejected(planWith(inst, [&](fia::Args& a) { a.pseShift = inst.key.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "pseShift.shape");
     expectRejected(planWith(inst, [](fia::Args& a) { a.keyCount = a.valueCount = 2; }), ATTNOPS_ERROR_INVALID_ARGUMENT,
                    "one batch: B must be 1");
     expectRejected(planWith(inst, [](fia::Args& a) { a.softmaxLse = nullptr; }), ATTNOPS_ERROR_NULL_ARGUMENT, "softmaxLse = NULL");

@@ -68,13 +68,28 @@ tools::FiaProblem decodeStep(int64_t requests, int64_t context, bool int8Kv) {
     return p;
 }
 
-// Bytes of key and value cache a decode step must read (plus per-token scales if any).
+// A decode MLA step (DeepSeek, vLLM-Ascend's mla_v1): `requests` requests of `context` cached
+// tokens, Q_N `heads`, KV_N 1, D 512 + rope 64, the key cache read as the value, paged BnBsH of
+// 128-token blocks, bf16.
+tools::FiaProblem mlaDecodeStep(int64_t requests, int64_t context, int64_t heads) {
+    tools::FiaProblem p = decodeStep(requests, context, false);
+    p.heads = heads;
+    p.kvHeads = 1;
+    p.dim = 512;
+    p.ropeDim = 64;
+    p.cache = "BnBsH";
+    p.scale = 1.0 / std::sqrt(512.0 + 64.0);
+    return p;
+}
+
+// Bytes of key and value cache a decode step must read (plus per-token scales if any; MLA: the
+// key rope, and a key that is also the value once).
 double kvBytes(const tools::FiaProblem& p) {
     const double element = p.int8Kv ? 1.0 : 2.0;
     double bytes = 0.0;
     for (int64_t b = 0; b < p.batches(); ++b) {
         const double rows = double(p.kvLen(b)) * double(p.kvHeads);
-        bytes += rows * double(p.dim + p.vdim()) * element;
+        bytes += rows * double(p.dim + p.ropeDim + (p.valueIsKey() ? 0 : p.vdim())) * element;
         if (p.int8Kv) bytes += double(p.kvLen(b)) * 4.0 * double(p.keyQuantMode + p.valueQuantMode);
     }
     return bytes;
@@ -153,6 +168,17 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
     };
     for (bool int8Kv : {false, true}) decode(32, 4096 / q, int8Kv);
     for (bool int8Kv : {false, true}) decode(1, 131072 / q, int8Kv);
+    {
+        Workload d;
+        d.fia = true;
+        const int64_t requests = 32, context = 4096 / q, heads = 16;
+        d.fiaProblem = mlaDecodeStep(requests, context, heads);
+        d.name = fmt::format("mla-decode-b{}-s{}-h{}", requests, context, heads);
+        d.description = fmt::format("FIA decode MLA B={} context={} N1={} N2=1 D=512+64 rope, value = key, paged BnBsH "
+                                    "block 128, bf16",
+                                    requests, context, heads);
+        w.push_back(std::move(d));
+    }
     Workload bar;
     bar.bar = true;
     bar.barProblem.tokens = 8192 / q;
@@ -187,7 +213,7 @@ json problemJson(const Workload& w) {
         const tools::FiaProblem& p = w.fiaProblem;
         return {{"op", "fused-infer-attention-decode"}, {"layout", p.layout}, {"batch", p.batch}, {"kvLens", p.kvLens},
                 {"heads", p.heads}, {"kvHeads", p.kvHeads}, {"dim", p.dim}, {"cache", p.cache}, {"blockSize", p.blockSize},
-                {"kvDtype", p.int8Kv ? "int8" : "bf16"}};
+                {"kvDtype", p.int8Kv ? "int8" : "bf16"}, {"ropeDim", p.ropeDim}, {"valueIsKey", p.valueIsKey()}};
     }
     if (w.bar)
         return {{"op", "block-attention-residuals"}, {"tokens", w.barProblem.tokens}, {"blocks", w.barProblem.blocks},
@@ -362,8 +388,9 @@ int runBench(const BenchOptions& o) {
                 j["ratioToPeak"] = rate / peaks.readGBs;
             }
             std::string speedText;
-            if (!p.int8Kv) bf16DecodeMs[context] = r.timing.median();
-            else if (bf16DecodeMs.count(context) != 0) {
+            const bool gqa = p.ropeDim == 0;  // MLA has no int8 twin to compare with
+            if (gqa && !p.int8Kv) bf16DecodeMs[context] = r.timing.median();
+            else if (gqa && bf16DecodeMs.count(context) != 0) {
                 const double speedup = bf16DecodeMs[context] / r.timing.median();
                 j["speedupOverBf16Kv"] = speedup;
                 speedText = fmt::format(", {:.2f}x bf16 KV", speedup);

@@ -19,8 +19,8 @@ using tools::FiaProblem;
 
 constexpr const char* kBytesNote =
     "KV read: every key and value of the actual lengths once per kv head (int8: 1 byte per element plus "
-    "per-token scales/offsets)";
-constexpr const char* kFlopsNote = "2 (D + Dv) per score the sparse mode keeps, per query head";
+    "per-token scales/offsets; MLA: the key rope too, and decode MLA's key once as key and value)";
+constexpr const char* kFlopsNote = "2 (D + rope + Dv) per score the sparse mode keeps, per query head";
 
 attnopsDataType dtypeOf(const std::string& name) {
     if (name == "bf16") return ATTNOPS_BFLOAT16;
@@ -84,6 +84,8 @@ void validate(const FiaProblem& p) {
     if (p.combinedQuant && (!p.quantKv() || p.keyQuantMode != p.valueQuantMode || p.keyQuantMode > 1))
         throw CliError("--combined-quant: needs --int8-kv and equal --key-quant-mode/--value-quant-mode 0 or 1");
     validateAddressing(p);
+    if (p.ropeDim > 0 && (p.kvList || p.prefixRows > 0 || p.queryPadding >= 0 || p.kvPadding >= 0))
+        throw CliError("--rope-dim: MLA is not combined with --kv-list, --prefix-rows or left padding");
     if (p.int4Kv && (p.kvList || p.prefixRows > 0))
         throw CliError("--int4-kv: not with --kv-list or --prefix-rows (int4 key/value is decode on one batched tensor)");
 }
@@ -209,7 +211,8 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
             ->check(CLI::IsMember({"fp16", "bf16", "fp32"}))
             ->capture_default_str());
     add(cmd.add_option("--scale", p.scale, "scaleValue [default: 1/sqrt(D)]"));
-    add(cmd.add_option("--sparse-mode", p.sparseMode, "sparseMode 0-4 (3: causal, bottom-right)")->capture_default_str());
+    add(cmd.add_option("--sparse-mode", p.sparseMode, "sparseMode 0-4 (3: causal, bottom-right), 9 (tree mask, generated)")
+            ->capture_default_str());
     add(cmd.add_option("--pre-tokens", p.preTokens, "preTokens")->capture_default_str());
     add(cmd.add_option("--next-tokens", p.nextTokens, "nextTokens")->capture_default_str());
     add(cmd.add_option("--mask", p.maskKind,
@@ -257,6 +260,16 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
             ->capture_default_str());
     add(cmd.add_option("--prefix-len", p.prefixLen, "actualSharedPrefixLen (<= --prefix-rows) [default: not passed]"));
     add(cmd.add_flag("--kv-list", p.kvList, "Tensor-list key/value: one tensor per batch, each with its own S"));
+    add(cmd.add_option("--pse", p.pse,
+                       "pseShift, added to the scores after the scale: none, batch [B,N,Q_S,K] or shared [1,N,Q_S,K] "
+                       "(K: KV_S, or maxBlocksPerSeq*blockSize with a paged cache)")
+            ->check(CLI::IsMember({"none", "batch", "shared"}))
+            ->capture_default_str());
+    add(cmd.add_option("--rope-dim", p.ropeDim,
+                       "MLA: queryRope/keyRope of this width (64; 0: none). With --dim 512 (decode MLA, --kv-heads 1, "
+                       "paged) the value is the key")
+            ->check(CLI::IsMember({0, 64}))
+            ->capture_default_str());
     add(cmd.add_option("--data-seed", p.dataSeed, "Seed of the random inputs")->capture_default_str());
 }
 

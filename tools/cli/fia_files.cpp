@@ -45,6 +45,9 @@ const Slot kSlots[] = {
     {"quantOffset2", &FiaInstance::quantOffset2, false},
     {"keySharedPrefix", &FiaInstance::keySharedPrefix, false},
     {"valueSharedPrefix", &FiaInstance::valueSharedPrefix, false},
+    {"pseShift", &FiaInstance::pseShift, false},
+    {"queryRope", &FiaInstance::queryRope, false},
+    {"keyRope", &FiaInstance::keyRope, false},
     {"attentionOut", &FiaInstance::attentionOut, true},
     {"softmaxLse", &FiaInstance::softmaxLse, true},
 };
@@ -293,6 +296,14 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
         p.prefixRows = files.at("keySharedPrefix").shape()[in == "BNSD" ? 2 : 1];
     if (arrays.count(kPrefixLen) && !arrays.at(kPrefixLen).empty()) p.prefixLen = arrays.at(kPrefixLen)[0];
     p.kvList = keyCount > 1;
+    p.pse = files.count("pseShift") ? "file" : "none";
+    if (files.count("queryRope")) {  // MLA: the rope width from the query rope's last axis
+        const HostTensor& qr = files.at("queryRope");
+        if (qr.shape().size() != query.shape().size())
+            throw CliError(fmt::format("{}: shape {} must have the query's rank {}", npyPath(dir, "queryRope").string(),
+                                       shapeText(qr.shape()), query.shape().size()));
+        p.ropeDim = p.layout == "BSH" ? qr.shape().back() / p.heads : qr.shape().back();
+    }
 
     FiaInstance inst(p, FiaInstance::NoInputs{});
     for (const Slot& slot : kSlots) {

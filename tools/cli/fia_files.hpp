@@ -1,7 +1,7 @@
 // A FusedInferAttentionScore call as a directory: one .npy per tensor named as the API argument
 // (query, key, value as given -- for a paged cache the cache itself --, blockTable as given,
-// attenMask, key/valueAntiquantScale/Offset, learnableSink, attentionOut, softmaxLse; int64 arrays
-// actualSeqLengths, actualSeqLengthsKv) and params.json ("op": "fused-infer-attention" and every
+// attenMask, key/valueAntiquantScale/Offset, learnableSink, pseShift, queryRope, keyRope, attentionOut,
+// softmaxLse; int64 arrays actualSeqLengths, actualSeqLengthsKv) and params.json ("op": "fused-infer-attention" and every
 // attribute of the V4 call). Saving, loading, comparing.
 #pragma once
 

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
         "\"block-attention-residuals\", \"eps\", \"validBlockNum\", \"needBackward\", \"backward\", "
         "\"blockResLayout\": \"token-major\"|\"source-major\", \"tensors\"}. fused-infer-attention: query, key, value (a paged "
         "cache as it is), blockTable (int32 <i4), attenMask, keyAntiquantScale/Offset, valueAntiquantScale/Offset (int8 "
-        "caches: |i1), learnableSink, attentionOut, softmaxLse; int64 arrays actualSeqLengths, actualSeqLengthsKv (as "
+        "caches: |i1), learnableSink, pseShift, queryRope, keyRope (MLA), attentionOut, softmaxLse; int64 arrays "
+        "actualSeqLengths, actualSeqLengthsKv (as "
         "passed: TND cumulative, paged KV per batch); params.json: {\"op\": \"fused-infer-attention\", \"inputLayout\", "
         "\"numHeads\" (required), \"numKeyValueHeads\", \"scaleValue\" (1.0 when absent), \"preTokens\", \"nextTokens\", "
         "\"sparseMode\", \"blockSize\", \"softmaxLseFlag\", \"keyAntiquantMode\", \"valueAntiquantMode\", \"tensors\"}.");

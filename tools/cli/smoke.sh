@@ -132,6 +132,17 @@ expect 0 "fia tensor-list round trip" '^compare: PASS' -- "$cli" run --load "$wo
 expect 0 "fia BNSD causal prefill with a shared prefix --check" '^check against .*PASS' -- \
     "$cli" run fused-infer-attention --layout BNSD --batch 2 --q-seqlen 5 --kv-seqlen 20 --prefix-rows 9 --prefix-len 7 \
     --sparse-mode 3 --lse --check
+mdir="$work/saved-fia-mla"
+expect 0 "fia decode MLA (rope, value = key) --check --save" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout BSND --batch 2 --kv-seqlens 130,7 --heads 8 --kv-heads 1 --dim 512 \
+    --rope-dim 64 --dtype bf16 --cache BnBsH --block-size 64 --lse --check --save "$mdir"
+expect 0 "fia MLA --load --compare carries the rope tensors" '^compare: PASS' -- "$cli" run --load "$mdir" --compare
+expect 0 "fia pseShift with a paged cache --check" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --batch 2 --q-seqlen 4 --kv-seqlens 40,9 --heads 4 --kv-heads 2 --cache BnNBsD \
+    --block-size 16 --pse batch --check
+expect 0 "fia tree mask (sparse mode 9) --check" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --layout TND --q-seqlens 3,1,4 --kv-seqlens 10,1,20 --heads 4 --kv-heads 2 \
+    --dim 32 --sparse-mode 9 --check
 cp -r "$idir" "$work/corrupt-fia"
 corrupt_npy "$work/corrupt-fia/attentionOut.npy"
 expect 1 "fia compare fails on a corrupted attentionOut" '^compare: FAIL' -- \

@@ -25,7 +25,10 @@ void check(attnopsStatus status, const char* what) {
 }
 
 // Input kinds, so that query, key and value of one position differ.
-enum Kind : uint64_t { kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink, kOutScale, kOutOffset };
+enum Kind : uint64_t {
+    kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink, kOutScale, kOutOffset, kPse, kQueryRope,
+    kKeyRope
+};
 constexpr int64_t kNotPassed = -1;
 
 // A deterministic random source per logical element.
@@ -130,12 +133,12 @@ int64_t FiaProblem::kvLen(int64_t b) const {
 
 std::string FiaProblem::describe() const {
     return fmt::format("{} {} B={} Q_S={} KV_S={} qLens=[{}] kvLens=[{}] N={}/{} D={}/{} mode={} pre={} next={} mask={} cache={} bs={} "
-                       "int8={} int4={} ({}/{}{}{}) sink={} int8Out={}{} pad={}/{} prefix={}/{} list={}",
+                       "int8={} int4={} ({}/{}{}{}) sink={} int8Out={}{} pad={}/{} prefix={}/{} list={} pse={} rope={}",
                        layout, attnopsDataTypeName(dtype), batches(), qSeqLen, kvSeqLen, fmt::join(qLens, ","), fmt::join(kvLens, ","),
                        heads, kvHeads, dim, vdim(), sparseMode, preTokens, nextTokens, maskKind, cache, blockSize, int8Kv,
                        int4Kv, keyQuantMode, valueQuantMode, combinedQuant ? " combined" : "", quantPerTensor ? " per-tensor" : "", sink,
                        int8Out, int8Out ? (outQuantPerChannel ? " per-channel" : " per-tensor") : "", queryPadding, kvPadding,
-                       prefixRows, prefixLen, kvList);
+                       prefixRows, prefixLen, kvList, pse, ropeDim);
 }
 
 FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
@@ -180,6 +183,17 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
             for (int64_t i = 0; i < p.qLen(b); ++i)
                 for (int64_t c = 0; c < d; ++c)
                     query.set(layoutIndex(in, qRows, n1, d, b, n, qStart[size_t(b)] + i, c), logical(p.dataSeed, kQuery, b, n, i, c));
+    const int64_t dr = p.ropeDim;
+    if (dr > 0) {
+        queryRope = HostTensor(p.dtype, layoutShape(in, batches, qRows, n1, dr));
+        fill(queryRope, nan);
+        for (int64_t b = 0; b < batches; ++b)
+            for (int64_t n = 0; n < n1; ++n)
+                for (int64_t i = 0; i < p.qLen(b); ++i)
+                    for (int64_t c = 0; c < dr; ++c)
+                        queryRope.set(layoutIndex(in, qRows, n1, dr, b, n, qStart[size_t(b)] + i, c),
+                                      logical(p.dataSeed, kQueryRope, b, n, i, c));
+    }
 
     // Key and value: layout tensors, or paged caches with a (shuffled) block table.
     int64_t maxBlocks = 0, blockNum = 0;
@@ -212,6 +226,12 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         else shape = {blockNum, n2, d / lanes, bs, lanes};
         key = HostTensor(kvType, shape);
         value = HostTensor(kvType, shape);
+        if (dr > 0) {
+            std::vector<int64_t> ropeShape = shape;
+            if (p.cache == "NZ") ropeShape[2] = dr / lanes;
+            else ropeShape.back() = p.cache == "BnBsH" ? n2 * dr : dr;
+            keyRope = HostTensor(kvType, ropeShape);
+        }
     } else if (p.kvList) {
         for (int64_t b = 0; b < batches; ++b) {
             keyList.emplace_back(kvType, layoutShape(in, 1, p.kvListRows(b), n2, d));
@@ -227,10 +247,12 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         vShape.back() /= kvPack;
         key = HostTensor(kvType, kShape);
         value = HostTensor(kvType, vShape);
+        if (dr > 0) keyRope = HostTensor(kvType, layoutShape(in, batches, kvRows, n2, dr));
     }
     if (!p.quantKv() && !p.kvList) {
         fill(key, nan);
         fill(value, nan);
+        if (dr > 0) fill(keyRope, nan);
     }
     const auto* table = p.paged() ? static_cast<const int32_t*>(blockTable.data()) : nullptr;
     const auto kvIndex = [&](int64_t b, int64_t m, int64_t t, int64_t c, int64_t dim) {
@@ -252,9 +274,11 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
                 const int64_t lt = lp + t;  // logical row (after the shared prefix)
                 for (int64_t c = 0; c < d; ++c)
                     setElement(kt, kvIndex(b, m, t, c, d), logical(p.dataSeed, kKey, b, m, lt, c), lowBits(p.dataSeed, kKey, b, m, lt, c));
+                const Kind valueKind = p.valueIsKey() ? kKey : kValue;  // decode MLA: value = key
                 for (int64_t c = 0; c < dv; ++c)
-                    setElement(vt, kvIndex(b, m, t, c, dv), logical(p.dataSeed, kValue, b, m, lt, c),
-                               lowBits(p.dataSeed, kValue, b, m, lt, c));
+                    setElement(vt, kvIndex(b, m, t, c, dv), logical(p.dataSeed, valueKind, b, m, lt, c),
+                               lowBits(p.dataSeed, valueKind, b, m, lt, c));
+                for (int64_t c = 0; c < dr; ++c) keyRope.set(kvIndex(b, m, t, c, dr), logical(p.dataSeed, kKeyRope, b, m, lt, c));
             }
     }
     // Shared prefix: batch 0's logical rows [0, Lp); rows beyond Lp hold NaN (never read).
@@ -335,13 +359,31 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
 
     // Mask.
     std::string maskKind = p.maskKind;
-    if (maskKind == "auto") maskKind = p.sparseMode == 1 ? "random" : p.sparseMode >= 2 ? "compressed" : "none";
+    if (maskKind == "auto")
+        maskKind = p.sparseMode == 1 ? "random" : p.sparseMode == 9 ? "tree" : p.sparseMode >= 2 ? "compressed" : "none";
     const int64_t maskCols = (p.paged() ? maxBlocks * bs : p.kvList ? listRows : kvRows) + lp;
     if (maskKind == "compressed") {
         attenMask = HostTensor(ATTNOPS_UINT8, {kCompressedMask, kCompressedMask});
         auto* m = static_cast<uint8_t*>(attenMask.data());
         for (int64_t i = 0; i < kCompressedMask; ++i)
             for (int64_t j = 0; j < kCompressedMask; ++j) m[i * kCompressedMask + j] = j > i ? 1 : 0;
+    } else if (maskKind == "tree") {
+        // Sparse mode 9: each draft token sees itself and, at random, earlier draft tokens (its
+        // ancestors); [B, Q_S, Q_S], or TND's sq x sq blocks one after another.
+        std::vector<int64_t> base;
+        int64_t total = 0;
+        for (int64_t b = 0; b < batches; ++b) {
+            base.push_back(total);
+            total += p.tnd() ? p.qLen(b) * p.qLen(b) : p.qSeqLen * p.qSeqLen;
+        }
+        attenMask = p.tnd() ? HostTensor(ATTNOPS_BOOL, {total}) : HostTensor(ATTNOPS_BOOL, {batches, p.qSeqLen, p.qSeqLen});
+        auto* m = static_cast<uint8_t*>(attenMask.data());
+        for (int64_t b = 0; b < batches; ++b) {
+            const int64_t side = p.tnd() ? p.qLen(b) : p.qSeqLen;
+            for (int64_t i = 0; i < side; ++i)
+                for (int64_t c = 0; c < side; ++c)
+                    m[base[size_t(b)] + i * side + c] = c > i || (c < i && elementRng(p.dataSeed, kMask, b, 1, i, c).next() % 2 == 0);
+        }
     } else if (maskKind == "random") {
         const bool decode = !p.tnd() && p.qSeqLen == 1;
         const int64_t rows = decode ? 1 : p.qSeqLen;
@@ -358,6 +400,15 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
                     const bool fullyMasked = b == 0 && i == 1;  // a row that attends nothing
                     m[(b * rows + row) * maskCols + col] = fullyMasked || elementRng(p.dataSeed, kMask, b, 0, i, j).next() % 4 == 0;
                 }
+    }
+    if (p.pse != "none") {
+        const int64_t pseRows = p.tnd() ? qRows : p.qSeqLen, pseBatch = p.pse == "shared" ? 1 : batches;
+        pseShift = HostTensor(p.dtype, {pseBatch, n1, pseRows, maskCols});
+        for (int64_t b = 0; b < pseBatch; ++b)
+            for (int64_t n = 0; n < n1; ++n)
+                for (int64_t i = 0; i < pseRows; ++i)
+                    for (int64_t j = 0; j < maskCols; ++j)
+                        pseShift.set(((b * n1 + n) * pseRows + i) * maskCols + j, 2.0f * logical(p.dataSeed, kPse, b, n, i, j));
     }
     if (p.sink) {
         sink = HostTensor(p.dtype, {n1});
@@ -429,6 +480,9 @@ fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnop
     a.antiquantMode = p.combinedQuant ? p.keyQuantMode : 0;
     a.quantScale2 = handle(inst.quantScale2);
     a.quantOffset2 = handle(inst.quantOffset2);
+    a.pseShift = handle(inst.pseShift);
+    a.queryRope = handle(inst.queryRope);
+    a.keyRope = handle(inst.keyRope);
     a.numHeads = p.heads;
     a.scaleValue = std::isnan(p.scale) ? 1.0 / std::sqrt(double(p.dim)) : p.scale;
     a.preTokens = p.preTokens;
@@ -511,8 +565,10 @@ FiaCheck checkFiaBatches(const FiaInstance& inst, const std::vector<int64_t>& ba
             if (outAt(b, n, row, col) != (int8Out ? quantised(n, col, 0.0) : 0.0)) fail(fmt::format("row (b {}, n {}, row {}) must be 0, got {}", b, n, row, outAt(b, n, row, col)));
         if (p.writeLse && lseAt(b, n, row) != inf) fail(fmt::format("lse of row (b {}, n {}, row {}) must be +inf, got {}", b, n, row, lseAt(b, n, row)));
     };
-    const double scoreMag = std::fabs(double(c.scale)) * double(c.d) * (pr.quantKv() ? 1.3 : 1.0);
-    r.lseTolerance = std::ldexp(1.0, -24) * (4.0 * double(c.d) * scoreMag + 4.0 * double(c.seq.maxKvLen) + 64.0) + 1e-6;
+    const int64_t dotDim = c.d + p.ropeDim;  // pse adds up to 2 (the generator's range)
+    const double scoreMag = std::fabs(double(c.scale)) * double(dotDim) * (pr.quantKv() ? 1.3 : 1.0) +
+                            (c.pse.form != fa::PseForm::None ? 2.0 : 0.0);
+    r.lseTolerance = std::ldexp(1.0, -24) * (4.0 * double(dotDim) * scoreMag + 4.0 * double(c.seq.maxKvLen) + 64.0) + 1e-6;
     for (const int64_t b : batches) {
         if (b < 0 || b >= c.seq.count) throw std::invalid_argument(fmt::format("checkFiaBatches: no batch {}", b));
         for (int64_t n = 0; n < c.n1; ++n) {
@@ -581,7 +637,7 @@ double fiaForwardFlops(const FiaProblem& p) {
             kept += double(std::max<int64_t>(0, band.hi - band.lo));
         }
     }
-    return kept * double(p.heads) * 2.0 * double(p.dim + p.vdim());
+    return kept * double(p.heads) * 2.0 * double(p.dim + p.ropeDim + p.vdim());
 }
 
 double fiaKvBytes(const FiaProblem& p) {
@@ -590,7 +646,8 @@ double fiaKvBytes(const FiaProblem& p) {
     const double perToken = p.quantKv() ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
     double bytes = 0;
     for (int64_t b = 0; b < p.batches(); ++b)
-        bytes += double(p.kvLen(b) + p.sharedPrefix()) * (double(p.kvHeads) * double(p.dim + p.vdim()) * element + perToken);
+        bytes += double(p.kvLen(b) + p.sharedPrefix()) *  // decode MLA reads the key once as key and value
+                 (double(p.kvHeads) * double(p.dim + p.ropeDim + (p.valueIsKey() ? 0 : p.vdim())) * element + perToken);
     return bytes;
 }
 

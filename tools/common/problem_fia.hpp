@@ -26,7 +26,8 @@ struct FiaProblem {
     double scale = std::numeric_limits<double>::quiet_NaN();  // NaN: 1/sqrt(dim)
     int64_t sparseMode = 0, preTokens = kNoBand, nextTokens = kNoBand;
     // attenMask: "auto" (compressed for modes 2-4, none for mode 0, random for mode 1), "none",
-    // "random" (a full mask, about a quarter masked, some rows fully masked).
+    // "random" (a full mask, about a quarter masked, some rows fully masked), "tree" (mode 9's
+    // [B, Q_S, Q_S] tree mask; "auto" with mode 9).
     std::string maskKind = "auto";
     std::string cache = "none";            // "none", "BnBsH", "BnNBsD", "NZ"
     int64_t blockSize = 16;
@@ -51,6 +52,9 @@ struct FiaProblem {
     // that with B = 1 the call equals a plain one over Lp + kvLen rows.
     int64_t prefixRows = 0, prefixLen = -1;
     bool kvList = false;                   // tensor-list key/value: batch b's tensor holds kvListRows(b) rows
+    // pseShift: "none", "batch" [B, N, Q_S, K] or "shared" [1, N, Q_S, K] (K: the mask's columns).
+    std::string pse = "none";
+    int64_t ropeDim = 0;                   // MLA: queryRope/keyRope of this width (64), 0: none
     uint64_t dataSeed = 1;
 
     std::string inLayout() const;          // the query/key/value layout (before '_')
@@ -64,6 +68,7 @@ struct FiaProblem {
     int64_t vdim() const { return vDim < 0 ? dim : vDim; }
     bool quantKv() const { return int8Kv || int4Kv; }
     int64_t batches() const { return tnd() ? int64_t(qLens.size()) : batch; }
+    bool valueIsKey() const { return ropeDim > 0 && dim == 512; }  // decode MLA: the value holds the key
     int64_t qLen(int64_t b) const;   // actual (effective) query length of batch b
     int64_t kvLen(int64_t b) const;  // actual key/value length of batch b
     std::string describe() const;
@@ -77,6 +82,7 @@ struct FiaInstance {
     HostTensor queryPaddingSize, kvPaddingSize, keySharedPrefix, valueSharedPrefix;
     std::vector<HostTensor> keyList, valueList;  // tensor-list key/value (problem.kvList)
     std::vector<int64_t> prefixLenArg;          // actualSharedPrefixLen (empty: not passed)
+    HostTensor pseShift, queryRope, keyRope;
     HostTensor attentionOut, softmaxLse;
     std::vector<int64_t> qLensArg, kvLensArg;  // the actualSeqLengths(Kv) arrays passed (may be empty)
     bool passQLens = false, passKvLens = false;
@@ -128,7 +134,8 @@ std::vector<int64_t> fiaOutputShape(const FiaProblem& p, int64_t qRows);
 // Mask-aware FLOPs of the call (2 (D + Dv) per score the sparse mode's band keeps, per query
 // head; the holes of an explicit mask are counted, decode counts every key), and the bytes of K and V it must read at least:
 // every key and value of the actual KV lengths once per kv head (int8: 1 byte an element, plus
-// the per-token scales and offsets); shared-prefix rows count once per batch (each batch reads them).
+// the per-token scales and offsets); shared-prefix rows count once per batch (each batch reads them);
+// MLA: the key rope too, and decode MLA reads its key once as key and value.
 double fiaForwardFlops(const FiaProblem& p);
 double fiaKvBytes(const FiaProblem& p);
 

@@ -22,23 +22,26 @@ constexpr int64_t kKeyRows = 64;        // keys per block
 
 int64_t alignUp(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 
+// Width of a score dot: the head dim plus the MLA rope part, which the kernel appends to each
+// query and key row (spec 5 step 4).
+int64_t dotDim(const Params& p) { return p.core.d + p.ropeDim; }
+
 // Scratch arrays of one thread, carved from its workspace slice. Rows are (head g, row r) pairs.
 struct Scratch {
-    float* q;       // [G * rows][d]
-    float* kt;      // [d][keyRows], transposed so a score row is an axpy over keys
+    float* q;       // [G * rows][dk], dk = d + ropeDim
+    float* kt;      // [dk][keyRows], transposed so a score row is an axpy over keys
     float* v;       // [keyRows][dv]
     float* acc;     // [G * rows][dv]
     float* s;       // [keyRows] scores of one row
     float* m;       // [G * rows] running max
     float* l;       // [G * rows] running sum
-    float* row;     // [max(d, dv)] one gathered key or value row
+    float* row;     // [max(dk, dv)] one gathered key or value row
     uint8_t* kept;  // [keyRows]
 
     static int64_t floats(const Params& p, TileShape t) {
-        const int64_t rows = p.core.group * t.queryRows;
-        return alignUp(rows * p.core.d) + alignUp(p.core.d * t.keyRows) + alignUp(t.keyRows * p.core.dv) +
-               alignUp(rows * p.core.dv) + alignUp(t.keyRows) + 2 * alignUp(rows) + alignUp(std::max(p.core.d, p.core.dv)) +
-               alignUp(t.keyRows);
+        const int64_t rows = p.core.group * t.queryRows, dk = dotDim(p);
+        return alignUp(rows * dk) + alignUp(dk * t.keyRows) + alignUp(t.keyRows * p.core.dv) + alignUp(rows * p.core.dv) +
+               alignUp(t.keyRows) + 2 * alignUp(rows) + alignUp(std::max(dk, p.core.dv)) + alignUp(t.keyRows);
     }
 
     Scratch(const Params& p, TileShape t, void* base) {
@@ -48,15 +51,15 @@ struct Scratch {
             f += alignUp(n);
             return r;
         };
-        const int64_t rows = p.core.group * t.queryRows;
-        q = take(rows * p.core.d);
-        kt = take(p.core.d * t.keyRows);
+        const int64_t rows = p.core.group * t.queryRows, dk = dotDim(p);
+        q = take(rows * dk);
+        kt = take(dk * t.keyRows);
         v = take(t.keyRows * p.core.dv);
         acc = take(rows * p.core.dv);
         s = take(t.keyRows);
         m = take(rows);
         l = take(rows);
-        row = take(std::max(p.core.d, p.core.dv));
+        row = take(std::max(dk, p.core.dv));
         kept = reinterpret_cast<uint8_t*>(take(t.keyRows));
     }
 };
@@ -92,10 +95,11 @@ void gatherRow(const Params& p, const KvSource& src, const AntiquantSpec& quant,
 }
 
 void loadKeyValueBlock(const Params& p, const WorkUnit& u, int64_t k0, int64_t nk, int64_t keyRows, Scratch& sc) {
-    const int64_t d = p.core.d, dv = p.core.dv;
+    const int64_t d = p.core.d, dv = p.core.dv, dk = dotDim(p);
     for (int64_t j = 0; j < nk; ++j) {
         gatherRow(p, p.key, p.keyQuant, u.b, u.n2, k0 + j, d, sc.row);
-        for (int64_t c = 0; c < d; ++c) sc.kt[c * keyRows + j] = sc.row[c];
+        if (p.ropeDim > 0) gatherRow(p, p.keyRope, AntiquantSpec{}, u.b, u.n2, k0 + j, p.ropeDim, sc.row + d);
+        for (int64_t c = 0; c < dk; ++c) sc.kt[c * keyRows + j] = sc.row[c];
         gatherRow(p, p.value, p.valueQuant, u.b, u.n2, k0 + j, dv, sc.v + j * dv);
     }
 }
@@ -128,9 +132,14 @@ void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
     Scratch sc(p, t, scratch);
     const int64_t sq = c.seq.qLen[size_t(u.b)], skv = c.seq.kvLen[size_t(u.b)];
     const fa::SeqRule rule = fa::seqRule(c.mask, u.b, sq, skv);
-    const int64_t rows = u.q1 - u.q0, qRow0 = c.seq.qStart[size_t(u.b)] + u.q0;
+    const int64_t rows = u.q1 - u.q0, qRow0 = c.seq.qStart[size_t(u.b)] + u.q0, dk = dotDim(p);
     for (int64_t g = 0; g < c.group; ++g) {
-        fa::tile::loadRows(c.q, u.b, u.n2 * c.group + g, qRow0, rows, c.d, sc.q + g * rows * c.d);
+        const int64_t n1 = u.n2 * c.group + g;
+        for (int64_t r = 0; r < rows; ++r) {  // [q ; qRope] per row
+            float* q = sc.q + (g * rows + r) * dk;
+            fa::tile::loadRows(c.q, u.b, n1, qRow0 + r, 1, c.d, q);
+            if (p.ropeDim > 0) fa::tile::loadRows(p.queryRope, u.b, n1, qRow0 + r, 1, p.ropeDim, q + c.d);
+        }
         for (int64_t r = g * rows; r < (g + 1) * rows; ++r) {
             sc.m[r] = kNegInf;
             sc.l[r] = 0.0f;
@@ -143,9 +152,9 @@ void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
         for (int64_t g = 0; g < c.group; ++g)
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t at = g * rows + r;
-                fa::tile::rowScores(sc.q + at * c.d, sc.kt, c.d, nk, t.keyRows, sc.s);
-                const float rowMax =
-                    fa::tile::finishScores(c, u.b, u.n2 * c.group + g, rule, u.q0 + r, k0, nk, skv, sc.s, sc.kept);
+                fa::tile::rowScores(sc.q + at * dk, sc.kt, dk, nk, t.keyRows, sc.s);
+                float rowMax = fa::tile::finishScores(c, u.b, u.n2 * c.group + g, rule, u.q0 + r, k0, nk, skv, sc.s, sc.kept);
+                if (p.tree != nullptr) rowMax = applyTreeMask(p, u.b, u.q0 + r, k0, nk, sc.s, sc.kept);
                 if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
                 accumulateRow(p, nk, rowMax, sc.s, sc.kept, sc.v, sc.m[at], sc.l[at], sc.acc + at * c.dv);
             }

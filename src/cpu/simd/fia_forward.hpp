@@ -15,8 +15,14 @@
 // so the inner loops are the same for every source dtype. fp32 arithmetic throughout, with the
 // precision model of spec section A: probabilities rounded to the query dtype before P.V.
 //
-// Order of every reduction, fixed per element: q.k over the head dim in V::kLanes-wide lanes
-// ascending, then the lanes by V::sum8's fixed tree; the row max and sum over keys ascending
+// MLA: the rope part of a score, q_rope . k_rope, continues the same dot (the query row holds
+// [q ; q_rope], the key rope row is read from its own tensor at the key's row), and decode MLA's
+// value is the key itself, so each page is fetched once and serves both passes. pseShift is
+// added per key by the shared row step (like an explicit mask), and the tree mask of sparse mode
+// 9 right after it.
+//
+// Order of every reduction, fixed per element: q.k over the head dim (then the rope dims) in
+// V::kLanes-wide lanes ascending, then the lanes by V::sum8's fixed tree; the row max and sum over keys ascending
 // (per lane, then the lanes); P.V over keys ascending. Nothing depends on the thread count.
 #pragma once
 
@@ -42,7 +48,7 @@ constexpr int64_t kKeyRows = 64;     // keys per block: a decode block's keys an
 constexpr int64_t kLineBytes = 64;
 
 struct Scratch {
-    float* q;        // [R][d] query rows (key per-channel scale folded in), R = G * queryRows
+    float* q;        // [R][dk] query rows [q ; q_rope] (key per-channel scale folded in), R = G * queryRows
     float* qa;       // [R] A: q'.keyOffset (per channel)
     float* qb;       // [R] B: sum of q (per-token key offsets)
     float* st;       // [R][keyRows] scores, then probabilities
@@ -59,19 +65,24 @@ struct Scratch {
     const char** vRow;  // [keyRows]
     const char** kNext;  // [keyRows] key rows of the next block, prefetched during this block's Q.K
     const char** vNext;  // [keyRows] value rows of the next block, likewise
+    const char** rRow;   // [keyRows] key rope rows of the block (MLA)
+    const char** rNext;  // [keyRows]
     int64_t nextRows = 0;  // rows of the next block
+    bool prefetchValues = true;  // false when the value rows are the key rows
     int64_t* kChunk;    // [d / kLanes] element offset of each vector of a key row (NZ: dim groups)
     int64_t* vChunk;    // [dv / kLanes]
+    int64_t* rChunk;    // [ropeDim / kLanes]
     int64_t* kLines;    // [d / kLanes] byte offsets within a key row, one per cache line it touches
     int64_t* vLines;    // [dv / kLanes]
-    int64_t kLineCount = 0, vLineCount = 0;
+    int64_t* rLines;    // [ropeDim / kLanes]
+    int64_t kLineCount = 0, vLineCount = 0, rLineCount = 0;
     uint8_t* kept;      // [keyRows]
 
     static int64_t floats(const Params& p, TileShape t) {
         const int64_t R = p.core.group * t.queryRows, kr = t.keyRows;
-        return alignUp(R * p.core.d) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) + 4 * alignUp(R) +
-               4 * alignUp(kr) + 4 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) + 2 * alignUp(2 * p.core.dv) +
-               alignUp(kr);
+        return alignUp(R * (p.core.d + p.ropeDim)) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) +
+               4 * alignUp(R) + 4 * alignUp(kr) + 6 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) +
+               2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr);
     }
 
     Scratch(const Params& p, TileShape t, void* base) {
@@ -82,7 +93,7 @@ struct Scratch {
             f += alignUp(n);
             return r;
         };
-        q = take(R * p.core.d);
+        q = take(R * (p.core.d + p.ropeDim));
         qa = take(R);
         qb = take(R);
         st = take(R * kr);
@@ -99,10 +110,14 @@ struct Scratch {
         vRow = reinterpret_cast<const char**>(take(2 * kr));
         kNext = reinterpret_cast<const char**>(take(2 * kr));
         vNext = reinterpret_cast<const char**>(take(2 * kr));
+        rRow = reinterpret_cast<const char**>(take(2 * kr));
+        rNext = reinterpret_cast<const char**>(take(2 * kr));
         kChunk = reinterpret_cast<int64_t*>(take(2 * p.core.d));
         vChunk = reinterpret_cast<int64_t*>(take(2 * p.core.dv));
         kLines = reinterpret_cast<int64_t*>(take(2 * p.core.d));
         vLines = reinterpret_cast<int64_t*>(take(2 * p.core.dv));
+        rChunk = reinterpret_cast<int64_t*>(take(2 * p.ropeDim));
+        rLines = reinterpret_cast<int64_t*>(take(2 * p.ropeDim));
         kept = reinterpret_cast<uint8_t*>(take(kr));
     }
 };
@@ -126,7 +141,8 @@ bool acceptsSource(const KvSource& s, int64_t dim) {
 
 template <class V>
 bool accepts(const Params& p) {
-    return acceptsSource<V>(p.key, p.core.d) && acceptsSource<V>(p.value, p.core.dv);
+    return acceptsSource<V>(p.key, p.core.d) && acceptsSource<V>(p.value, p.core.dv) &&
+           (p.ropeDim == 0 || acceptsSource<V>(p.keyRope, p.ropeDim));
 }
 
 // kLanes elements of a stored row from element offset `at`, as fp32.
@@ -148,14 +164,16 @@ ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int6
 // The first row tile prefetches the next block's key and value rows (`pre`, NULL for the
 // others): a block ahead of their use, as the cache is read once from scattered pages.
 template <class V, DType T, int NR>
-ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t nk, const float* q,
-                             int64_t ldq, float* st, int64_t ldst, const Scratch* pre) {
+ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t dr,
+                             const char* const* rRow, const int64_t* rChunk, int64_t nk, const float* q, int64_t ldq,
+                             float* st, int64_t ldst, const Scratch* pre) {
     using Vec = typename V::Vec;
     for (int64_t j = 0; j < nk; j += kDotKeys) {
         if (pre != nullptr)
             for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
                 prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
-                prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
+                if (pre->prefetchValues) prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
+                if (dr > 0) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
             }
         const char* k0 = kRow[j];
         const char* k1 = kRow[std::min(j + 1, nk - 1)];  // an odd last key goes twice, once discarded
@@ -170,6 +188,20 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
                 const Vec qv = V::load(q + r * ldq + c);
                 acc[r] = V::fmadd(qv, x0, acc[r]);
                 acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
+            }
+        }
+        if (dr > 0) {  // MLA: the rope dims continue the dot
+            const char* r0 = rRow[j];
+            const char* r1 = rRow[std::min(j + 1, nk - 1)];
+            for (int64_t c = 0, v = 0; c < dr; c += V::kLanes, ++v) {
+                const int64_t at = rChunk[v];
+                const Vec x0 = loadVec<V, T>(r0, at), x1 = loadVec<V, T>(r1, at);
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; ++r) {
+                    const Vec qv = V::load(q + r * ldq + d + c);
+                    acc[r] = V::fmadd(qv, x0, acc[r]);
+                    acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
+                }
             }
         }
         alignas(32) float sums[kDotKeys * kRowTile];
@@ -227,16 +259,17 @@ ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const i
 
 // The row tiles of R rows, each tile of NR = min(kRowTile, rows left) rows.
 template <class V, DType T>
-ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, const Scratch& sc, int64_t nk, int64_t ldst) {
+ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk, int64_t ldst) {
+    const int64_t ldq = d + dr;
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
-        const float* q = sc.q + r0 * d;
+        const float* q = sc.q + r0 * ldq;
         float* st = sc.st + r0 * ldst;
         const Scratch* pre = r0 == 0 ? &sc : nullptr;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: dotRows<V, T, 1>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
-            case 2: dotRows<V, T, 2>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
-            case 3: dotRows<V, T, 3>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
-            default: dotRows<V, T, 4>(d, sc.kRow, sc.kChunk, nk, q, d, st, ldst, pre); break;
+            case 1: dotRows<V, T, 1>(d, sc.kRow, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+            case 2: dotRows<V, T, 2>(d, sc.kRow, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+            case 3: dotRows<V, T, 3>(d, sc.kRow, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+            default: dotRows<V, T, 4>(d, sc.kRow, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
         }
     }
 }
@@ -256,11 +289,11 @@ ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_
 }
 
 template <class V>
-ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, const Scratch& sc, int64_t nk, int64_t ldst) {
+ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk, int64_t ldst) {
     switch (t) {
-        case DType::F16: return dots<V, DType::F16>(R, d, sc, nk, ldst);
-        case DType::BF16: return dots<V, DType::BF16>(R, d, sc, nk, ldst);
-        default: return dots<V, DType::I8>(R, d, sc, nk, ldst);
+        case DType::F16: return dots<V, DType::F16>(R, d, dr, sc, nk, ldst);
+        case DType::BF16: return dots<V, DType::BF16>(R, d, dr, sc, nk, ldst);
+        default: return dots<V, DType::I8>(R, d, dr, sc, nk, ldst);
     }
 }
 
@@ -350,8 +383,9 @@ ATTNOPS_SIMD_FN void loadQueries(const Params& p, const WorkUnit& u, int64_t row
     for (int64_t g = 0; g < c.group; ++g)
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t i = g * rows + r;
-            float* q = sc.q + i * d;
+            float* q = sc.q + i * (d + p.ropeDim);
             simd::loadRow<V>(c.q, u.b, u.n2 * c.group + g, qRow0 + r, d, q);
+            if (p.ropeDim > 0) simd::loadRow<V>(p.queryRope, u.b, u.n2 * c.group + g, qRow0 + r, p.ropeDim, q + d);
             float a = 0.0f, bsum = 0.0f;
             if (kq.mode == Antiquant::PerChannel) {
                 for (int64_t e = 0; e < d; ++e) {
@@ -386,7 +420,10 @@ ATTNOPS_SIMD_FN float finishRowScores(const Params& p, const WorkUnit& u, const 
         nan = V::maskOr(nan, V::maskAnd(mk, V::isNan(x)));
         mx = V::max(mx, V::select(mk, V::set1(kNegInf), x));
     }
-    if (masked) return fa::tile::finishScores(p.core, u.b, u.n2 * p.core.group + g, rule, row, k0, nk, skv, s, sc.kept);
+    if (masked) {
+        const float m = fa::tile::finishScores(p.core, u.b, u.n2 * p.core.group + g, rule, row, k0, nk, skv, s, sc.kept);
+        return p.tree != nullptr ? applyTreeMask(p, u.b, row, k0, nk, s, sc.kept) : m;
+    }
     if (V::any(nan)) return __builtin_nanf("");
     alignas(64) float lanes[V::kLanes];
     V::store(lanes, mx);
@@ -442,22 +479,29 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     std::fill(sc.acc, sc.acc + R * dv, 0.0f);
     sc.kLineCount = chunkOffsets(p.key, d, V::kLanes, sc.kChunk, sc.kLines);
     sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
+    sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
+    sc.prefetchValues = !p.valueIsKey;
     const int64_t firstRows = std::min(t.keyRows, u.k1 - u.k0);
     if (firstRows > 0) {
         keyRows(p, u.b, u.n2, u.k0, firstRows, sc.kNext);
         valueRows(p, u.b, u.n2, u.k0, firstRows, sc.vNext);
+        if (p.ropeDim > 0) sourceRows(p, p.keyRope, u.b, u.n2, u.k0, firstRows, sc.rNext);
     }
     for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
         const int64_t nk = std::min(t.keyRows, u.k1 - k0);
         std::swap(sc.kRow, sc.kNext);
         std::swap(sc.vRow, sc.vNext);
+        std::swap(sc.rRow, sc.rNext);
         sc.nextRows = std::max<int64_t>(0, std::min(t.keyRows, u.k1 - k0 - nk));
         keyRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.kNext);
         valueRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.vNext);
+        if (p.ropeDim > 0) sourceRows(p, p.keyRope, u.b, u.n2, k0 + nk, sc.nextRows, sc.rNext);
         tokenTerms(p, p.keyQuant, u.b, u.n2, k0, nk, sc.kScale, sc.kOffset);
         tokenTerms(p, p.valueQuant, u.b, u.n2, k0, nk, sc.vScale, sc.vOffset);
-        dotsOf<V>(p.key.dtype, R, d, sc, nk, ldst);
-        const bool masked = c.mask.explicitMask || !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
+        dotsOf<V>(p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
+        // pseShift takes the shared row step too (scale, then pse per kept key).
+        const bool masked = c.mask.explicitMask || c.pse.form != fa::PseForm::None || p.tree != nullptr ||
+                            !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
         for (int64_t i = 0; i < R; ++i) {
             float* s = sc.st + i * ldst;
             const int64_t g = i / rows, row = u.q0 + i % rows;

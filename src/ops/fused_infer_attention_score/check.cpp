@@ -18,6 +18,7 @@
 #include "ops/flash_attention_score/layout.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 #include "ops/fused_infer_attention_score/layouts.hpp"
+#include "ops/fused_infer_attention_score/check_features.hpp"
 
 namespace attnops::fia {
 namespace {
@@ -184,6 +185,8 @@ LayoutPair parseLayout(const char* name) {
     invalidArgument("inputLayout", fmt::format("\"{}\"", name), "must be one of {} (upper case)", names);
 }
 
+}  // namespace
+
 // Key or value source of a paged cache: BnBsH (rank 3), BnNBsD (rank 4) or NZ (rank 5).
 KvSource pagedSource(const attnopsTensor& t, CacheFormat f, int64_t headDim) {
     KvSource s;
@@ -213,6 +216,7 @@ KvSource pagedSource(const attnopsTensor& t, CacheFormat f, int64_t headDim) {
     return s;
 }
 
+namespace {
 
 // ---- KV addressing features (spec 4, 5 step 2 and 4, 10): tensor-list key/value, left padding,
 // shared prefix. Each is refused with the features it cannot be combined with.
@@ -368,12 +372,9 @@ Params checkForward(const Args& a, int32_t device) {
     if (list && k.dtype == DType::I4)
         unsupported("keyCount = {}: tensor-list key/value with int4 (int32 containers) is not supported", a.keyCount);
     const attnopsTensor& out = requireTensorOn(a.attentionOut, "attentionOut", device);
-    rejectGiven(a.pseShift, "pseShift", "the position shift (pse)");
     rejectGiven(a.deqScale1, "deqScale1", "full int8 quantisation");
     rejectGiven(a.quantScale1, "quantScale1", "full int8 quantisation");
     rejectGiven(a.deqScale2, "deqScale2", "full int8 quantisation");
-    rejectGiven(a.queryRope, "queryRope", "MLA (rope inputs)");
-    rejectGiven(a.keyRope, "keyRope", "MLA (rope inputs)");
     rejectGiven(a.dequantScaleQuery, "dequantScaleQuery", "MLA full quantisation");
     if (a.queryQuantMode != 0) unsupported("queryQuantMode = {}: query quantisation is not implemented yet (pass 0)", a.queryQuantMode);
     if (a.antiquantMode != 0 && a.antiquantMode != 1) invalidArgument("antiquantMode", a.antiquantMode, "must be 0 or 1");
@@ -536,7 +537,7 @@ Params checkForward(const Args& a, int32_t device) {
         }
         seq.qRowsUsed = s.batch > 0 ? seq.qStart.back() + seq.qLen.back() : 0;
     } else {
-        p.decode = s.qS == 1;
+        p.decode = s.qS == 1 && a.queryRope == nullptr;  // MLA keeps the sparse rules (spec 3)
         seq.qLen = p.decode ? std::vector<int64_t>(size_t(s.batch), 1)
                             : perBatch(qLens, "actualSeqLengths", s.batch, s.qS, s.qS, "the query's S");
         seq.kvLen = perBatch(kvLens, a.kvLengthsName, s.batch, s.kvS, s.kvS,
@@ -612,21 +613,20 @@ Params checkForward(const Args& a, int32_t device) {
     if (p.decode) {
         // sparseMode and the tokens are ignored on the incremental branch, and with them the
         // compressed mask of modes 2-4 that callers pass unchanged from their prefill calls.
-        if (mask && !(mode >= 2 && mode <= 4 && isCompressedMask(*mask))) {
+        if (mask && mode != 9 && !(mode >= 2 && mode <= 4 && isCompressedMask(*mask))) {
             decodeMask(*mask, s, ms);
             ms.explicitMask = true;
         }
     } else {
         if (mode >= 5 && mode <= 8)
             invalidArgument("sparseMode", mode, "modes 5-8 (prefix, global, dilated, block-local) do not exist for this operator");
-        if (mode == 9) unsupported("sparseMode = 9: the tree mask is not implemented yet");
         if (mode < 0 || mode > 9) invalidArgument("sparseMode", mode, "must be in [0, 4] or 9");
         if (c.varlen && (mode == 1 || mode == 2 || (mode == 0 && mask)))
-            invalidArgument("sparseMode", mode, "with inputLayout TND or NTD must be 0 without attenMask, 3 or 4{}", mask ? " (attenMask given)" : "");
-        if ((mode == 1 || mode >= 2) && !mask)
+            invalidArgument("sparseMode", mode, "with inputLayout TND or NTD must be 0 without attenMask, 3, 4 or 9{}", mask ? " (attenMask given)" : "");
+        if ((mode == 1 || (mode >= 2 && mode <= 4)) && !mask)
             nullArgument("attenMask", fmt::format("is required with sparseMode {} ({})", mode,
                                                   mode == 1 ? "the full mask" : "the compressed 2048x2048 mask"));
-        if (mode >= 2 && !isCompressedMask(*mask))
+        if (mode >= 2 && mode <= 4 && !isCompressedMask(*mask))
             invalidArgument("attenMask.shape", shapeString(*mask), "with sparseMode {} must be the compressed [2048,2048] (or [1,2048,2048], "
                             "[1,1,2048,2048])", mode);
         if ((mode == 0 && mask) || mode == 4) {
@@ -653,12 +653,27 @@ Params checkForward(const Args& a, int32_t device) {
         } else if (mode == 1) {
             fullMask(*mask, s, ms);
             ms.explicitMask = true;
-        } else if (mode >= 2) {
+        } else if (mode >= 2 && mode <= 4) {
             ms.sparseMode = mode;
             ms.preTokens = fa::clampTokens(a.preTokens);
             ms.nextTokens = fa::clampTokens(a.nextTokens);
         }
     }
+
+    // 7b. Features with their own rules (check_features.cpp): pseShift, the MLA rope inputs, the
+    // tree mask of sparse mode 9.
+    // Combinations these features were not built for are refused rather than guessed.
+    if (a.pseShift && (leftPadding || prefixGiven))
+        unsupported("pseShift with {} is not implemented (the pse offsets of spec 5 step 6)",
+                    leftPadding ? "left padding" : "the shared prefix");
+    if (a.queryRope && (list || lp.in != lp.out || lp.in == Form::NTD))
+        unsupported("queryRope (MLA) with {} is not implemented",
+                    list ? std::string("tensor-list key/value") : fmt::format("inputLayout {}", lp.name));
+    const CheckedShapes checked{p.layout, s.batch, s.qS, s.n1, s.n2, s.d, s.dv, s.maskCols, int8Kv};
+    if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) checkPseShift(a, *pse, checked, p);
+    checkRope(a, q, k, v, optionalTensorOn(a.queryRope, "queryRope", device), optionalTensorOn(a.keyRope, "keyRope", device),
+              checked, p);
+    if (a.sparseMode == 9) checkTreeMask(a, mask, checked, p);  // also on the decode branch (one draft token)
 
     // 8. Dequantisation of int8/int4 key/value and the int8 output (spec 9.1, 9.3).
     QuantShapes qs;

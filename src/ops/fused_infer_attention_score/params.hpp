@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -85,7 +86,8 @@ struct OutputQuant {
 struct Params {
     // Attention core: q and out views (b, n, row, d), per-batch lengths (seq; TND: qStart is
     // the batch's first packed row; paged: kvStart 0), mask rule, scale, n1/n2/group/d/dv.
-    // core.k and core.v are unused (see key, value); core.pse is None, core.dropout off.
+    // core.k and core.v are unused (see key, value); core.pse is pseShift (Dense, type 0:
+    // added unscaled) or None; core.dropout is off.
     fa::ForwardParams core;
     fa::Layout layout = fa::Layout::BNSD;  // BSH, BSND, BNSD or TND
     bool decode = false;           // Q_S == 1, not TND: the incremental (IFA) branch
@@ -99,6 +101,17 @@ struct Params {
     fa::MutView4 lse;              // fp32 (b, n1, row, 0)
     std::vector<float> sink;       // [Q_N] learnable sink logits; empty: none
     DType probDType = DType::F16;  // probabilities rounded to it before P.V (precision model)
+    // MLA (spec 10 "Rope"): S = scale * (q.k + qRope.kRope) + pse, the rope parts ropeDim wide;
+    // the key rope lies like the key (same rows, pages and block table). ropeDim 0: no rope.
+    int64_t ropeDim = 0;
+    fa::View4 queryRope;           // (b, n1, row, d) like core.q
+    KvSource keyRope;
+    bool valueIsKey = false;       // decode MLA: value == key (the value input is never read)
+    // Tree mask (sparse mode 9, spec 6; core.mask is then mode 1 without a tensor): key j of
+    // batch b is masked for row i iff j >= skv - sq and tree(b, i, j - (skv - sq)) != 0.
+    const uint8_t* tree = nullptr;  // NULL: no tree mask
+    int64_t treeStride[3] = {0, 0, 0};  // (b, i, c) of the [B, Q_S, Q_S] form
+    std::vector<int64_t> treeBase;      // TND: start of batch b's sq x sq block (then b stride 0)
 };
 
 // Element `at` of packed int4 data: two per byte, low nibble first, two's complement.
@@ -119,6 +132,31 @@ inline void tokenTerm(const BlockTable& table, const AntiquantSpec& q, int64_t b
     scale = q.tokenScale[rowB * q.tokenStride[0] + m * q.tokenHeadStride + rowT * q.tokenStride[1]];
     offset = q.tokenOffset ? q.tokenOffset[rowB * q.tokenOffsetStride[0] + m * q.tokenOffsetHeadStride + rowT * q.tokenOffsetStride[1]]
                            : 0.0f;
+}
+
+// Whether the tree mask hides key j of row i of batch b (sq, skv: the batch's lengths). Static:
+// instruction-set-specific kernels each compile their own copy.
+static inline bool treeMasked(const Params& p, int64_t b, int64_t sq, int64_t skv, int64_t i, int64_t j) {
+    const int64_t c = j - (skv - sq);
+    if (c < 0) return false;  // the context before the draft tokens is always visible
+    const int64_t at = p.treeBase.empty() ? b * p.treeStride[0] + i * p.treeStride[1] + c * p.treeStride[2]
+                                          : p.treeBase[size_t(b)] + i * sq + c;
+    return p.tree[at] != 0;
+}
+
+// Applies the tree mask to the finished scores of row i against keys [k0, k0 + nk) (masked: -inf,
+// kept 0) and returns the new row max (NaN stays NaN).
+static inline float applyTreeMask(const Params& p, int64_t b, int64_t i, int64_t k0, int64_t nk, float* s, uint8_t* kept) {
+    const int64_t sq = p.core.seq.qLen[size_t(b)], skv = p.core.seq.kvLen[size_t(b)];
+    float rowMax = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < nk; ++j) {
+        if (kept[j] && treeMasked(p, b, sq, skv, i, k0 + j)) {
+            kept[j] = 0;
+            s[j] = -std::numeric_limits<float>::infinity();
+        }
+        if (kept[j]) rowMax = (s[j] > rowMax || s[j] != s[j]) ? s[j] : rowMax;
+    }
+    return rowMax;
 }
 
 // Offset of row t of head m of batch b in a key or value source (elements).

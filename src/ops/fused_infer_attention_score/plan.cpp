@@ -70,6 +70,8 @@ std::string planKey(const Params& p, int32_t threads, const std::string& forcedK
     appendSource(key, p.key, p.keyQuant);
     appendSource(key, p.value, p.valueQuant);
     append(key, p.cache);
+    append(key, p.ropeDim);  // MLA: the kernels' acceptance depends on the key rope's layout
+    if (p.ropeDim > 0) appendSource(key, p.keyRope, AntiquantSpec{});
     for (int64_t v : {c.batch, c.n1, c.n2, c.d, c.dv, c.mask.sparseMode, c.mask.preTokens, c.mask.nextTokens})
         append(key, v);
     append(key, c.mask.explicitMask);

@@ -22,10 +22,15 @@ void scoreRow(const Params& p, int64_t b, int64_t n1, int64_t i, std::vector<Rea
     kept.assign(size_t(skv), 0);
     for (int64_t j = 0; j < skv; ++j) {
         if (!rule.keeps(i, j) || fa::explicitMasked(c, b, n1, i, j)) continue;
+        if (p.tree != nullptr && treeMasked(p, b, sq, skv, i, j)) continue;
         Real dot = 0;
         for (int64_t d = 0; d < c.d; ++d)
             dot += Real(c.q.load(b, n1, qRow, d)) * Real(kvElement(p, p.key, p.keyQuant, b, m, j, d));
-        s[size_t(j)] = dot * Real(c.scale);
+        for (int64_t d = 0; d < p.ropeDim; ++d)  // MLA: the rope parts join the dot (spec 5 step 4)
+            dot += Real(p.queryRope.load(b, n1, qRow, d)) * Real(kvElement(p, p.keyRope, AntiquantSpec{}, b, m, j, d));
+        // pseShift is added after the scale (spec 5 step 6; form Dense, type 0).
+        const fa::PseTerm pse = fa::pseTerm(c, b, n1, i, j);
+        s[size_t(j)] = (dot + Real(pse.before)) * Real(c.scale) + Real(pse.after);
         kept[size_t(j)] = 1;
     }
 }
