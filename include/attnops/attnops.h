@@ -4,6 +4,7 @@
 
 #include "attnops/block_attention_residuals.h"
 #include "attnops/flash_attention_score.h"
+#include "attnops/flash_attention_score_ex.h"
 #include "attnops/flash_attention_score_grad.h"
 #include "attnops/fused_infer_attention_score.h"
 #include "attnops/incre_flash_attention.h"
