@@ -2,6 +2,7 @@
 #ifndef ATTNOPS_ATTNOPS_H
 #define ATTNOPS_ATTNOPS_H
 
+#include "attnops/attention_merge.h"
 #include "attnops/block_attention_residuals.h"
 #include "attnops/flash_attention_score.h"
 #include "attnops/flash_attention_score_ex.h"

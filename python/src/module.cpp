@@ -287,6 +287,20 @@ void flashAttentionScoreGradEx(const In& query, const In& key, const In& value, 
         attnopsFlashAttentionScoreGrad);
 }
 
+// AttentionMerge (attnops/attention_merge.h): sums NULL on all three = log-sum-exp form.
+void attentionMerge(const In& prevOut, const In& prevMax, const OptIn& prevSum, const In& curOut, const In& curMax,
+                    const OptIn& curSum, const Out& out, const Out& maxOut, const OptOut& sumOut) {
+    const auto o1 = describe(prevOut, "prev_out"), m1 = describe(prevMax, "prev_max"), s1 = describe(prevSum, "prev_sum");
+    const auto o2 = describe(curOut, "cur_out"), m2 = describe(curMax, "cur_max"), s2 = describe(curSum, "cur_sum");
+    const auto o = describe(out, "out"), m = describe(maxOut, "max_out"), s = describe(sumOut, "sum_out");
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** ex) {
+            return attnopsAttentionMergeGetWorkspaceSize(raw(o1), raw(m1), raw(s1), raw(o2), raw(m2), raw(s2), raw(o),
+                                                         raw(m), raw(s), bytes, ex);
+        },
+        attnopsAttentionMerge);
+}
+
 void genDropMask(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen, const OptIn& actualSeqQLen,
                  const OptIn& actualSeqKvLen, double keepProb, int64_t seed, int64_t offset, const Out& mask) {
     const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
@@ -457,6 +471,9 @@ NB_MODULE(_C, m) {
           nb::arg("drop_global"), nb::arg("drop_ints"), nb::arg("drop_q_rows").none(), nb::arg("drop_kv_rows").none(),
           nb::arg("drop_actual_seq_qlen").none(), nb::arg("drop_actual_seq_kvlen").none(),
           nb::arg("drop_seq_index").none(), nb::arg("accumulate"));
+    m.def("attention_merge", &attentionMerge, nb::arg("prev_out"), nb::arg("prev_max"), nb::arg("prev_sum").none(),
+          nb::arg("cur_out"), nb::arg("cur_max"), nb::arg("cur_sum").none(), nb::arg("out"), nb::arg("max_out"),
+          nb::arg("sum_out").none());
     m.def("flash_attention_gen_drop_mask", &genDropMask, nb::arg("batch"), nb::arg("head_num"), nb::arg("q_seq_len"),
           nb::arg("kv_seq_len"), nb::arg("actual_seq_qlen").none(), nb::arg("actual_seq_kvlen").none(),
           nb::arg("keep_prob"), nb::arg("seed"), nb::arg("offset"), nb::arg("drop_mask"));
