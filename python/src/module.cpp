@@ -191,6 +191,116 @@ void flashAttentionScoreGrad(const In& query, const In& key, const In& value, co
         attnopsFlashAttentionScoreGrad);
 }
 
+// The extended entry points' extras (attnops/flash_attention_score_ex.h), built from the
+// binding's arguments: drop_ints = (head_offset, head_num, q_seq_len, kv_seq_len, q_row_offset,
+// kv_row_offset); the int arrays come as 1-D int32/int64 tensors or None.
+struct Extras {
+    attnopsFlashAttentionExtras raw{};
+    IntArray qRows, kvRows, gq, gkv, index;
+
+    Extras(bool dropGlobal, const std::vector<int64_t>& ints, const OptIn& qRowsIn, const OptIn& kvRowsIn,
+           const OptIn& gqIn, const OptIn& gkvIn, const OptIn& indexIn, bool accumulate)
+        : qRows(intArray(qRowsIn, "drop_q_rows")), kvRows(intArray(kvRowsIn, "drop_kv_rows")),
+          gq(intArray(gqIn, "drop_actual_seq_qlen")), gkv(intArray(gkvIn, "drop_actual_seq_kvlen")),
+          index(intArray(indexIn, "drop_seq_index")) {
+        if (ints.size() != 6)
+            throw nb::value_error("drop_ints: must hold 6 values (head_offset, head_num, q_seq_len, kv_seq_len, "
+                                  "q_row_offset, kv_row_offset)");
+        try {
+            check(attnopsFlashAttentionExtrasInit(&raw));
+        } catch (const Error& e) {
+            raise(e);
+        }
+        raw.dropGlobal = dropGlobal ? 1 : 0;
+        raw.dropHeadOffset = ints[0];
+        raw.dropHeadNum = ints[1];
+        raw.dropQSeqLen = ints[2];
+        raw.dropKvSeqLen = ints[3];
+        raw.dropQRowOffset = ints[4];
+        raw.dropKvRowOffset = ints[5];
+        raw.dropQRows = qRows.get();
+        raw.dropKvRows = kvRows.get();
+        raw.dropActualSeqQLen = gq.get();
+        raw.dropActualSeqKvLen = gkv.get();
+        raw.dropSeqIndex = index.get();
+        raw.accumulateGrads = accumulate ? 1 : 0;
+    }
+};
+
+void flashAttentionScoreEx(const In& query, const In& key, const In& value, const OptIn& pse, const OptIn& dropMask,
+                           const OptIn& attenMask, const OptInts& prefix, const OptIn& actualSeqQLen,
+                           const OptIn& actualSeqKvLen, const OptInts& qStartIdx, const OptInts& kvStartIdx,
+                           const OptIn& sink, double scale, double keepProb, int64_t preTokens, int64_t nextTokens,
+                           int64_t headNum, const std::string& layout, int64_t innerPrecise, int64_t sparseMode,
+                           int64_t pseType, int64_t seed, int64_t offset, const Out& attentionOut,
+                           const OptOut& softmaxMax, const OptOut& softmaxSum, bool dropGlobal,
+                           const std::vector<int64_t>& dropInts, const OptIn& dropQRows, const OptIn& dropKvRows,
+                           const OptIn& dropActualSeqQLen, const OptIn& dropActualSeqKvLen, const OptIn& dropSeqIndex) {
+    const auto q = describe(query, "query"), k = describe(key, "key"), v = describe(value, "value");
+    const auto p = describe(pse, "pse"), dm = describe(dropMask, "drop_mask"), am = describe(attenMask, "atten_mask");
+    const auto sk = describe(sink, "sink"), out = describe(attentionOut, "attention_out");
+    const auto mx = describe(softmaxMax, "softmax_max"), sm = describe(softmaxSum, "softmax_sum");
+    const auto pre = intArray(prefix), qs = intArray(qStartIdx), ks = intArray(kvStartIdx);
+    const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
+    const Extras ex(dropGlobal, dropInts, dropQRows, dropKvRows, dropActualSeqQLen, dropActualSeqKvLen, dropSeqIndex,
+                    false);
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** e) {
+            return attnopsFlashAttentionScoreExGetWorkspaceSize(
+                raw(q), raw(k), raw(v), raw(p), raw(dm), nullptr, raw(am), raw(pre), raw(aq), raw(ak), raw(qs), raw(ks),
+                raw(sk), scale, keepProb, preTokens, nextTokens, headNum, layout.c_str(), innerPrecise, sparseMode,
+                pseType, seed, offset, raw(mx), raw(sm), nullptr, raw(out), &ex.raw, bytes, e);
+        },
+        attnopsFlashAttentionScore);
+}
+
+void flashAttentionScoreGradEx(const In& query, const In& key, const In& value, const In& dy, const OptIn& pse,
+                               const OptIn& dropMask, const OptIn& attenMask, const In& softmaxMax,
+                               const In& softmaxSum, const In& attentionIn, const OptInts& prefix,
+                               const OptIn& actualSeqQLen, const OptIn& actualSeqKvLen, const OptInts& qStartIdx,
+                               const OptInts& kvStartIdx, const OptIn& sink, double scale, double keepProb,
+                               int64_t preTokens, int64_t nextTokens, int64_t headNum, const std::string& layout,
+                               int64_t innerPrecise, int64_t sparseMode, int64_t pseType, int64_t seed, int64_t offset,
+                               const Out& dq, const Out& dk, const Out& dv, const OptOut& dsink, bool dropGlobal,
+                               const std::vector<int64_t>& dropInts, const OptIn& dropQRows, const OptIn& dropKvRows,
+                               const OptIn& dropActualSeqQLen, const OptIn& dropActualSeqKvLen,
+                               const OptIn& dropSeqIndex, bool accumulate) {
+    const auto q = describe(query, "query"), k = describe(key, "key"), v = describe(value, "value");
+    const auto g = describe(dy, "dy"), p = describe(pse, "pse"), dm = describe(dropMask, "drop_mask");
+    const auto am = describe(attenMask, "atten_mask"), mx = describe(softmaxMax, "softmax_max");
+    const auto sm = describe(softmaxSum, "softmax_sum"), o = describe(attentionIn, "attention_in");
+    const auto sk = describe(sink, "sink");
+    const auto gq = describe(dq, "dq"), gk = describe(dk, "dk"), gv = describe(dv, "dv");
+    const auto gs = describe(dsink, "dsink");
+    const auto pre = intArray(prefix), qs = intArray(qStartIdx), ks = intArray(kvStartIdx);
+    const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
+    const Extras ex(dropGlobal, dropInts, dropQRows, dropKvRows, dropActualSeqQLen, dropActualSeqKvLen, dropSeqIndex,
+                    accumulate);
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** e) {
+            return attnopsFlashAttentionScoreGradExGetWorkspaceSize(
+                raw(q), raw(k), raw(v), raw(g), raw(p), raw(dm), nullptr, raw(am), raw(mx), raw(sm), nullptr, raw(o),
+                raw(pre), raw(aq), raw(ak), raw(qs), raw(ks), raw(sk), scale, keepProb, preTokens, nextTokens, headNum,
+                layout.c_str(), innerPrecise, sparseMode, pseType, seed, offset, raw(gq), raw(gk), raw(gv), nullptr,
+                raw(gs), &ex.raw, bytes, e);
+        },
+        attnopsFlashAttentionScoreGrad);
+}
+
+// AttentionMerge (attnops/attention_merge.h): sums NULL on all three = log-sum-exp form.
+void attentionMerge(const In& prevOut, const In& prevMax, const OptIn& prevSum, const In& curOut, const In& curMax,
+                    const OptIn& curSum, const Out& out, const Out& maxOut, const OptOut& sumOut) {
+    const auto o1 = describe(prevOut, "prev_out"), m1 = describe(prevMax, "prev_max"), s1 = describe(prevSum, "prev_sum");
+    const auto o2 = describe(curOut, "cur_out"), m2 = describe(curMax, "cur_max"), s2 = describe(curSum, "cur_sum");
+    const auto o = describe(out, "out"), m = describe(maxOut, "max_out"), s = describe(sumOut, "sum_out");
+    run(
+        [&](uint64_t* bytes, attnopsExecutor** ex) {
+            return attnopsAttentionMergeGetWorkspaceSize(raw(o1), raw(m1), raw(s1), raw(o2), raw(m2), raw(s2), raw(o),
+                                                         raw(m), raw(s), bytes, ex);
+        },
+        attnopsAttentionMerge);
+}
+
 void genDropMask(int64_t batch, int64_t headNum, int64_t qSeqLen, int64_t kvSeqLen, const OptIn& actualSeqQLen,
                  const OptIn& actualSeqKvLen, double keepProb, int64_t seed, int64_t offset, const Out& mask) {
     const auto aq = intArray(actualSeqQLen, "actual_seq_qlen"), ak = intArray(actualSeqKvLen, "actual_seq_kvlen");
@@ -340,6 +450,30 @@ NB_MODULE(_C, m) {
           nb::arg("pre_tokens"), nb::arg("next_tokens"), nb::arg("head_num"), nb::arg("input_layout"),
           nb::arg("inner_precise"), nb::arg("sparse_mode"), nb::arg("pse_type"), nb::arg("seed"), nb::arg("offset"),
           nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("dsink").none());
+    m.def("flash_attention_score_ex", &flashAttentionScoreEx, nb::arg("query"), nb::arg("key"), nb::arg("value"),
+          nb::arg("pse").none(), nb::arg("drop_mask").none(), nb::arg("atten_mask").none(), nb::arg("prefix").none(),
+          nb::arg("actual_seq_qlen").none(), nb::arg("actual_seq_kvlen").none(), nb::arg("q_start_idx").none(),
+          nb::arg("kv_start_idx").none(), nb::arg("sink").none(), nb::arg("scale"), nb::arg("keep_prob"),
+          nb::arg("pre_tokens"), nb::arg("next_tokens"), nb::arg("head_num"), nb::arg("input_layout"),
+          nb::arg("inner_precise"), nb::arg("sparse_mode"), nb::arg("pse_type"), nb::arg("seed"), nb::arg("offset"),
+          nb::arg("attention_out"), nb::arg("softmax_max").none(), nb::arg("softmax_sum").none(),
+          nb::arg("drop_global"), nb::arg("drop_ints"), nb::arg("drop_q_rows").none(), nb::arg("drop_kv_rows").none(),
+          nb::arg("drop_actual_seq_qlen").none(), nb::arg("drop_actual_seq_kvlen").none(),
+          nb::arg("drop_seq_index").none());
+    m.def("flash_attention_score_grad_ex", &flashAttentionScoreGradEx, nb::arg("query"), nb::arg("key"),
+          nb::arg("value"), nb::arg("dy"), nb::arg("pse").none(), nb::arg("drop_mask").none(),
+          nb::arg("atten_mask").none(), nb::arg("softmax_max"), nb::arg("softmax_sum"), nb::arg("attention_in"),
+          nb::arg("prefix").none(), nb::arg("actual_seq_qlen").none(), nb::arg("actual_seq_kvlen").none(),
+          nb::arg("q_start_idx").none(), nb::arg("kv_start_idx").none(), nb::arg("sink").none(), nb::arg("scale"),
+          nb::arg("keep_prob"), nb::arg("pre_tokens"), nb::arg("next_tokens"), nb::arg("head_num"),
+          nb::arg("input_layout"), nb::arg("inner_precise"), nb::arg("sparse_mode"), nb::arg("pse_type"),
+          nb::arg("seed"), nb::arg("offset"), nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("dsink").none(),
+          nb::arg("drop_global"), nb::arg("drop_ints"), nb::arg("drop_q_rows").none(), nb::arg("drop_kv_rows").none(),
+          nb::arg("drop_actual_seq_qlen").none(), nb::arg("drop_actual_seq_kvlen").none(),
+          nb::arg("drop_seq_index").none(), nb::arg("accumulate"));
+    m.def("attention_merge", &attentionMerge, nb::arg("prev_out"), nb::arg("prev_max"), nb::arg("prev_sum").none(),
+          nb::arg("cur_out"), nb::arg("cur_max"), nb::arg("cur_sum").none(), nb::arg("out"), nb::arg("max_out"),
+          nb::arg("sum_out").none());
     m.def("flash_attention_gen_drop_mask", &genDropMask, nb::arg("batch"), nb::arg("head_num"), nb::arg("q_seq_len"),
           nb::arg("kv_seq_len"), nb::arg("actual_seq_qlen").none(), nb::arg("actual_seq_kvlen").none(),
           nb::arg("keep_prob"), nb::arg("seed"), nb::arg("offset"), nb::arg("drop_mask"));

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "attnops/flash_attention_score.h"
+#include "attnops/flash_attention_score_ex.h"
 #include "core/error.hpp"
 #include "core/handles.hpp"
 #include "core/philox.hpp"
@@ -59,6 +60,25 @@ attnopsStatus attnopsFlashAttentionScoreGetWorkspaceSize(
     int64_t innerPrecise, int64_t sparseMode, int64_t pseType, int64_t seed, int64_t offset,
     const attnopsTensor* softmaxMaxOut, const attnopsTensor* softmaxSumOut, const attnopsTensor* softmaxOutOut,
     const attnopsTensor* attentionOutOut, uint64_t* workspaceSize, attnopsExecutor** executor) {
+    return attnopsFlashAttentionScoreExGetWorkspaceSize(
+        query, key, value, realShiftOptional, dropMaskOptional, paddingMaskOptional, attenMaskOptional, prefixOptional,
+        actualSeqQLenOptional, actualSeqKvLenOptional, qStartIdxOptional, kvStartIdxOptional, sinkOptional, scaleValue,
+        keepProb, preTokens, nextTokens, headNum, inputLayout, innerPrecise, sparseMode, pseType, seed, offset,
+        softmaxMaxOut, softmaxSumOut, softmaxOutOut, attentionOutOut, nullptr, workspaceSize, executor);
+}
+
+attnopsStatus attnopsFlashAttentionScoreExGetWorkspaceSize(
+    const attnopsTensor* query, const attnopsTensor* key, const attnopsTensor* value,
+    const attnopsTensor* realShiftOptional, const attnopsTensor* dropMaskOptional,
+    const attnopsTensor* paddingMaskOptional, const attnopsTensor* attenMaskOptional,
+    const attnopsIntArray* prefixOptional, const attnopsIntArray* actualSeqQLenOptional,
+    const attnopsIntArray* actualSeqKvLenOptional, const attnopsIntArray* qStartIdxOptional,
+    const attnopsIntArray* kvStartIdxOptional, const attnopsTensor* sinkOptional, double scaleValue,
+    double keepProb, int64_t preTokens, int64_t nextTokens, int64_t headNum, const char* inputLayout,
+    int64_t innerPrecise, int64_t sparseMode, int64_t pseType, int64_t seed, int64_t offset,
+    const attnopsTensor* softmaxMaxOut, const attnopsTensor* softmaxSumOut, const attnopsTensor* softmaxOutOut,
+    const attnopsTensor* attentionOutOut, const attnopsFlashAttentionExtras* extras, uint64_t* workspaceSize,
+    attnopsExecutor** executor) {
     return guarded([&] {
         if (workspaceSize == nullptr) nullArgument("workspaceSize");
         if (executor == nullptr) nullArgument("executor");
@@ -93,19 +113,30 @@ attnopsStatus attnopsFlashAttentionScoreGetWorkspaceSize(
         args.softmaxSum = softmaxSumOut;
         args.softmaxOut = softmaxOutOut;
         args.attentionOut = attentionOutOut;
+        args.extras = extras;
 
         Runtime& rt = Runtime::get();
         Device& device = rt.currentDevice();
         fa::ForwardParams params = fa::checkForward(args, device.index());
         const int32_t threads = device.threads();
         const std::string forced = envString("ATTNOPS_FORCE_IMPL");
+        // The extended entry point may write an fp32 output from half inputs: its own plans.
+        const std::string kind = extras ? fmt::format("fa.forward.ex{}|", int(params.out.dtype)) : "fa.forward|";
         auto plan = device.planCache().getOrMake<fa::ForwardPlan>(
-            "fa.forward|" + fa::forwardPlanKey(params, threads, forced),
+            kind + fa::forwardPlanKey(params, threads, forced),
             [&] { return fa::makeForwardPlan(params, threads, platform(), forced); });
         auto exec = std::make_unique<fa::ForwardExecutor>(std::move(params), std::move(plan));
         exec->device = device.index();
         *workspaceSize = exec->workspaceBytes;
         *executor = registerExecutor(std::move(exec));
+    });
+}
+
+attnopsStatus attnopsFlashAttentionExtrasInit(attnopsFlashAttentionExtras* extras) {
+    return guarded([&] {
+        if (extras == nullptr) nullArgument("extras");
+        *extras = attnopsFlashAttentionExtras{};
+        extras->structSize = sizeof(attnopsFlashAttentionExtras);
     });
 }
 

@@ -1,5 +1,8 @@
 // C API of FlashAttentionScoreGrad: unpack arguments, check, plan (cached per device), hand back
 // the executor; no maths here.
+#include <fmt/format.h>
+
+#include "attnops/flash_attention_score_ex.h"
 #include "attnops/flash_attention_score_grad.h"
 #include "core/error.hpp"
 #include "ops/flash_attention_score/backward.hpp"
@@ -25,6 +28,27 @@ attnopsStatus attnopsFlashAttentionScoreGradGetWorkspaceSize(
     const attnopsTensor* dqOut, const attnopsTensor* dkOut, const attnopsTensor* dvOut,
     const attnopsTensor* dpseOutOptional, const attnopsTensor* dsinkOutOptional, uint64_t* workspaceSize,
     attnopsExecutor** executor) {
+    return attnopsFlashAttentionScoreGradExGetWorkspaceSize(
+        query, key, value, dy, pseShiftOptional, dropMaskOptional, paddingMaskOptional, attenMaskOptional, softmaxMax,
+        softmaxSum, softmaxInOptional, attentionIn, prefixOptional, actualSeqQLenOptional, actualSeqKvLenOptional,
+        qStartIdxOptional, kvStartIdxOptional, sinkInOptional, scaleValue, keepProb, preTokens, nextTokens, headNum,
+        inputLayout, innerPrecise, sparseMode, pseType, seed, offset, dqOut, dkOut, dvOut, dpseOutOptional,
+        dsinkOutOptional, nullptr, workspaceSize, executor);
+}
+
+attnopsStatus attnopsFlashAttentionScoreGradExGetWorkspaceSize(
+    const attnopsTensor* query, const attnopsTensor* key, const attnopsTensor* value, const attnopsTensor* dy,
+    const attnopsTensor* pseShiftOptional, const attnopsTensor* dropMaskOptional,
+    const attnopsTensor* paddingMaskOptional, const attnopsTensor* attenMaskOptional, const attnopsTensor* softmaxMax,
+    const attnopsTensor* softmaxSum, const attnopsTensor* softmaxInOptional, const attnopsTensor* attentionIn,
+    const attnopsIntArray* prefixOptional, const attnopsIntArray* actualSeqQLenOptional,
+    const attnopsIntArray* actualSeqKvLenOptional, const attnopsIntArray* qStartIdxOptional,
+    const attnopsIntArray* kvStartIdxOptional, const attnopsTensor* sinkInOptional, double scaleValue,
+    double keepProb, int64_t preTokens, int64_t nextTokens, int64_t headNum, const char* inputLayout,
+    int64_t innerPrecise, int64_t sparseMode, int64_t pseType, int64_t seed, int64_t offset,
+    const attnopsTensor* dqOut, const attnopsTensor* dkOut, const attnopsTensor* dvOut,
+    const attnopsTensor* dpseOutOptional, const attnopsTensor* dsinkOutOptional,
+    const attnopsFlashAttentionExtras* extras, uint64_t* workspaceSize, attnopsExecutor** executor) {
     return guarded([&] {
         if (workspaceSize == nullptr) nullArgument("workspaceSize");
         if (executor == nullptr) nullArgument("executor");
@@ -60,6 +84,7 @@ attnopsStatus attnopsFlashAttentionScoreGradGetWorkspaceSize(
         f.softmaxSum = softmaxSum;
         f.attentionOut = attentionIn;
         f.attentionOutName = "attentionIn";
+        f.extras = extras;
         args.dy = dy;
         args.softmaxIn = softmaxInOptional;
         args.dq = dqOut;
@@ -72,8 +97,13 @@ attnopsStatus attnopsFlashAttentionScoreGradGetWorkspaceSize(
         fa::BackwardParams params = fa::checkBackward(args, device.index());
         const int32_t threads = device.threads();
         const std::string forced = envString("ATTNOPS_FORCE_IMPL");
+        // The extended entry point may read/write fp32 tensors from half inputs: its own plans.
+        const std::string kind =
+            extras ? fmt::format("fa.backward.ex{}.{}.{}.{}|", int(params.fwd.out.dtype), int(params.dq.dtype),
+                                 int(params.dk.dtype), int(params.dv.dtype))
+                   : "fa.backward|";
         auto plan = device.planCache().getOrMake<fa::BackwardPlan>(
-            "fa.backward|" + fa::forwardPlanKey(params.fwd, threads, forced),
+            kind + fa::forwardPlanKey(params.fwd, threads, forced),
             [&] { return fa::makeBackwardPlan(params, threads, platform(), forced); });
         auto exec = std::make_unique<fa::BackwardExecutor>(std::move(params), std::move(plan));
         exec->device = device.index();

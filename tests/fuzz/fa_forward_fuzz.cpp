@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     q.make(in, dtype, layoutShape(layout, b, s1, n1, d));
     k.make(in, otherDtype, layoutShape(layout, b, s2, n2, d));
     v.make(in, dtype, layoutShape(layout, b, s2, n2, dv));
-    out.make(in, dtype, layoutShape(layout, b, s1, n1, in.flag() ? dv : dv + 1));
+    // fp32 outputs from half inputs are legal through the extended entry point only.
+    out.make(in, in.small(0, 7) == 0 ? ATTNOPS_FLOAT32 : dtype, layoutShape(layout, b, s1, n1, in.flag() ? dv : dv + 1));
     if (in.flag()) pse.make(in, in.flag() ? dtype : ATTNOPS_FLOAT32, in.flag() ? std::vector<int64_t>{b, n1, s1, s2}
                                                                                : std::vector<int64_t>{in.small(0, 400)});
     if (in.flag()) drop.make(in, ATTNOPS_UINT8, {in.small(0, 300)});
@@ -63,16 +64,44 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (in.flag()) qStart.make(in, in.small(0, 2));
     if (in.flag()) kvStart.make(in, in.small(0, 2));
+    // The extended entry point (attnops/flash_attention_score_ex.h) with fuzzed extras: global
+    // dropout geometry (row tables of any size and content, TND arrays, sequence index).
+    attnopsFlashAttentionExtras extras{};
+    FuzzArray dropQRows, dropKvRows, dropGq, dropGkv, dropIndex;
+    const bool extended = in.small(0, 3) == 0;
+    if (extended) {
+        attnopsFlashAttentionExtrasInit(&extras);
+        if (in.small(0, 15) == 0) extras.structSize = uint32_t(in.small(0, 200));
+        extras.dropGlobal = int32_t(in.small(0, 2) == 0 ? in.small(-1, 2) : 1);
+        extras.dropHeadOffset = in.flag() ? in.small(-1, 3) : in.wide();
+        extras.dropHeadNum = in.flag() ? n1 + in.small(-1, 3) : in.wide();
+        extras.dropQSeqLen = in.flag() ? s1 + in.small(-1, 5) : in.wide();
+        extras.dropKvSeqLen = in.flag() ? s2 + in.small(-1, 5) : in.wide();
+        extras.dropQRowOffset = in.flag() ? in.small(-1, 5) : in.wide();
+        extras.dropKvRowOffset = in.flag() ? in.small(-1, 5) : in.wide();
+        if (in.flag()) dropQRows.make(in, in.flag() ? s1 : in.small(0, 24));
+        if (in.flag()) dropKvRows.make(in, in.flag() ? s2 : in.small(0, 24));
+        if (in.flag()) dropGq.make(in, in.small(0, 5));
+        if (in.flag()) dropGkv.make(in, in.small(0, 5));
+        if (in.flag()) dropIndex.make(in, in.small(0, 5));
+        extras.dropQRows = dropQRows.handle;
+        extras.dropKvRows = dropKvRows.handle;
+        extras.dropActualSeqQLen = dropGq.handle;
+        extras.dropActualSeqKvLen = dropGkv.handle;
+        extras.dropSeqIndex = dropIndex.handle;
+        extras.accumulateGrads = int32_t(in.small(0, 1));
+        extras.reserved = in.small(0, 15) == 0 ? 1 : 0;
+    }
     const double keepProbs[] = {1.0, 0.5, 0.0, -1.0, 1.5, std::numeric_limits<double>::quiet_NaN(), 1e-300};
     const double scales[] = {0.125, 1.0, -2.0, std::numeric_limits<double>::infinity(), 1e300};
     uint64_t ws = 0;
     attnopsExecutor* exec = nullptr;
-    const attnopsStatus st = attnopsFlashAttentionScoreGetWorkspaceSize(
+    const attnopsStatus st = attnopsFlashAttentionScoreExGetWorkspaceSize(
         in.small(0, 15) == 0 ? nullptr : q.handle, k.handle, v.handle, pse.handle, drop.handle, nullptr, mask.handle,
         prefix.handle, qCum.handle, kvCum.handle, qStart.handle, kvStart.handle, sink.handle, scales[in.small(0, 4)],
         keepProbs[in.small(0, 6)], in.wide(), in.wide(), in.small(0, 15) == 0 ? in.wide() : n1, layout.c_str(),
         in.small(0, 3), in.small(-1, 9), in.small(-1, 4), in.wide(), in.wide(), smax.handle, ssum.handle, nullptr,
-        out.handle, &ws, &exec);
+        out.handle, extended ? &extras : nullptr, &ws, &exec);
     if (st != ATTNOPS_SUCCESS) return 0;
     void* workspace = nullptr;
     if (ws > 0 && attnopsMalloc(ws, &workspace) != ATTNOPS_SUCCESS) {

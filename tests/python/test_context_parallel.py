@@ -319,8 +319,8 @@ def test_argument_errors_name_the_culprit(tmp_path):
             cp.flash_attn_func(q, q, q, comm="tree")
         with pytest.raises(ValueError, match="scheme = 'stripe'"):
             cp.flash_attn_func(q, q, q, scheme="stripe")
-        with pytest.raises(ValueError, match="dropout_p = 0.1"):
-            cp.flash_attn_func(q, q, q, dropout_p=0.1)
+        with pytest.raises(ValueError, match="dropout_p = 1.5"):  # dropout itself: test_cp_dropout.py
+            cp.flash_attn_func(q, q, q, dropout_p=1.5)
         with pytest.raises(ValueError, match="key: dtype torch.float64"):
             cp.attention(q, q.double(), q, 4, "BSND", scale=1.0)
         with pytest.raises(ValueError, match="input_layout = 'NSD'"):
@@ -329,8 +329,8 @@ def test_argument_errors_name_the_culprit(tmp_path):
             cp.attention(q[:, :7], q[:, :7], q[:, :7], 4, "BSND", scale=1.0)
         with pytest.raises(ValueError, match="sparse_mode = 7: modes 7 and 8"):  # bands etc.: test_context_parallel_masks
             cp.attention(q, q, q, 4, "BSND", scale=1.0, sparse_mode=7)
-        with pytest.raises(ValueError, match="keep_prob = 0.9"):
-            cp.npu_fusion_attention(q, q, q, 4, "BSND", keep_prob=0.9)
+        with pytest.raises(ValueError, match="keep_prob = 0.0"):
+            cp.npu_fusion_attention(q, q, q, 4, "BSND", keep_prob=0.0)
         t = torch.randn(12, 4, 8)
         with pytest.raises(ValueError, match="cu_seqlens: None: required for input_layout TND"):
             cp.attention(t, t, t, 4, "TND", scale=1.0)

@@ -10,7 +10,7 @@ a compiled graph never has to turn tensor data into Python values.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -200,6 +200,102 @@ def _fa_backward(ctx, d_out, d_max, d_sum):
 
 
 flash_attention_score.register_autograd(_fa_backward, setup_context=_fa_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashAttentionScore(Grad) extended entry points (attnops/flash_attention_score_ex.h): dropout keyed
+# by global positions, fp32 outputs and gradients from fp16/bf16 inputs, gradients added into fp32
+# accumulators. Plain functions (no autograd): context parallelism (attnops.torch.cp) calls them
+# from its own autograd functions.
+
+
+class DropoutGeometry(NamedTuple):
+    """Where this call's rows sit in a global problem, so that its dropout keep bits are those of
+    the global problem (see attnopsFlashAttentionExtras): the keep bit of local (b, n, i, j) is the
+    one of global (seq_index[b] (TND) or b, head_offset + n, q_rows[i], kv_rows[j]).
+
+    head_num: global N1. Fixed layouts: q_seq_len/kv_seq_len = global S1/S2; TND:
+    actual_seq_qlen/actual_seq_kvlen = the global cumulative lengths (no leading 0) and seq_index
+    the global sequence of each local one (None: the same). q_rows/kv_rows: int64 tensors, the
+    global position (within its sequence) of each local row (fixed: [S1]/[S2]; TND: [T1]/[T2]),
+    or None: the sequence-local row plus q_row_offset/kv_row_offset."""
+
+    head_num: int
+    head_offset: int = 0
+    q_seq_len: int = 0
+    kv_seq_len: int = 0
+    q_rows: Optional[Tensor] = None
+    kv_rows: Optional[Tensor] = None
+    q_row_offset: int = 0
+    kv_row_offset: int = 0
+    actual_seq_qlen: Optional[Tensor] = None
+    actual_seq_kvlen: Optional[Tensor] = None
+    seq_index: Optional[Tensor] = None
+
+
+def _drop_args(drop: Optional[DropoutGeometry]):
+    if drop is None:
+        return (False, [0] * 6, None, None, None, None, None)
+    ints = [drop.head_offset, drop.head_num, drop.q_seq_len, drop.kv_seq_len, drop.q_row_offset, drop.kv_row_offset]
+    return (True, [int(x) for x in ints], drop.q_rows, drop.kv_rows, drop.actual_seq_qlen, drop.actual_seq_kvlen,
+            drop.seq_index)
+
+
+def flash_attention_score_ex(query: Tensor, key: Tensor, value: Tensor, atten_mask: Optional[Tensor],
+                             actual_seq_qlen: Optional[Tensor], actual_seq_kvlen: Optional[Tensor], scale: float,
+                             keep_prob: float, pre_tokens: int, next_tokens: int, head_num: int, input_layout: str,
+                             sparse_mode: int, seed: int = 0, offset: int = 0, *, out_dtype=None,
+                             drop: Optional[DropoutGeometry] = None, pse: Optional[Tensor] = None,
+                             sink: Optional[Tensor] = None, prefix: Optional[List[int]] = None,
+                             q_start_idx: Optional[List[int]] = None, kv_start_idx: Optional[List[int]] = None,
+                             pse_type: int = 1, inner_precise: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    """FlashAttentionScore through the extended entry point: (attention_out, softmax_max,
+    softmax_sum). out_dtype: torch.float32 writes attention_out in fp32 whatever the input dtype
+    (None: the input dtype). drop: the global dropout geometry (None: the plain keep bits)."""
+    for name, t in (("query", query), ("key", key), ("value", value), ("atten_mask", atten_mask)):
+        _cpu(name, t)
+    out_shape, stat_shape = _fa_shapes(query, key, value, head_num, input_layout)
+    out = query.new_empty(out_shape, dtype=out_dtype or query.dtype)
+    smax = query.new_empty(stat_shape, dtype=torch.float32)
+    ssum = query.new_empty(stat_shape, dtype=torch.float32)
+    _C.flash_attention_score_ex(
+        _plain(query), _plain(key), _plain(value), _plain(pse), None, atten_mask, prefix, actual_seq_qlen,
+        actual_seq_kvlen, q_start_idx, kv_start_idx, _plain(sink), float(scale), float(keep_prob), int(pre_tokens),
+        int(next_tokens), int(head_num), input_layout, inner_precise, int(sparse_mode), pse_type, int(seed),
+        int(offset), out, smax, ssum, *_drop_args(drop))
+    return out, smax, ssum
+
+
+def flash_attention_score_grad_ex(query: Tensor, key: Tensor, value: Tensor, dy: Tensor, atten_mask: Optional[Tensor],
+                                  softmax_max: Tensor, softmax_sum: Tensor, attention_in: Tensor,
+                                  actual_seq_qlen: Optional[Tensor], actual_seq_kvlen: Optional[Tensor], scale: float,
+                                  keep_prob: float, pre_tokens: int, next_tokens: int, head_num: int,
+                                  input_layout: str, sparse_mode: int, seed: int = 0, offset: int = 0, *,
+                                  grad_dtype=None, dq: Optional[Tensor] = None, dk: Optional[Tensor] = None,
+                                  dv: Optional[Tensor] = None, accumulate: bool = False,
+                                  drop: Optional[DropoutGeometry] = None, pse: Optional[Tensor] = None,
+                                  sink: Optional[Tensor] = None, prefix: Optional[List[int]] = None,
+                                  q_start_idx: Optional[List[int]] = None, kv_start_idx: Optional[List[int]] = None,
+                                  pse_type: int = 1, inner_precise: int = 0):
+    """FlashAttentionScoreGrad through the extended entry point: (dq, dk, dv, dsink). attention_in
+    may be fp32. grad_dtype: dtype of the gradients allocated here (None: the inputs'). dq/dk/dv:
+    caller's tensors to write (or, with accumulate=True, fp32 tensors to add into); the gradients
+    not given are allocated."""
+    grads = []
+    for given, like in ((dq, query), (dk, key), (dv, value)):
+        if given is None:
+            if accumulate:
+                raise ValueError("accumulate=True: dq, dk and dv must all be given (fp32 accumulators)")
+            given = torch.empty(like.shape, dtype=grad_dtype or like.dtype)
+        grads.append(given)
+    dsink = torch.empty((sink.shape[0],) if sink is not None else (0,), dtype=torch.float32)
+    _C.flash_attention_score_grad_ex(
+        _plain(query), _plain(key), _plain(value), _plain(dy), _plain(pse), None, atten_mask, _plain(softmax_max),
+        _plain(softmax_sum), _plain(attention_in), prefix, actual_seq_qlen, actual_seq_kvlen, q_start_idx,
+        kv_start_idx, _plain(sink), float(scale), float(keep_prob), int(pre_tokens), int(next_tokens), int(head_num),
+        input_layout, inner_precise, int(sparse_mode), pse_type, int(seed), int(offset), *grads,
+        dsink if sink is not None else None, *_drop_args(drop), bool(accumulate))
+    return grads[0], grads[1], grads[2], dsink
 
 
 # ---------------------------------------------------------------------------------------------

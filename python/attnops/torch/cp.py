@@ -18,18 +18,25 @@ Sharding (``scheme=``): ``"zigzag"`` cuts the sequence into 2W chunks and gives 
 and 2W-1-r (every rank then does the same causal work); ``"contiguous"`` gives rank r the r-th of
 W equal pieces. :func:`shard` / :func:`unshard` move tensors between the two views.
 
-Numerics: ring and all-gather call the kernels in fp32 whatever the input dtype (partial outputs,
-statistics and gradients are fp32 and are cast once at the end), so a bf16/fp16 run is at least
-as accurate as the single-process op. With W = 1 every entry point is the plain op itself (bit
+Numerics: ring and all-gather call the kernels on the input dtype through the extended entry
+points, which write partial outputs and gradients in fp32 (statistics are fp32 anyway); merges and
+sums are fp32 and the result is cast once at the end, so a bf16/fp16 run is at least as accurate
+as the single-process op, at the half kernels' speed.
+
+Dropout (keep_prob < 1 / dropout_p > 0): the kernels key the Philox counter by global positions
+(sequence, head, query position, key position), so every W and comm draws exactly the bits the
+single-process op draws for the global problem with the same seed; the seed is rank 0's,
+broadcast to the group. With W = 1 every entry point is the plain op itself (bit
 for bit). Results are bitwise reproducible run to run at a given W: every sum has a fixed order.
 
 Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own,
 or whole sequences per rank with ``scheme="whole"``, balanced by work, no communication);
 self-attention (equal local query and key lengths); GQA/MQA; Dv != D. No mask or causal take the
-paths below; sparse modes 0-8 (bands, prefixes, TND modes 7/8, explicit global masks), learnable
-sinks, pse (alibi slopes on global positions, dense global bias) and the Ulysses-inside,
-ring-across hybrid (``ulysses_group=``) take the block-wise path of attnops.torch._cp_general.
-Not yet: dropout keyed by global positions.
+paths below, with dropout keyed by global positions (keep bits equal to the single-process op's
+for the same seed); sparse modes 0-8 (bands, prefixes, TND modes 7/8, explicit global masks),
+learnable sinks, pse (alibi slopes on global positions, dense global bias) and the
+Ulysses-inside, ring-across hybrid (``ulysses_group=``) take the block-wise path of
+attnops.torch._cp_general, without dropout for now.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -48,6 +55,7 @@ from .merge import merge_max_sum, tnd_stats_from_token_major
 from .flash_attn import _CAUSAL_MASK
 from .flash_attn import flash_attn_func as _plain_flash_attn_func
 from .flash_attn import flash_attn_varlen_func as _plain_flash_attn_varlen_func
+from .npu import draw_seed
 from .npu import npu_fusion_attention as _plain_npu_fusion_attention
 
 INT32_MAX = _ops.INT32_MAX
@@ -176,32 +184,73 @@ def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_s
 # Kernel calls (BSND views; the only place that needs attnops' CPU kernels)
 
 
-def _attn(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, q_cum=None, kv_cum=None):
-    """(out, max, sum) with the statistics as [B,S,N,1] fp32. causal = bottom-right. With q_cum
-    and kv_cum (packed sequences: B = 1, cumulative lengths) the call is TND, per sequence."""
+class _Dropout(NamedTuple):
+    """Dropout under context parallelism: the keep bits are those of the global problem (the
+    kernels key the Philox counter by global positions, attnops/flash_attention_score_ex.h), so
+    every W draws what the single-process op draws with the same (seed, offset)."""
+
+    keep_prob: float
+    seed: int
+    offset: int
+    heads: int  # global N
+    seq_len: int  # fixed layouts: global S (TND: 0)
+    cum: Optional[Tensor] = None  # TND: global cumulative lengths (no leading 0)
+
+    def geometry(self, q_pos: Tensor, kv_pos: Tensor, seq_index=None, head_offset: int = 0):
+        """The drop argument of _attn/_attn_grad for rows at global positions q_pos / kv_pos
+        (within their sequences)."""
+        geo = _ops.DropoutGeometry(head_num=self.heads, head_offset=head_offset, q_seq_len=self.seq_len,
+                                   kv_seq_len=self.seq_len, q_rows=q_pos, kv_rows=kv_pos, actual_seq_qlen=self.cum,
+                                   actual_seq_kvlen=self.cum, seq_index=seq_index)
+        return self.keep_prob, self.seed, self.offset, geo
+
+
+def _positions(seq_len: int, world: int, rank: int, scheme: str, device, lengths=None) -> Tensor:
+    """Global position, within its sequence, of each local row of ``rank``."""
+    if lengths is None:
+        return shard_index(seq_len, world, rank, scheme, device)
+    cum = _cum(lengths, device)
+    pos = shard_index(int(cum[-1]) if len(lengths) else 0, world, rank, scheme, device, cu_seqlens=cum)
+    return pos - (cum - torch.tensor(lengths, dtype=torch.int64, device=device))[torch.searchsorted(cum, pos, right=True)]
+
+
+def _rows_of(pos: Tensor, rows) -> Tensor:
+    return pos[rows] if isinstance(rows, slice) else pos.index_select(0, rows)
+
+
+def _attn(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, q_cum=None, kv_cum=None, drop=None):
+    """(out, max, sum), out fp32 whatever the input dtype (the extended entry point: bf16/fp16
+    inputs run the half kernels), the statistics as [B,S,N,1] fp32. causal = bottom-right. With
+    q_cum and kv_cum (packed sequences: B = 1, cumulative lengths) the call is TND, per sequence.
+    drop: _Dropout.geometry(...) or None."""
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    keep, seed, offset, geo = drop if drop is not None else (1.0, 0, 0, None)
     if q_cum is not None:
-        out, mx, sm = _ops.flash_attention_score(q[0], k[0], v[0], None, None, mask, q_cum, kv_cum, None, None, None,
-                                                 None, scale, 1.0, INT32_MAX, nxt, q.shape[2], "TND", 0, mode, 1, 0, 0)
+        out, mx, sm = _ops.flash_attention_score_ex(q[0], k[0], v[0], mask, q_cum, kv_cum, scale, keep, INT32_MAX, nxt,
+                                                    q.shape[2], "TND", mode, seed, offset, out_dtype=torch.float32,
+                                                    drop=geo)
         return out[None], mx[None, ..., :1], sm[None, ..., :1]
-    out, mx, sm = _ops.flash_attention_score(q, k, v, None, None, mask, None, None, None, None, None, None, scale, 1.0,
-                                             INT32_MAX, nxt, q.shape[2], "BSND", 0, mode, 1, 0, 0)
+    out, mx, sm = _ops.flash_attention_score_ex(q, k, v, mask, None, None, scale, keep, INT32_MAX, nxt, q.shape[2],
+                                                "BSND", mode, seed, offset, out_dtype=torch.float32, drop=geo)
     return out, mx[..., :1].transpose(1, 2), sm[..., :1].transpose(1, 2)
 
 
-def _attn_grad(q, k, v, dout, mx, sm, out, causal: bool, scale: float, q_cum=None, kv_cum=None):
-    """(dq, dk, dv) from the global statistics mx/sm ([B,S,N,1]) and the global output."""
+def _attn_grad(q, k, v, dout, mx, sm, out, causal: bool, scale: float, q_cum=None, kv_cum=None, drop=None):
+    """fp32 (dq, dk, dv) from the global statistics mx/sm ([B,S,N,1]) and the global fp32 output;
+    q/k/v/dout in the input dtype."""
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    keep, seed, offset, geo = drop if drop is not None else (1.0, 0, 0, None)
+    f32 = torch.float32
     if q_cum is not None:
-        dq, dk, dv, _ = _ops.flash_attention_score_grad(q[0], k[0], v[0], dout[0], None, None, mask,
-                                                        mx[0].contiguous(), sm[0].contiguous(), out[0], q_cum, kv_cum,
-                                                        None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[2],
-                                                        "TND", 0, mode, 1, 0, 0)
+        dq, dk, dv, _ = _ops.flash_attention_score_grad_ex(q[0], k[0], v[0], dout[0], mask, mx[0].contiguous(),
+                                                           sm[0].contiguous(), out[0], q_cum, kv_cum, scale, keep,
+                                                           INT32_MAX, nxt, q.shape[2], "TND", mode, seed, offset,
+                                                           grad_dtype=f32, drop=geo)
         return dq[None], dk[None], dv[None]
     stats = [x.transpose(1, 2).contiguous() for x in (mx, sm)]
-    dq, dk, dv, _ = _ops.flash_attention_score_grad(q, k, v, dout, None, None, mask, stats[0], stats[1], out, None, None,
-                                                    None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[2],
-                                                    "BSND", 0, mode, 1, 0, 0)
+    dq, dk, dv, _ = _ops.flash_attention_score_grad_ex(q, k, v, dout, mask, stats[0], stats[1], out, None, None, scale,
+                                                       keep, INT32_MAX, nxt, q.shape[2], "BSND", mode, seed, offset,
+                                                       grad_dtype=f32, drop=geo)
     return dq, dk, dv
 
 
@@ -295,10 +344,9 @@ def _ring_block(scheme: str, causal: bool, rank: int, src: int, s_local: int, wo
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths=None):
+    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths=None, dropout=None):
         ring = _Ring(g, world, rank)
         b, s, n, _ = q.shape
-        qc = q.float()
         out = q.new_zeros((b, s, n, v.shape[3]), dtype=torch.float32)
         mx = q.new_full((b, s, n, 1), -math.inf, dtype=torch.float32)
         sm = q.new_zeros((b, s, n, 1), dtype=torch.float32)
@@ -310,25 +358,25 @@ class _RingAttention(torch.autograd.Function):
             if block is not None:
                 qr, kr, blk_causal, q_cum, kv_cum = block
                 kk, vv = _unpack(cur, k.shape, v.shape)
-                o, m, l = _attn(_take(qc, qr), _take(kk, kr).float(), _take(vv, kr).float(), blk_causal, scale, q_cum,
-                                kv_cum)
+                o, m, l = _attn(_take(q, qr), _take(kk, kr), _take(vv, kr), blk_causal, scale, q_cum, kv_cum,
+                                _ring_drop(dropout, s, world, rank, (rank - step) % world, scheme, lengths, qr, kr))
                 for t, new in zip((out, mx, sm), merge_max_sum(_take(out, qr), _take(mx, qr), _take(sm, qr), o, m, l)):
                     _put(t, qr, new)
             _Ring.wait(reqs)
             cur, nxt = nxt, cur
         ctx.save_for_backward(q, k, v, out, mx, sm)
-        ctx.cfg = (scale, causal, scheme, g, world, rank, lengths)
+        ctx.cfg = (scale, causal, scheme, g, world, rank, lengths, dropout)
         ctx.mark_non_differentiable(mx, sm)
         return out.to(q.dtype), mx, sm
 
     @staticmethod
     def backward(ctx, dout, _dmx, _dsm):
         q, k, v, out, mx, sm = ctx.saved_tensors
-        scale, causal, scheme, g, world, rank, lengths = ctx.cfg
+        scale, causal, scheme, g, world, rank, lengths, dropout = ctx.cfg
         ring = _Ring(g, world, rank)
         s = q.shape[1]
-        qc, doc = q.float(), dout.float()
-        dq = torch.zeros_like(qc)
+        dout = dout.to(q.dtype)
+        dq = torch.zeros_like(q, dtype=torch.float32)
         cur = _pack(k, v)
         nxt = torch.empty_like(cur)
         # dK/dV of the block held at a step: this rank's share is computed into `local`, the
@@ -343,9 +391,10 @@ class _RingAttention(torch.autograd.Function):
             if block is not None:
                 qr, kr, blk_causal, q_cum, kv_cum = block
                 kk, vv = _unpack(cur, k.shape, v.shape)
-                dq_b, dk_b, dv_b = _attn_grad(_take(qc, qr), _take(kk, kr).float(), _take(vv, kr).float(),
-                                              _take(doc, qr), _take(mx, qr), _take(sm, qr), _take(out, qr),
-                                              blk_causal, scale, q_cum, kv_cum)
+                dq_b, dk_b, dv_b = _attn_grad(_take(q, qr), _take(kk, kr), _take(vv, kr), _take(dout, qr),
+                                              _take(mx, qr), _take(sm, qr), _take(out, qr), blk_causal, scale, q_cum,
+                                              kv_cum, _ring_drop(dropout, s, world, rank, (rank - step) % world,
+                                                                 scheme, lengths, qr, kr))
                 _add(dq, qr, dq_b)
                 lk, lv = _unpack(local, k.shape, v.shape)
                 _add(lk, kr, dk_b)
@@ -363,7 +412,16 @@ class _RingAttention(torch.autograd.Function):
             acc = [send, recv]
         _Ring.wait(dkv_reqs)  # the last hop brings this rank's own dK/dV home
         dk, dv = _unpack(acc[1], k.shape, v.shape)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None, None, None
+
+
+def _ring_drop(dropout, s_local: int, world: int, rank: int, src: int, scheme: str, lengths, qr, kr):
+    """The drop argument of a ring step: this rank's rows qr against src's rows kr."""
+    if dropout is None:
+        return None
+    q_pos = _positions(s_local * world, world, rank, scheme, None, lengths)
+    kv_pos = _positions(s_local * world, world, src, scheme, None, lengths)
+    return dropout.geometry(_rows_of(q_pos, qr), _rows_of(kv_pos, kr))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,7 +440,7 @@ def _query_chunks(scheme: str, causal: bool, world: int, rank: int, s_local: int
 
 
 def _all_gather_kv(k, v, g, world, scheme, cu_seqlens=None):
-    """Global K and V (fp32, global sequence order; sequence axis 1) from every rank's shard."""
+    """Global K and V (input dtype, global sequence order; sequence axis 1) from every rank's shard."""
     local = _pack(k, v)
     gathered = local.new_empty(world * local.numel())  # gloo wants the flat form
     comm_stats.record("allgather_kv", local)
@@ -392,7 +450,7 @@ def _all_gather_kv(k, v, g, world, scheme, cu_seqlens=None):
     gathered = gathered.view(world, -1)
     ks, vs = zip(*(_unpack(gathered[j], k.shape, v.shape) for j in range(world)))
     order = torch.argsort(_held(k.shape[1] * world, world, scheme, k.device, cu_seqlens))
-    return torch.cat(ks, 1).index_select(1, order).float(), torch.cat(vs, 1).index_select(1, order).float()
+    return torch.cat(ks, 1).index_select(1, order), torch.cat(vs, 1).index_select(1, order)
 
 
 def _reduce_scatter(dkg: Tensor, dvg: Tensor, k: Tensor, v: Tensor, g, world: int, scheme: str, cu_seqlens=None):
@@ -417,35 +475,44 @@ def _reduce_scatter(dkg: Tensor, dvg: Tensor, k: Tensor, v: Tensor, g, world: in
 
 class _AllGatherAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank):
+    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, dropout=None):
         kg, vg = _all_gather_kv(k, v, g, world, scheme)
         b, s, n, _ = q.shape
-        qc = q.float()
         out = q.new_empty((b, s, n, v.shape[3]), dtype=torch.float32)
         mx = q.new_empty((b, s, n, 1), dtype=torch.float32)
         sm = torch.empty_like(mx)
         for rows, end, blk_causal in _query_chunks(scheme, causal, world, rank, s):
-            out[:, rows], mx[:, rows], sm[:, rows] = _attn(qc[:, rows], kg[:, :end], vg[:, :end], blk_causal, scale)
+            out[:, rows], mx[:, rows], sm[:, rows] = _attn(q[:, rows], kg[:, :end], vg[:, :end], blk_causal, scale,
+                                                           drop=_gather_drop(dropout, s, world, rank, scheme, rows, end))
         ctx.save_for_backward(q, k, v, out, mx, sm)
-        ctx.cfg = (scale, causal, scheme, g, world, rank)
+        ctx.cfg = (scale, causal, scheme, g, world, rank, dropout)
         ctx.mark_non_differentiable(mx, sm)
         return out.to(q.dtype), mx, sm
 
     @staticmethod
     def backward(ctx, dout, _dmx, _dsm):
         q, k, v, out, mx, sm = ctx.saved_tensors
-        scale, causal, scheme, g, world, rank = ctx.cfg
+        scale, causal, scheme, g, world, rank, dropout = ctx.cfg
         kg, vg = _all_gather_kv(k, v, g, world, scheme)  # gathered again rather than kept: W x less memory
-        qc, doc = q.float(), dout.float()
-        dq = torch.empty_like(qc)
-        dkg, dvg = torch.zeros_like(kg), torch.zeros_like(vg)
+        dout = dout.to(q.dtype)
+        dq = torch.empty_like(q, dtype=torch.float32)
+        dkg, dvg = torch.zeros_like(kg, dtype=torch.float32), torch.zeros_like(vg, dtype=torch.float32)
         for rows, end, blk_causal in _query_chunks(scheme, causal, world, rank, q.shape[1]):
-            dq[:, rows], dk_b, dv_b = _attn_grad(qc[:, rows], kg[:, :end], vg[:, :end], doc[:, rows], mx[:, rows],
-                                                 sm[:, rows], out[:, rows], blk_causal, scale)
+            dq[:, rows], dk_b, dv_b = _attn_grad(q[:, rows], kg[:, :end], vg[:, :end], dout[:, rows], mx[:, rows],
+                                                 sm[:, rows], out[:, rows], blk_causal, scale,
+                                                 drop=_gather_drop(dropout, q.shape[1], world, rank, scheme, rows, end))
             dkg[:, :end] += dk_b
             dvg[:, :end] += dv_b
         dk, dv = _reduce_scatter(dkg, dvg, k, v, g, world, scheme)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None, None
+
+
+def _gather_drop(dropout, s_local: int, world: int, rank: int, scheme: str, rows, end: int):
+    """The drop argument of an all-gather call: this rank's rows against the global key prefix."""
+    if dropout is None:
+        return None
+    q_pos = _positions(s_local * world, world, rank, scheme, None)
+    return dropout.geometry(_rows_of(q_pos, rows), torch.arange(end))
 
 
 def _varlen_pairs(lengths, scheme: str, causal: bool, world: int, rank: int, device):
@@ -474,36 +541,47 @@ class _AllGatherVarlen(torch.autograd.Function):
     packed sequence of its own with the keys it needs (bottom-right causal when causal)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths):
+    def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths, dropout=None):
         cum = _cum(lengths, q.device)
         kg, vg = (t[0] for t in _all_gather_kv(k[None], v[None], g, world, scheme, cum))
         q_lens, kv_rows, kv_lens = _varlen_pairs(lengths, scheme, causal, world, rank, q.device)
         aq, ak = _cum(q_lens, q.device), _cum(kv_lens, q.device)
-        mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
-        out, mx, sm = _ops.flash_attention_score(q.float(), kg.index_select(0, kv_rows), vg.index_select(0, kv_rows),
-                                                 None, None, mask, aq, ak, None, None, None, None, scale, 1.0,
-                                                 INT32_MAX, nxt, q.shape[1], "TND", 0, mode, 1, 0, 0)
-        mx, sm = mx[..., :1].contiguous(), sm[..., :1].contiguous()
+        drop = _varlen_drop(dropout, lengths, world, rank, scheme, kv_rows, cum)
+        out, mx, sm = _attn(q[None], kg.index_select(0, kv_rows)[None], vg.index_select(0, kv_rows)[None], causal,
+                            scale, aq, ak, drop)
+        out, mx, sm = out[0], mx[0].contiguous(), sm[0].contiguous()
         ctx.save_for_backward(q, k, v, out, mx, sm, kv_rows, aq, ak, cum)
-        ctx.cfg = (scale, causal, scheme, g, world)
+        ctx.cfg = (scale, causal, scheme, g, world, rank, lengths, dropout)
         ctx.mark_non_differentiable(mx, sm)
         return out.to(q.dtype), mx, sm
 
     @staticmethod
     def backward(ctx, dout, _dmx, _dsm):
         q, k, v, out, mx, sm, kv_rows, aq, ak, cum = ctx.saved_tensors
-        scale, causal, scheme, g, world = ctx.cfg
+        scale, causal, scheme, g, world, rank, lengths, dropout = ctx.cfg
         kg, vg = (t[0] for t in _all_gather_kv(k[None], v[None], g, world, scheme, cum))
-        mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
-        dq, dkp, dvp, _ = _ops.flash_attention_score_grad(
-            q.float(), kg.index_select(0, kv_rows), vg.index_select(0, kv_rows), dout.float(), None, None, mask, mx,
-            sm, out, aq, ak, None, None, None, None, scale, 1.0, INT32_MAX, nxt, q.shape[1], "TND", 0, mode, 1, 0, 0)
+        drop = _varlen_drop(dropout, lengths, world, rank, scheme, kv_rows, cum)
+        dq, dkp, dvp = (t[0] for t in _attn_grad(q[None], kg.index_select(0, kv_rows)[None],
+                                                  vg.index_select(0, kv_rows)[None], dout.to(q.dtype)[None], mx[None],
+                                                  sm[None], out[None], causal, scale, aq, ak, drop))
         # A key row serves both local chunks of its sequence: index_add_ sums the two in row
         # order (deterministic on the CPU).
-        dkg = torch.zeros_like(kg).index_add_(0, kv_rows, dkp)
-        dvg = torch.zeros_like(vg).index_add_(0, kv_rows, dvp)
+        dkg = torch.zeros_like(kg, dtype=torch.float32).index_add_(0, kv_rows, dkp)
+        dvg = torch.zeros_like(vg, dtype=torch.float32).index_add_(0, kv_rows, dvp)
         dk, dv = _reduce_scatter(dkg[None], dvg[None], k[None], v[None], g, world, scheme, cum)
-        return (dq.to(q.dtype), dk[0].to(k.dtype), dv[0].to(v.dtype)) + (None,) * 7
+        return (dq.to(q.dtype), dk[0].to(k.dtype), dv[0].to(v.dtype)) + (None,) * 8
+
+
+def _varlen_drop(dropout, lengths, world: int, rank: int, scheme: str, kv_rows: Tensor, cum: Tensor):
+    """The drop argument of the packed all-gather call: every (sequence, local chunk) pair is a
+    local sequence of its own (global sequence: its sequence), keys at their global positions."""
+    if dropout is None:
+        return None
+    chunks = 1 if scheme == "contiguous" else 2
+    seq_index = torch.arange(len(lengths)).repeat_interleave(chunks)
+    starts = cum - torch.tensor(lengths, dtype=torch.int64)
+    kv_pos = kv_rows.cpu() - starts[torch.searchsorted(cum, kv_rows.cpu(), right=True)]
+    return dropout.geometry(_positions(0, world, rank, scheme, None, lengths), kv_pos, seq_index)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -557,7 +635,32 @@ class _HeadsToSeq(torch.autograd.Function):
         return _seq_to_heads(dx, *ctx.cfg), None, None
 
 
-def _ulysses(q, k, v, scale, causal, scheme, g, world, rank, lengths=None):
+class _DropAttention(torch.autograd.Function):
+    """The op over this rank's head group with dropout keyed by global positions (Ulysses with
+    dropout): forward and backward through the extended entry points."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, cum, scale, nxt, layout, mode, drop):
+        keep, seed, offset, geo = drop
+        heads = q.shape[1] if layout == "TND" else q.shape[2]
+        out, mx, sm = _ops.flash_attention_score_ex(q, k, v, mask, cum, cum, scale, keep, INT32_MAX, nxt, heads, layout,
+                                                    mode, seed, offset, drop=geo)
+        ctx.save_for_backward(q, k, v, out, mx, sm)
+        ctx.cfg = (mask, cum, scale, nxt, heads, layout, mode, drop)
+        ctx.mark_non_differentiable(mx, sm)
+        return out, mx, sm
+
+    @staticmethod
+    def backward(ctx, dout, _dmx, _dsm):
+        q, k, v, out, mx, sm = ctx.saved_tensors
+        mask, cum, scale, nxt, heads, layout, mode, (keep, seed, offset, geo) = ctx.cfg
+        dq, dk, dv, _ = _ops.flash_attention_score_grad_ex(q, k, v, dout.to(q.dtype), mask, mx, sm, out, cum, cum, scale,
+                                                           keep, INT32_MAX, nxt, heads, layout, mode, seed, offset,
+                                                           drop=geo)
+        return (dq, dk, dv) + (None,) * 7
+
+
+def _ulysses(q, k, v, scale, causal, scheme, g, world, rank, lengths=None, dropout=None):
     """q/k/v BSND (TND as B = 1 with ``lengths``, the packed sequences' lengths)."""
     n, nk = q.shape[2], k.shape[2]
     if n % world:
@@ -571,14 +674,23 @@ def _ulysses(q, k, v, scale, causal, scheme, g, world, rank, lengths=None):
                    for t in (q, k, v))
     qh, kh, vh = (_SeqToHeads.apply(t, g, world) for t in (q, k, v))
     order = None
-    if causal or lengths is not None:
-        # The causal mask and packed sequences need the global order; a full mask does not care.
+    if causal or lengths is not None or dropout is not None:
+        # The causal mask, packed sequences and dropout (keyed by global positions) need the
+        # global order; a full mask does not care.
         cum = _cum(lengths, q.device) if lengths is not None else None
         inverse = _held(qh.shape[1], world, scheme, q.device, cum)  # global position of each rank-major row
         order = torch.argsort(inverse)
         qh, kh, vh = (t.index_select(1, order) for t in (qh, kh, vh))
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
-    if lengths is None:
+    if dropout is not None:
+        drop = dropout.geometry(None, None, head_offset=rank * qh.shape[2])
+        if lengths is None:
+            out, mx, sm = _DropAttention.apply(qh, kh, vh, mask, None, scale, nxt, "BSND", mode, drop)
+            stats = torch.cat([mx[..., :1], sm[..., :1]], 3).transpose(1, 2)
+        else:
+            out, mx, sm = _DropAttention.apply(qh[0], kh[0], vh[0], mask, cum, scale, nxt, "TND", mode, drop)
+            out, stats = out[None], torch.cat([mx[..., :1], sm[..., :1]], 2)[None]
+    elif lengths is None:
         out, mx, sm = _ops.flash_attention_score(qh, kh, vh, None, None, mask, None, None, None, None, None, None,
                                                  scale, 1.0, INT32_MAX, nxt, qh.shape[2], "BSND", 0, mode, 1, 0, 0)
         stats = torch.cat([mx[..., :1], sm[..., :1]], 3).transpose(1, 2)  # [B, S, N/W, 2]
@@ -628,7 +740,8 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
               causal: bool = False, group=None, comm: str = "ring", scheme: str = "zigzag", cu_seqlens=None,
               sparse_mode: Optional[int] = None, pre_tokens: int = INT32_MAX, next_tokens: int = INT32_MAX,
               atten_mask: Optional[Tensor] = None, prefix=None, sink: Optional[Tensor] = None,
-              pse: Optional[Tensor] = None, pse_type: int = 1, ulysses_group=None):
+              pse: Optional[Tensor] = None, pse_type: int = 1, ulysses_group=None,
+              keep_prob: float = 1.0, seed: int = 0, offset: int = 0):
     """Attention over the global sequence, called with this rank's shards (held as ``scheme``
     says). Differentiable in query, key and value. Returns (out in the input layout, softmax_max,
     softmax_sum), the statistics fp32 [B, N, S_local] (TND: [T_local, N], token-major) of the
@@ -648,7 +761,15 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     one the causal-plus-prefix rule. ``scheme="whole"`` (TND): whole sequences per rank
     (:func:`assign_sequences`), no communication.
 
+    Dropout (keep_prob < 1): the keep bits are those the single-process op draws for the global
+    problem with the same (seed, offset), whatever W and comm; every rank must pass the same seed.
+    Dropout goes with no mask or causal only (not the block-wise path, nor scheme "whole").
+
     Every rank of the group must call it with the same shapes and arguments."""
+    if keep_prob < 1.0 and (scheme == "whole" or _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix,
+                                                                sink, pse, pse_type, ulysses_group)):
+        raise ValueError(f"keep_prob = {keep_prob}: dropout under context parallelism goes with no mask or causal only "
+                         "(not with other sparse modes, atten_mask, prefix, sink, pse, ulysses_group or scheme 'whole' yet)")
     if scheme == "whole":
         if atten_mask is not None and sparse_mode in (None, 0, 1, 5):
             raise ValueError("atten_mask: an explicit mask is not supported with scheme 'whole' (use sparse modes "
@@ -665,18 +786,22 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
         causal = sparse_mode in (2, 3)
     g, world, rank = _group_info(group)
     checked = _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens)
+    if not 0.0 < keep_prob <= 1.0:
+        raise ValueError(f"keep_prob = {keep_prob}: must be in (0, 1]")
+    drop = (keep_prob, seed, offset)
     if input_layout == "TND":
-        return _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, checked)
+        return _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, checked, drop)
     q, k, v = checked
     if world == 1:
-        out, mx, sm = _attn_plain(query, key, value, head_num, input_layout, scale, causal)
+        out, mx, sm = _attn_plain(query, key, value, head_num, input_layout, scale, causal, drop)
         return out, mx, sm
+    dropout = _Dropout(keep_prob, seed, offset, q.shape[2], q.shape[1] * world) if keep_prob < 1.0 else None
     if comm == "ring":
-        out, mx, sm = _RingAttention.apply(q, k, v, scale, causal, scheme, g, world, rank)
+        out, mx, sm = _RingAttention.apply(q, k, v, scale, causal, scheme, g, world, rank, None, dropout)
     elif comm == "allgather":
-        out, mx, sm = _AllGatherAttention.apply(q, k, v, scale, causal, scheme, g, world, rank)
+        out, mx, sm = _AllGatherAttention.apply(q, k, v, scale, causal, scheme, g, world, rank, dropout)
     else:
-        out, mx, sm = _ulysses(q, k, v, scale, causal, scheme, g, world, rank)
+        out, mx, sm = _ulysses(q, k, v, scale, causal, scheme, g, world, rank, None, dropout)
     return _from_bsnd(out, input_layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
 
 
@@ -719,29 +844,38 @@ def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_
     return q, k, v
 
 
-def _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, lengths):
+def _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, lengths,
+                   drop=(1.0, 0, 0)):
+    keep_prob, seed, offset = drop
     if world == 1:
         mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
         cum = _cum(lengths, query.device)
         out, mx, sm = _ops.flash_attention_score(query, key, value, None, None, mask, cum, cum, None, None, None, None,
-                                                 scale, 1.0, INT32_MAX, nxt, head_num, "TND", 0, mode, 1, 0, 0)
+                                                 scale, keep_prob, INT32_MAX, nxt, head_num, "TND", 0, mode, 1, seed,
+                                                 offset)
         return out, mx[..., 0], sm[..., 0]
+    dropout = (_Dropout(keep_prob, seed, offset, head_num, 0, _cum(lengths, torch.device("cpu")))
+               if keep_prob < 1.0 else None)
     if comm == "ring":
         out, mx, sm = _RingAttention.apply(query[None], key[None], value[None], scale, causal, scheme, g, world, rank,
-                                           lengths)
+                                           lengths, dropout)
         return out[0], mx[0, ..., 0], sm[0, ..., 0]
     if comm == "allgather":
-        out, mx, sm = _AllGatherVarlen.apply(query, key, value, scale, causal, scheme, g, world, rank, lengths)
+        out, mx, sm = _AllGatherVarlen.apply(query, key, value, scale, causal, scheme, g, world, rank, lengths,
+                                             dropout)
         return out, mx[..., 0], sm[..., 0]
-    out, mx, sm = _ulysses(query[None], key[None], value[None], scale, causal, scheme, g, world, rank, lengths)
+    out, mx, sm = _ulysses(query[None], key[None], value[None], scale, causal, scheme, g, world, rank, lengths,
+                           dropout)
     return out[0], mx[0, ..., 0], sm[0, ..., 0]
 
 
-def _attn_plain(query, key, value, head_num, layout, scale, causal):
+def _attn_plain(query, key, value, head_num, layout, scale, causal, drop=(1.0, 0, 0)):
     """W = 1: the plain op in the caller's layout, bit for bit."""
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
+    keep_prob, seed, offset = drop
     out, mx, sm = _ops.flash_attention_score(query, key, value, None, None, mask, None, None, None, None, None, None,
-                                             scale, 1.0, INT32_MAX, nxt, head_num, layout, 0, mode, 1, 0, 0)
+                                             scale, keep_prob, INT32_MAX, nxt, head_num, layout, 0, mode, 1, seed,
+                                             offset)
     return out, mx[..., 0], sm[..., 0]
 
 
@@ -783,24 +917,38 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
         if as_list[0] is None or as_list[0] != as_list[1]:
             raise ValueError(f"actual_seq_qlen = {as_list[0]}, actual_seq_kvlen = {as_list[1]}: under context "
                              "parallelism both must be given and equal (self-attention over packed sequences)")
-    if keep_prob != 1.0:
-        raise ValueError(f"keep_prob = {keep_prob}: dropout is not supported under context parallelism yet, must be 1")
+    if not 0.0 < keep_prob <= 1.0:
+        raise ValueError(f"keep_prob = {keep_prob}: must be in (0, 1]")
+    # torch_npu's rule: no mask tensor, no masking (the mode and the tokens are ignored).
+    mode = 1 if atten_mask is None else sparse_mode
+    if keep_prob < 1.0 and (mode not in (1, 2, 3) or sink is not None or pse is not None or ulysses_group is not None
+                            or scheme == "whole"):
+        raise ValueError(f"keep_prob = {keep_prob}: dropout under context parallelism goes with full attention or the "
+                         "causal sparse modes 2/3 only (no sink, pse, ulysses_group or scheme 'whole' yet)")
+    g = _group_info(group)[0]
+    seed = _shared_seed(g) if keep_prob < 1.0 else 0
     if world == 1 and scheme != "whole":
         _checked(query, key, value, head_num, input_layout, comm, scheme, world, actual_seq_qlen)
+        if keep_prob < 1.0:  # the plain op with the group's seed
+            out, mx, sm = attention(query, key, value, head_num, input_layout, scale=scale, causal=mode in (2, 3),
+                                    group=g, comm=comm, scheme=scheme, cu_seqlens=actual_seq_qlen, keep_prob=keep_prob,
+                                    seed=seed)
+            mx, sm = (x[..., None].expand(*x.shape, _ops.STAT_LANES).contiguous() for x in (mx, sm))
+            if input_layout == "TND" and softmax_layout != "TND":
+                mx, sm = (tnd_stats_from_token_major(x, actual_seq_qlen) for x in (mx, sm))
+            return out, mx, sm, query.new_empty((0,)), seed, 0, _numels(query, head_num, input_layout, actual_seq_qlen)
         return _plain_npu_fusion_attention(query, key, value, head_num, input_layout, pse=pse, atten_mask=atten_mask,
                                            scale=scale, pre_tockens=pre, next_tockens=nxt,
                                            inner_precise=inner_precise, prefix=prefix, sparse_mode=sparse_mode,
                                            actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
                                            softmax_layout=softmax_layout, pse_type=pse_type, sink=sink)
-    # torch_npu's rule: no mask tensor, no masking (the mode and the tokens are ignored).
-    mode = 1 if atten_mask is None else sparse_mode
     out, mx, sm = attention(query, key, value, head_num, input_layout, scale=scale, group=group, comm=comm,
                             scheme=scheme, cu_seqlens=actual_seq_qlen, sparse_mode=mode,
                             pre_tokens=pre if mode in (0, 4, 7, 8) else INT32_MAX,
                             next_tokens=nxt if mode in (0, 4, 7, 8) else INT32_MAX,
                             atten_mask=atten_mask if mode in (0, 1, 5) else None,
                             prefix=prefix if mode in (5, 6) else None, sink=sink, pse=pse, pse_type=pse_type,
-                            ulysses_group=ulysses_group)
+                            ulysses_group=ulysses_group, keep_prob=keep_prob, seed=seed)
     lanes = _ops.STAT_LANES
     mx, sm = (x[..., None].expand(*x.shape, lanes).contiguous() for x in (mx, sm))
     if input_layout == "TND" and softmax_layout != "TND":
@@ -810,6 +958,9 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
         else:
             local_cum = _cum([n // world for n in _lengths(actual_seq_qlen, query.shape[0] * world)], query.device)
         mx, sm = (tnd_stats_from_token_major(x, local_cum) for x in (mx, sm))
+    if keep_prob < 1.0:
+        return out, mx, sm, query.new_empty((0,)), seed, 0, _numels(query, head_num, input_layout, actual_seq_qlen,
+                                                                    world)
     return out, mx, sm, query.new_empty((0,)), 0, 0, 0
 
 
@@ -827,6 +978,26 @@ def _window_args(causal: bool, window_size, alibi_slopes):
     return kw
 
 
+def _shared_seed(g) -> int:
+    """A dropout seed drawn from rank 0's default generator and broadcast to the group (every rank
+    draws one, so the generators stay in step), so that the ranks cannot disagree on it."""
+    seed = torch.tensor([draw_seed()], dtype=torch.int64)
+    if dist.get_world_size(g) > 1:
+        comm_stats.record("seed", seed)
+        dist.broadcast(seed, dist.get_global_rank(g, 0), group=g)
+    return int(seed[0])
+
+
+def _numels(query: Tensor, head_num: int, layout: str, actual_seq_qlen, world: int = 1) -> int:
+    """Dropout bits of the global problem (torch_npu's numels output)."""
+    if layout == "TND":
+        lens = _lengths(actual_seq_qlen, query.shape[0] * world)
+        return head_num * sum(n * n for n in lens)
+    q = _bsnd(query, layout, head_num, "query")
+    s = q.shape[1] * world
+    return q.shape[0] * q.shape[2] * s * s
+
+
 def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
                     causal: bool = False, window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                     alibi_slopes: Optional[Tensor] = None, deterministic: bool = False,
@@ -834,20 +1005,25 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
                     ulysses_group=None):
     """flash_attn_func over the sequence shards of a group: q/k/v [B, S_local, H, D] -> out
     [B, S_local, H, D] (and softmax_lse [B, H, S_local] with return_attn_probs). window_size and
-    alibi_slopes apply to global positions. With a group of one process this is
-    attnops.torch.flash_attn_func."""
-    *_, world, _ = _flat(group, ulysses_group)
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p = {dropout_p}: dropout is not supported under context parallelism yet, must be 0")
+    alibi_slopes apply to global positions; dropout (no window or alibi) draws the single-process
+    op's keep bits. With a group of one process this is attnops.torch.flash_attn_func."""
+    g, _, _, _, world, _ = _flat(group, ulysses_group)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p = {dropout_p}: must be in [0, 1)")
+    if dropout_p > 0.0 and (tuple(window_size) != (-1, -1) or alibi_slopes is not None or ulysses_group is not None):
+        raise ValueError(f"dropout_p = {dropout_p}: dropout under context parallelism does not go with window_size, "
+                         "alibi_slopes or ulysses_group yet")
     if softcap != 0.0:
         raise ValueError(f"softcap = {softcap}: not supported under context parallelism, must be 0.0")
-    if world == 1:
+    if world == 1 and dropout_p == 0.0:
         _checked(q, k, v, q.shape[2], "BSND", comm, scheme, world, None)
         return _plain_flash_attn_func(q, k, v, 0.0, softmax_scale, causal, window_size, 0.0, alibi_slopes,
                                       return_attn_probs=return_attn_probs)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    seed = _shared_seed(g) if dropout_p > 0.0 else 0
     out, mx, sm = attention(q, k, v, q.shape[2], "BSND", scale=scale, group=group, comm=comm, scheme=scheme,
-                            ulysses_group=ulysses_group, **_window_args(causal, window_size, alibi_slopes))
+                            ulysses_group=ulysses_group, keep_prob=1.0 - dropout_p, seed=seed,
+                            **_window_args(causal, window_size, alibi_slopes))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach(), None
     return out
@@ -864,25 +1040,30 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q = cu_seqlens_k = the
     global cumulative lengths (int32, leading 0). Returns out
     [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs). window_size and
-    alibi_slopes ([H]) apply per sequence, on global positions. scheme="whole": whole sequences
-    per rank (:func:`shard_whole`)."""
-    *_, world, _ = _flat(group, ulysses_group)
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p = {dropout_p}: dropout is not supported under context parallelism yet, must be 0")
+    alibi_slopes ([H]) apply per sequence, on global positions; dropout (no window or alibi) draws
+    the single-process op's keep bits. scheme="whole": whole sequences per rank (:func:`shard_whole`)."""
+    g, _, _, _, world, _ = _flat(group, ulysses_group)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p = {dropout_p}: must be in [0, 1)")
+    if dropout_p > 0.0 and (tuple(window_size) != (-1, -1) or alibi_slopes is not None or ulysses_group is not None
+                            or scheme == "whole"):
+        raise ValueError(f"dropout_p = {dropout_p}: dropout under context parallelism does not go with window_size, "
+                         "alibi_slopes, ulysses_group or scheme 'whole' yet")
     if softcap != 0.0 or block_table is not None:
         raise ValueError(f"softcap = {softcap}, block_table: not supported under context parallelism (must be 0.0, "
                          "None)")
     if not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu()):
         raise ValueError("cu_seqlens_k: differs from cu_seqlens_q: under context parallelism both must be the same "
                          "global cumulative lengths (self-attention)")
-    if world == 1 and scheme != "whole":
+    if world == 1 and scheme != "whole" and dropout_p == 0.0:
         _checked(q, k, v, q.shape[1], "TND", comm, scheme, world, cu_seqlens_q)
         return _plain_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0,
                                              softmax_scale, causal, window_size, 0.0, alibi_slopes,
                                              return_attn_probs=return_attn_probs)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    seed = _shared_seed(g) if dropout_p > 0.0 else 0
     out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, group=group, comm=comm, scheme=scheme,
-                            cu_seqlens=cu_seqlens_q, ulysses_group=ulysses_group,
+                            cu_seqlens=cu_seqlens_q, ulysses_group=ulysses_group, keep_prob=1.0 - dropout_p, seed=seed,
                             **_window_args(causal, window_size, alibi_slopes))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach().transpose(0, 1), None

@@ -12,7 +12,9 @@ softmax_max / softmax_sum). Merging two blocks gives the attention over the unio
 A row that sees no key in a block has max -inf and sum 0; such a block contributes nothing, and a
 row empty in both stays empty (out 0, max -inf, sum 0) instead of turning into NaN.
 
-Plain PyTorch arithmetic, so it runs wherever the tensors live (CPU now, a GPU later).
+CPU tensors are merged by attnops' AttentionMerge C op (attnops/attention_merge.h: fp32, one
+thread per row block, deterministic); tensors elsewhere by the same formula in PyTorch arithmetic
+(so the code runs wherever the tensors live: CPU now, a GPU later).
 """
 
 from __future__ import annotations
@@ -25,10 +27,37 @@ from torch import Tensor
 STAT_LANES = 8
 
 
+def _merge_op(out1: Tensor, max1: Tensor, sum1: Optional[Tensor], out2: Tensor, max2: Tensor,
+              sum2: Optional[Tensor]):
+    """The merge by attnops' AttentionMerge op (attnops/attention_merge.h; sums None: the
+    log-sum-exp form) when the operands are CPU tensors it takes as they are: out [R..., D] in
+    fp32/fp16/bf16, the statistics fp32 [R..., 1]; otherwise None (the caller then uses the
+    PyTorch arithmetic below, which is the same formula)."""
+    stats = [t for t in (max1, sum1, max2, sum2) if t is not None]
+    lead = tuple(out1.shape[:-1])
+    if (out1.dim() == 0 or out2.shape != out1.shape or out1.requires_grad or out2.requires_grad
+            or any(t.device.type != "cpu" for t in [out1, out2] + stats)
+            or any(t.dtype not in (torch.float32, torch.float16, torch.bfloat16) for t in (out1, out2))
+            or any(t.dtype != torch.float32 or tuple(t.shape) != lead + (1,) or t.requires_grad for t in stats)):
+        return None
+    from .. import _C
+
+    out = torch.empty(out1.shape, dtype=torch.float32)
+    m = torch.empty(lead + (1,), dtype=torch.float32)
+    s = torch.empty(lead + (1,), dtype=torch.float32) if sum1 is not None else None
+    _C.attention_merge(out1, max1, sum1, out2, max2, sum2, out, m, s)
+    return out, m, s
+
+
 def merge_max_sum(out1: Tensor, max1: Tensor, sum1: Tensor, out2: Tensor, max2: Tensor,
                   sum2: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     """Merges two partial results; max/sum broadcast against out (give them a trailing axis of 1
-    over the value dimension). Computes in fp32 and returns fp32 (out, max, sum)."""
+    over the value dimension). Computes in fp32 and returns fp32 (out, max, sum). CPU operands of
+    matching shapes go through the AttentionMerge C op; others through PyTorch arithmetic (the
+    same formula)."""
+    merged = _merge_op(out1, max1, sum1, out2, max2, sum2)
+    if merged is not None:
+        return merged
     out1, out2 = out1.float(), out2.float()
     m = torch.maximum(max1, max2)
     # Where both blocks are empty (m = -inf), exp(-inf - -inf) would be NaN: shift by 0 instead.
@@ -46,6 +75,9 @@ def merge_max_sum(out1: Tensor, max1: Tensor, sum1: Tensor, out2: Tensor, max2: 
 def merge_lse(out1: Tensor, lse1: Tensor, out2: Tensor, lse2: Tensor) -> Tuple[Tensor, Tensor]:
     """The same merge in log-sum-exp form (flash-attn's statistics): lse = max + log(sum).
     lse broadcasts against out; -inf marks an empty row. Returns fp32 (out, lse)."""
+    merged = _merge_op(out1, lse1, None, out2, lse2, None)
+    if merged is not None:
+        return merged[0], merged[1]
     zero = torch.zeros_like(lse1)
     one1 = torch.where(torch.isneginf(lse1), zero, torch.ones_like(lse1))
     one2 = torch.where(torch.isneginf(lse2), zero, torch.ones_like(lse2))

@@ -2,6 +2,8 @@
 // sum over rows in a fixed order; nothing depends on which thread ran what.
 #include "ops/flash_attention_score/backward.hpp"
 
+#include <cstring>
+
 
 namespace attnops::fa {
 
@@ -74,6 +76,72 @@ void runBackward(const BackwardParams& bp, const BackwardPlan& plan, void* works
     }
     if (bp.dsink != nullptr) pool.parallelFor(p.n1, [&](int64_t n1, int) { sinkGradient(bp, n1); });
     if (p.varlen) zeroTails(bp);
+}
+
+namespace {
+
+// A dense fp32 buffer over the logical axes (b, n, row, col) of one gradient: [B][N][rows][cols]
+// for fixed layouts, [N][T][cols] for TND (batch stride 0: rows are absolute).
+struct DenseGrad {
+    int64_t batch, heads, rows, cols;
+    uint64_t floats() const { return uint64_t(batch * heads * rows * cols); }
+    MutView4 view(float* data, bool varlen) const {
+        MutView4 v;
+        v.data = data;
+        v.dtype = DType::F32;
+        v.stride[0] = varlen ? 0 : heads * rows * cols;
+        v.stride[1] = rows * cols;
+        v.stride[2] = cols;
+        v.stride[3] = 1;
+        return v;
+    }
+};
+
+struct DenseGrads {
+    DenseGrad dq, dk, dv;
+};
+
+DenseGrads denseGrads(const BackwardParams& bp) {
+    const ForwardParams& p = bp.fwd;
+    const int64_t batch = p.varlen ? 1 : p.batch;
+    return {{batch, p.n1, p.qRowsTotal, p.d}, {batch, p.n2, bp.kvRowsTotal, p.d}, {batch, p.n2, bp.kvRowsTotal, p.dv}};
+}
+
+uint64_t alignedBytes(uint64_t floats) { return (floats * sizeof(float) + 63) / 64 * 64; }
+
+// dst(b, n, row, :) += src(b, n, row, :) for every element, one (b, n) pair per task.
+void addInto(const MutView4& dst, const MutView4& src, const DenseGrad& g, ThreadPool& pool) {
+    pool.parallelFor(g.batch * g.heads, [&](int64_t task, int) {
+        const int64_t b = task / g.heads, n = task % g.heads;
+        auto* out = static_cast<float*>(dst.data);
+        const auto* in = static_cast<const float*>(src.data);
+        for (int64_t r = 0; r < g.rows; ++r)
+            for (int64_t c = 0; c < g.cols; ++c) out[dst.offset(b, n, r, c)] += in[src.offset(b, n, r, c)];
+    });
+}
+
+}  // namespace
+
+uint64_t accumulateBytes(const BackwardParams& bp) {
+    const DenseGrads g = denseGrads(bp);
+    return alignedBytes(g.dq.floats()) + alignedBytes(g.dk.floats()) + alignedBytes(g.dv.floats());
+}
+
+void runBackwardAccumulating(const BackwardParams& bp, const BackwardPlan& plan, void* workspace, uint64_t offset,
+                             ThreadPool& pool) {
+    const DenseGrads g = denseGrads(bp);
+    char* at = static_cast<char*>(workspace) + offset;
+    float* dq = reinterpret_cast<float*>(at);
+    float* dk = reinterpret_cast<float*>(at + alignedBytes(g.dq.floats()));
+    float* dv = reinterpret_cast<float*>(at + alignedBytes(g.dq.floats()) + alignedBytes(g.dk.floats()));
+    BackwardParams local = bp;
+    local.dq = g.dq.view(dq, bp.fwd.varlen);
+    local.dk = g.dk.view(dk, bp.fwd.varlen);
+    local.dv = g.dv.view(dv, bp.fwd.varlen);
+    runBackward(local, plan, workspace, pool);
+    addInto(bp.dq, local.dq, g.dq, pool);
+    addInto(bp.dk, local.dk, g.dk, pool);
+    addInto(bp.dv, local.dv, g.dv, pool);
 }
 
 }  // namespace attnops::fa

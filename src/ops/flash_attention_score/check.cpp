@@ -180,6 +180,7 @@ Sequences tndSequences(const attnopsIntArray& qCum, const attnopsIntArray& kvCum
 }
 
 ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
+    if (a.extras != nullptr) checkExtras(a.extras);
     ForwardParams p;
     // 1. Required operands and the layout.
     const attnopsTensor& q = requiredTensor(a.query, "query", device);
@@ -201,8 +202,9 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
         invalidArgument("query.dtype", dtypeName(q.dtype), "must be fp32, fp16 or bf16");
     if (k.dtype != q.dtype) invalidArgument("key.dtype", dtypeName(k.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
     if (v.dtype != q.dtype) invalidArgument("value.dtype", dtypeName(v.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
-    if (out.dtype != q.dtype)
-        invalidArgument(fmt::format("{}.dtype", outName), dtypeName(out.dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
+    if (out.dtype != q.dtype && !(a.extras != nullptr && out.dtype == DType::F32))
+        invalidArgument(fmt::format("{}.dtype", outName), dtypeName(out.dtype), "must equal query.dtype ({}){}", dtypeName(q.dtype),
+                        a.extras != nullptr ? " or be fp32 (extended entry point)" : "");
 
     // 3. Heads and head dims (spec 2.3).
     if (a.headNum <= 0) invalidArgument("headNum", a.headNum, "must be > 0");
@@ -481,11 +483,15 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     p.dropout.invKeepProb = float(1.0 / a.keepProb);
     p.dropout.seed = uint64_t(a.seed);
     p.dropout.offset = uint64_t(a.offset);
+    if (p.dropout.enabled && a.extras != nullptr && a.extras->dropGlobal)
+        p.dropout.global = checkDropoutGlobal(*a.extras, p, dq.s, dk.s);
     if (drop && p.dropout.enabled) {
         if (drop->dtype != DType::U8) invalidArgument("dropMask.dtype", dtypeName(drop->dtype), "must be uint8 (bit-packed)");
-        const int64_t need = (p.seq.totalElements + 7) / 8;
+        const int64_t bits = p.dropout.global.enabled ? p.dropout.global.totalElements : p.seq.totalElements;
+        const int64_t need = (bits + 7) / 8;
         if (drop->numel() < need)
-            invalidArgument("dropMask.numel", drop->numel(), "must be >= ceil({} / 8) = {} bytes (one bit per score)", p.seq.totalElements, need);
+            invalidArgument("dropMask.numel", drop->numel(), "must be >= ceil({} / 8) = {} bytes (one bit per score{})", bits, need,
+                            p.dropout.global.enabled ? " of the global problem" : "");
         if (drop->rank == 1) {
             p.dropout.maskByteStride = drop->strides[0];
         } else if (!drop->isContiguous()) {
@@ -567,8 +573,12 @@ BackwardParams checkBackward(const BackwardArgs& a, int32_t device) {
     // Gradients: the shapes and dtype of query, key, value.
     const auto gradient = [&](const attnopsTensor* t, const char* name, const attnopsTensor& like, const char* likeName, int64_t headDim) {
         const attnopsTensor& g = requiredTensor(t, name, device);
-        if (g.dtype != like.dtype)
-            invalidArgument(fmt::format("{}.dtype", name), dtypeName(g.dtype), "must equal {}.dtype ({})", likeName, dtypeName(like.dtype));
+        const bool extended = a.forward.extras != nullptr;
+        if (g.dtype != like.dtype && !(extended && g.dtype == DType::F32))
+            invalidArgument(fmt::format("{}.dtype", name), dtypeName(g.dtype), "must equal {}.dtype ({}){}", likeName, dtypeName(like.dtype),
+                            extended ? " or be fp32 (extended entry point)" : "");
+        if (extended && a.forward.extras->accumulateGrads && g.dtype != DType::F32)
+            invalidArgument(fmt::format("{}.dtype", name), dtypeName(g.dtype), "must be fp32 with accumulateGrads = 1");
         if (!shapeIs(g, std::vector<int64_t>(like.shape.begin(), like.shape.begin() + like.rank)))
             invalidArgument(fmt::format("{}.shape", name), shapeString(g), "must equal {}.shape {}", likeName, shapeString(like));
         return viewOf<MutView4>(g, f.layout, headDim);
@@ -576,6 +586,7 @@ BackwardParams checkBackward(const BackwardArgs& a, int32_t device) {
     p.dq = gradient(a.dq, "dqOut", q, "query", f.d);
     p.dk = gradient(a.dk, "dkOut", k, "key", f.d);
     p.dv = gradient(a.dv, "dvOut", v, "value", f.dv);
+    p.accumulate = a.forward.extras != nullptr && a.forward.extras->accumulateGrads != 0;
     const Axes axes = axesOf(f.layout);
     p.kvRowsTotal = k.shape[axes.s];
     p.kvRowsUsed = 0;

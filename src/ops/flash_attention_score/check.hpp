@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "attnops/flash_attention_score_ex.h"
 #include "attnops/tensor.h"
 #include "ops/flash_attention_score/params.hpp"
 
@@ -41,6 +42,8 @@ struct ForwardArgs {
     const attnopsTensor* softmaxOut = nullptr;
     const attnopsTensor* attentionOut = nullptr;
     const char* attentionOutName = "attentionOut";  // "attentionIn" when the backward checks
+    // Extended entry points only (NULL from the plain ones): checked by checkExtras.
+    const attnopsFlashAttentionExtras* extras = nullptr;
 };
 
 // The backward's arguments: the forward's (statistics and attentionIn as inputs) plus these.
@@ -67,5 +70,11 @@ Layout parseLayout(const char* name, const char* argument);
 Sequences tndSequences(const attnopsIntArray& qCum, const attnopsIntArray& kvCum, int64_t t1, int64_t t2,
                        int64_t n1);
 Sequences fixedSequences(int64_t batch, int64_t s1, int64_t s2, int64_t n1);
+
+// check_extras.cpp: the extras struct itself (size, flags), then the global dropout geometry of
+// a checked problem (qRows/kvRows: rows of the query/key tensors, T1/T2 or S1/S2).
+void checkExtras(const attnopsFlashAttentionExtras* extras);
+DropoutGlobal checkDropoutGlobal(const attnopsFlashAttentionExtras& extras, const ForwardParams& p, int64_t qRows,
+                                 int64_t kvRows);
 
 }  // namespace attnops::fa

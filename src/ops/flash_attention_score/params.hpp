@@ -89,6 +89,19 @@ struct PseSpec {
     int64_t qStartIdx = 0, kvStartIdx = 0;
 };
 
+// Dropout keyed by the positions of a global problem (context parallelism; see
+// attnops/flash_attention_score_ex.h): the keep bit of local (b, n, i, j) is the one of global
+// flat index base[b] + ((headOffset + n) * qLen[b] + qRow[qStart_b + i]) * kvLen[b] +
+// kvRow[kvStart_b + j]. Row tables are indexed by the local absolute row (fixed layouts: the
+// sequence row; TND: the packed row).
+struct DropoutGlobal {
+    bool enabled = false;
+    int64_t headOffset = 0;
+    std::vector<int64_t> base, qLen, kvLen;  // per local sequence (global sequence's values)
+    std::vector<int64_t> qRow, kvRow;        // per local row: global position in its sequence
+    int64_t totalElements = 0;               // bits of the global problem
+};
+
 struct DropoutSpec {
     bool enabled = false;              // keepProb < 1
     float keepProb = 1.0f;
@@ -96,6 +109,7 @@ struct DropoutSpec {
     const uint8_t* mask = nullptr;     // explicit bit mask, or NULL: generated from seed/offset
     int64_t maskByteStride = 1;
     uint64_t seed = 0, offset = 0;
+    DropoutGlobal global;              // enabled: indices of a global problem
 };
 
 struct ForwardParams {
@@ -132,6 +146,8 @@ struct BackwardParams {
     // executor when it runs (it points into the workspace).
     float* sinkRowTerms = nullptr;
     int64_t sinkRows = 0;
+    // Extended entry point: dq/dk/dv (fp32) receive += the gradient instead of =.
+    bool accumulate = false;
     int64_t sinkRowIndex(int64_t b, int64_t i) const {
         return fwd.varlen ? fwd.seq.qStart[size_t(b)] + i : b * fwd.seq.maxQLen + i;
     }

@@ -134,14 +134,34 @@ inline bool explicitKeepBit(const DropoutSpec& d, int64_t index) {
     return ((d.mask[(index >> 3) * d.maskByteStride] >> (index & 7)) & 1) != 0;
 }
 
-// Keep flags (0/1) of keys [j0, j0 + count) for row i.
+// Keep flags (0/1) of the flat indices [first, first + count).
+inline void dropoutKeepRange(const DropoutSpec& d, int64_t first, int64_t count, uint8_t* keep) {
+    if (d.mask != nullptr) {
+        for (int64_t c = 0; c < count; ++c) keep[c] = explicitKeepBit(d, first + c) ? 1 : 0;
+    } else {
+        DropoutBits(d.seed, d.offset, d.keepProb).fill(uint64_t(first), count, keep);
+    }
+}
+
+// Keep flags (0/1) of keys [j0, j0 + count) for row i. With global positions (context
+// parallelism) the keys map to global columns that are consecutive in runs (a shard is one or
+// two chunks of the global sequence): each run is one range of the global flat index.
 inline void dropoutKeepRow(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j0, int64_t count,
                            uint8_t* keep) {
-    const int64_t first = dropoutIndex(p, b, n1, i, j0);
-    if (p.dropout.mask != nullptr) {
-        for (int64_t c = 0; c < count; ++c) keep[c] = explicitKeepBit(p.dropout, first + c) ? 1 : 0;
-    } else {
-        DropoutBits(p.dropout.seed, p.dropout.offset, p.dropout.keepProb).fill(uint64_t(first), count, keep);
+    const DropoutGlobal& g = p.dropout.global;
+    if (!g.enabled) {
+        dropoutKeepRange(p.dropout, dropoutIndex(p, b, n1, i, j0), count, keep);
+        return;
+    }
+    const size_t sb = size_t(b);
+    const int64_t kvLen = g.kvLen[sb];
+    const int64_t rowBase = g.base[sb] + ((g.headOffset + n1) * g.qLen[sb] + g.qRow[size_t(p.seq.qStart[sb] + i)]) * kvLen;
+    const int64_t* col = g.kvRow.data() + p.seq.kvStart[sb] + j0;
+    for (int64_t c = 0; c < count;) {
+        int64_t e = c + 1;
+        while (e < count && col[e] == col[e - 1] + 1) ++e;
+        dropoutKeepRange(p.dropout, rowBase + col[c], e - c, keep + c);
+        c = e;
     }
 }
 
