@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "fia_plan.hpp"
 #include "forced_impl.hpp"
 #include "threads_guard.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
@@ -18,8 +19,13 @@
 
 using namespace attnops;
 using namespace attnops::tools;
+using attnops::testing::Outcome;
+using attnops::testing::expectRejected;
+using attnops::testing::planWith;
 
 namespace {
+
+using attnops::testing::expectRejected;  // the overloads below add to it
 
 FiaProblem problem(const std::string& layout, int64_t batch, int64_t qS, int64_t kvS, int64_t heads, int64_t kvHeads, int64_t dim) {
     FiaProblem p;
@@ -86,29 +92,7 @@ FiaInstance runDefault(const FiaProblem& p) {
 uint16_t halfAt(const HostTensor& t, int64_t i) { return static_cast<const uint16_t*>(t.data())[i]; }
 float floatAt(const HostTensor& t, int64_t i) { return static_cast<const float*>(t.data())[i]; }
 
-struct Outcome {
-    attnopsStatus status;
-    std::string message;
-};
 
-template <typename Edit>
-Outcome planWith(const FiaInstance& inst, Edit&& edit) {
-    const FiaArrays arrays(inst);
-    const attnopsTensor* kv[2];
-    fia::Args a = fiaArgs(inst, arrays, kv);
-    edit(a);
-    uint64_t ws = 0;
-    attnopsExecutor* exec = nullptr;
-    const attnopsStatus st = fiaGetWorkspace(a, &ws, &exec);
-    const std::string message = attnopsGetLastErrorMessage();
-    if (st == ATTNOPS_SUCCESS) attnopsDestroyExecutor(exec);
-    return {st, message};
-}
-
-void expectRejected(const Outcome& o, attnopsStatus status, const std::string& needle) {
-    EXPECT_EQ(o.status, status) << o.message;
-    EXPECT_NE(o.message.find(needle), std::string::npos) << "message: " << o.message << "\nexpected to contain: " << needle;
-}
 
 void expectRejected(const FiaProblem& p, attnopsStatus status, const std::string& needle) {
     SCOPED_TRACE(p.describe());

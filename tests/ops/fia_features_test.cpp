@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "fia_plan.hpp"
 #include "forced_impl.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
@@ -20,10 +21,15 @@
 
 using namespace attnops;
 using namespace attnops::tools;
+using attnops::testing::Outcome;
+using attnops::testing::expectRejected;
+using attnops::testing::planWith;
 using attnops::fia::kSplitKeys;
 using attnops::testsupport::ForcedImpl;
 
 namespace {
+
+using attnops::testing::expectRejected;  // the overloads below add to it
 
 const char* const kImplementations[] = {"avx512", "avx2", "tiled-generic", "reference"};
 
@@ -92,24 +98,6 @@ void expectEveryImplementation(const FiaProblem& p, int& ran) {
     }
 }
 
-struct Outcome {
-    attnopsStatus status;
-    std::string message;
-};
-
-template <typename Edit>
-Outcome planWith(const FiaInstance& inst, Edit&& edit) {
-    const FiaArrays arrays(inst);
-    const attnopsTensor* kv[2];
-    fia::Args a = fiaArgs(inst, arrays, kv);
-    edit(a);
-    uint64_t ws = 0;
-    attnopsExecutor* exec = nullptr;
-    const attnopsStatus st = fiaGetWorkspace(a, &ws, &exec);
-    const std::string message = attnopsGetLastErrorMessage();
-    if (st == ATTNOPS_SUCCESS) attnopsDestroyExecutor(exec);
-    return {st, message};
-}
 
 void expectRejected(const Outcome& o, const std::string& needle, attnopsStatus status = ATTNOPS_ERROR_INVALID_ARGUMENT) {
     EXPECT_EQ(o.status, status) << o.message;

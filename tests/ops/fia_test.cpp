@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "fia_plan.hpp"
 #include "forced_impl.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
@@ -19,6 +20,9 @@
 
 using namespace attnops;
 using namespace attnops::tools;
+using attnops::testing::Outcome;
+using attnops::testing::expectRejected;
+using attnops::testing::planWith;
 
 namespace {
 
@@ -84,30 +88,7 @@ std::vector<uint8_t> runBytes(const FiaProblem& p) {
     return bytes;
 }
 
-// Phase 1 of a modified call: the status and the message.
-struct Outcome {
-    attnopsStatus status;
-    std::string message;
-};
 
-template <typename Edit>
-Outcome planWith(const FiaInstance& inst, Edit&& edit) {
-    const FiaArrays arrays(inst);
-    const attnopsTensor* kv[2];
-    fia::Args a = fiaArgs(inst, arrays, kv);
-    edit(a);
-    uint64_t ws = 0;
-    attnopsExecutor* exec = nullptr;
-    const attnopsStatus st = fiaGetWorkspace(a, &ws, &exec);
-    const std::string message = attnopsGetLastErrorMessage();
-    if (st == ATTNOPS_SUCCESS) attnopsDestroyExecutor(exec);
-    return {st, message};
-}
-
-void expectRejected(const Outcome& o, attnopsStatus status, const std::string& needle) {
-    EXPECT_EQ(o.status, status) << o.message;
-    EXPECT_NE(o.message.find(needle), std::string::npos) << "message: " << o.message << "\nexpected to contain: " << needle;
-}
 
 }  // namespace
 
