@@ -47,11 +47,14 @@ int main(int argc, char** argv) {
         "\"block-attention-residuals\", \"eps\", \"validBlockNum\", \"needBackward\", \"backward\", "
         "\"blockResLayout\": \"token-major\"|\"source-major\", \"tensors\"}. fused-infer-attention: query, key, value (a paged "
         "cache as it is), blockTable (int32 <i4), attenMask, keyAntiquantScale/Offset, valueAntiquantScale/Offset (int8 "
-        "caches: |i1), learnableSink, pseShift, queryRope, keyRope (MLA), attentionOut, softmaxLse; int64 arrays "
-        "actualSeqLengths, actualSeqLengthsKv (as "
-        "passed: TND cumulative, paged KV per batch); params.json: {\"op\": \"fused-infer-attention\", \"inputLayout\", "
+        "caches: |i1; int4: int32 containers <i4), antiquantScale/Offset (the combined style), quantScale2/Offset2 (int8 "
+        "attentionOut), learnableSink, pseShift, queryRope, keyRope (MLA), keySharedPrefix, valueSharedPrefix, key_<i>/"
+        "value_<i> (tensor lists), attentionOut, softmaxLse; int64 arrays actualSeqLengths, actualSeqLengthsKv (as "
+        "passed: TND cumulative, paged KV per batch), queryPaddingSize, kvPaddingSize, actualSharedPrefixLen; "
+        "params.json: {\"op\": \"fused-infer-attention\", \"inputLayout\", "
         "\"numHeads\" (required), \"numKeyValueHeads\", \"scaleValue\" (1.0 when absent), \"preTokens\", \"nextTokens\", "
-        "\"sparseMode\", \"blockSize\", \"softmaxLseFlag\", \"keyAntiquantMode\", \"valueAntiquantMode\", \"tensors\"}.");
+        "\"sparseMode\", \"blockSize\", \"softmaxLseFlag\", \"antiquantMode\", \"keyAntiquantMode\", "
+        "\"valueAntiquantMode\", \"keyCount\", \"tensors\"}.");
 
     FaFlags faFlags;
     CLI::App* runFa = run->add_subcommand(
@@ -74,7 +77,8 @@ int main(int argc, char** argv) {
     CLI::App* runFia = run->add_subcommand(
         "fused-infer-attention",
         "FusedInferAttentionScore (V4) on deterministic random inputs (or --load DIR): layouts, GQA, actual lengths, "
-        "sparse modes, paged caches (BnBsH, BnNBsD, NZ), int8 KV, lse, sink; time, GB/s of KV read, TFLOP/s, "
+        "sparse modes 0-4 and 9, paged caches (BnBsH, BnNBsD, NZ), int8/int4 KV, int8 output, pse, MLA rope, left padding, "
+        "shared prefix, tensor lists, lse, sink; time, GB/s of KV read, TFLOP/s, "
         "--check against the double reference (every row), --save");
     addRunOptions(*runFia, runOptions, false);
     addFusedInferAttentionFlags(*runFia, fiaFlags);
