@@ -45,6 +45,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
+from .cp import _pack, _unpack  # cp imports this module lazily, so no cycle
 from .merge import merge_max_sum
 
 INT32_MAX = _ops.INT32_MAX
@@ -299,19 +300,6 @@ def _rows(t: Tensor, r: int, n: int) -> Tensor:
 def _stats():
     from .cp import comm_stats
     return comm_stats
-
-
-def _pack(*ts: Tensor, dtype=None) -> Tensor:
-    return torch.cat([t.reshape(-1) for t in ts]).to(dtype or ts[0].dtype)
-
-
-def _unpack(flat: Tensor, *shapes):
-    out, at = [], 0
-    for shape in shapes:
-        n = math.prod(shape)
-        out.append(flat[at:at + n].view(shape))
-        at += n
-    return out
 
 
 def _gather_sum(x: Tensor, g, world: int) -> Tensor:
