@@ -30,10 +30,10 @@ inline Axes axesOf(Layout layout) {
 
 inline int rankOf(Layout layout) { return layout == Layout::BSND || layout == Layout::BNSD ? 4 : 3; }
 
-// Strided view with logical axes (b, n, s, d) over an operand of `layout` with head dim `d`.
+// Strided view with logical axes (b, n, s, d) over an operand whose axes sit at `a`, with head
+// dim `headDim` (absent axes get stride 0; the inference family's forms use this directly).
 template <typename View>
-View viewOf(const attnopsTensor& t, Layout layout, int64_t headDim) {
-    const Axes a = axesOf(layout);
+View viewOf(const attnopsTensor& t, const Axes& a, int64_t headDim) {
     View v;
     v.data = t.data;
     v.dtype = t.dtype;
@@ -47,6 +47,12 @@ View viewOf(const attnopsTensor& t, Layout layout, int64_t headDim) {
         v.stride[3] = t.strides[a.d];
     }
     return v;
+}
+
+// The same over an operand of `layout`.
+template <typename View>
+View viewOf(const attnopsTensor& t, Layout layout, int64_t headDim) {
+    return viewOf<View>(t, axesOf(layout), headDim);
 }
 
 inline std::vector<int64_t> expectedShape(Layout layout, int64_t b, int64_t s, int64_t n, int64_t d) {

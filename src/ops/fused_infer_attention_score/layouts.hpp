@@ -64,20 +64,7 @@ inline fa::Layout baseLayout(Form f) {
 // Strided view with logical axes (b, n, row, d); packed forms have batch stride 0.
 template <typename View>
 View viewOf(const attnopsTensor& t, Form f, int64_t headDim) {
-    const fa::Axes a = axesOf(f);
-    View v;
-    v.data = t.data;
-    v.dtype = t.dtype;
-    v.stride[0] = a.b >= 0 ? t.strides[a.b] : 0;
-    v.stride[2] = t.strides[a.s];
-    if (a.h >= 0) {  // h = n * d: head n starts at column n * d
-        v.stride[1] = headDim * t.strides[a.h];
-        v.stride[3] = t.strides[a.h];
-    } else {
-        v.stride[1] = t.strides[a.n];
-        v.stride[3] = t.strides[a.d];
-    }
-    return v;
+    return fa::viewOf<View>(t, axesOf(f), headDim);
 }
 
 // Shape of an operand of form f (packed forms: s is the row count T).
