@@ -77,12 +77,20 @@ struct Scratch {
     int64_t* rLines;    // [ropeDim / kLanes]
     int64_t kLineCount = 0, vLineCount = 0, rLineCount = 0;
     uint8_t* kept;      // [keyRows]
+    // Packed blocks (packs(): several row tiles share each key/value row): the block's key rows
+    // [k ; k_rope] and value rows converted to fp32 once, read by every row tile.
+    float* pk;            // [keyRows][d + ropeDim]
+    float* pv;            // [keyRows][dv]
+    const char** pkRow;   // [keyRows] rows of pk
+    const char** pvRow;   // [keyRows] rows of pv (or of pk when the value is the key)
+    int64_t* pChunk;      // [max(d + ropeDim, dv) / kLanes] v * kLanes: packed rows are unit stride
 
     static int64_t floats(const Params& p, TileShape t) {
-        const int64_t R = p.core.group * t.queryRows, kr = t.keyRows;
+        const int64_t R = p.core.group * t.queryRows, kr = t.keyRows, dk = p.core.d + p.ropeDim;
         return alignUp(R * (p.core.d + p.ropeDim)) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) +
                4 * alignUp(R) + 4 * alignUp(kr) + 6 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) +
-               2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr);
+               2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr) + alignUp(kr * dk) +
+               alignUp(kr * p.core.dv) + 2 * alignUp(2 * kr) + alignUp(2 * std::max(dk, p.core.dv));
     }
 
     Scratch(const Params& p, TileShape t, void* base) {
@@ -119,6 +127,12 @@ struct Scratch {
         rChunk = reinterpret_cast<int64_t*>(take(2 * p.ropeDim));
         rLines = reinterpret_cast<int64_t*>(take(2 * p.ropeDim));
         kept = reinterpret_cast<uint8_t*>(take(kr));
+        const int64_t dk = p.core.d + p.ropeDim;
+        pk = take(kr * dk);
+        pv = take(kr * p.core.dv);
+        pkRow = reinterpret_cast<const char**>(take(2 * kr));
+        pvRow = reinterpret_cast<const char**>(take(2 * kr));
+        pChunk = reinterpret_cast<int64_t*>(take(2 * std::max(dk, p.core.dv)));
     }
 };
 
@@ -134,6 +148,11 @@ template <class V>
 bool acceptsSource(const KvSource& s, int64_t dim) {
     // The key/value dtypes check.cpp admits (fp32 is not one).
     const bool known = s.dtype == DType::F16 || s.dtype == DType::BF16 || s.dtype == DType::I8;
+    // Packed int4 (int32 containers; decode, never paged, spec 9.1): offsets count nibbles, and
+    // every row and vector starts on a whole byte (strides are multiples of 8 nibbles).
+    if (s.dtype == DType::I4)
+        return !hasKvParts(s) && dim % V::kLanes == 0 && s.dimStride == 1 && s.dimGroup == 0 && s.rowStride % 2 == 0 &&
+               s.headStride % 2 == 0 && s.batchStride % 2 == 0 && s.blockStride % 2 == 0;
     bool unitParts = s.prefixLen == 0 || s.prefix.dimStride == 1;  // shared prefix, tensor-list rows
     for (const KvPart& e : s.perBatch) unitParts = unitParts && e.dimStride == 1;
     return known && unitParts && dim % V::kLanes == 0 && s.dimStride == 1 && (s.dimGroup == 0 || s.dimGroup % V::kLanes == 0);
@@ -148,10 +167,12 @@ bool accepts(const Params& p) {
 // kLanes elements of a stored row from element offset `at`, as fp32.
 template <class V, DType T>
 ATTNOPS_SIMD_INLINE typename V::Vec loadVec(const char* row, int64_t at) {
-    static_assert(T == DType::F16 || T == DType::BF16 || T == DType::I8);
+    static_assert(T == DType::F16 || T == DType::BF16 || T == DType::I8 || T == DType::I4 || T == DType::F32);
     if constexpr (T == DType::F16) return V::loadHalf(reinterpret_cast<const uint16_t*>(row) + at);
     if constexpr (T == DType::BF16) return V::loadBf16(reinterpret_cast<const uint16_t*>(row) + at);
     if constexpr (T == DType::I8) return V::loadInt8(reinterpret_cast<const int8_t*>(row) + at);
+    if constexpr (T == DType::I4) return V::loadInt4(reinterpret_cast<const uint8_t*>(row) + (at >> 1));  // at even
+    if constexpr (T == DType::F32) return V::load(reinterpret_cast<const float*>(row) + at);  // a packed block
 }
 
 // Asks for the cache lines of a row (offsets from lineOffsets) ahead of their use: the cache is
@@ -293,6 +314,7 @@ ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, int64_t dr, const Scr
     switch (t) {
         case DType::F16: return dots<V, DType::F16>(R, d, dr, sc, nk, ldst);
         case DType::BF16: return dots<V, DType::BF16>(R, d, dr, sc, nk, ldst);
+        case DType::I4: return dots<V, DType::I4>(R, d, dr, sc, nk, ldst);
         default: return dots<V, DType::I8>(R, d, dr, sc, nk, ldst);
     }
 }
@@ -302,20 +324,22 @@ ATTNOPS_SIMD_FN void accumulateOf(DType t, int64_t R, int64_t dv, const Scratch&
     switch (t) {
         case DType::F16: return accumulate<V, DType::F16, SkipZero>(R, dv, sc, nk, ldst);
         case DType::BF16: return accumulate<V, DType::BF16, SkipZero>(R, dv, sc, nk, ldst);
+        case DType::I4: return accumulate<V, DType::I4, SkipZero>(R, dv, sc, nk, ldst);
         default: return accumulate<V, DType::I8, SkipZero>(R, dv, sc, nk, ldst);
     }
 }
 
 inline int64_t elementBytes(DType t) { return t == DType::I8 ? 1 : 2; }
+// Bytes of `elements` stored elements (packed int4: two per byte; the offsets passed are even).
+inline int64_t byteOffset(DType t, int64_t elements) { return t == DType::I4 ? elements / 2 : elements * elementBytes(t); }
 
 // Element offset of vector v of a row (NZ: vector v lies in dim group v * kLanes / dimGroup),
 // and the byte offsets of the row's vectors that start a new cache line; returns their count.
 inline int64_t chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64_t* chunk, int64_t* lines) {
-    const int64_t bytes = elementBytes(s.dtype);
     int64_t count = 0;
     for (int64_t c = 0, v = 0; c < dim; c += lanes, ++v) {
         chunk[v] = s.dimOffset(c);
-        const int64_t at = chunk[v] * bytes;
+        const int64_t at = byteOffset(s.dtype, chunk[v]);
         if (count == 0 || at / kLineBytes != lines[count - 1] / kLineBytes) lines[count++] = at;
     }
     return count;
@@ -326,18 +350,18 @@ inline int64_t chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64
 inline void sourceRows(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t k0, int64_t nk,
                        const char** rows) {
     const char* base = static_cast<const char*>(s.data);
-    const int64_t bytes = elementBytes(s.dtype), step = s.rowStride * bytes;
-    if (hasKvParts(s)) {  // shared prefix or tensor-list rows: each row from its own tensor
+    const int64_t step = byteOffset(s.dtype, s.rowStride);
+    if (hasKvParts(s)) {  // shared prefix or tensor-list rows: each row from its own tensor (never int4)
         for (int64_t j = 0; j < nk; ++j) {
             const KvAddress a = kvAddress(p, s, b, m, k0 + j);
-            rows[j] = static_cast<const char*>(a.data) + a.at * bytes;
+            rows[j] = static_cast<const char*>(a.data) + byteOffset(s.dtype, a.at);
         }
         return;
     }
     const int64_t run = p.table.data == nullptr ? nk : p.table.blockSize;  // rows that step by rowStride
     for (int64_t j = 0; j < nk;) {
         const int64_t t = k0 + j, n = std::min(nk - j, run - (p.table.data == nullptr ? 0 : t % run));
-        const char* row = base + kvRowOffset(p, s, b, m, t) * bytes;
+        const char* row = base + byteOffset(s.dtype, kvRowOffset(p, s, b, m, t));
         for (int64_t i = 0; i < n; ++i, row += step) rows[j + i] = row;
         j += n;
     }
@@ -463,6 +487,82 @@ ATTNOPS_SIMD_FN void softmaxRow(const Params& p, int64_t nk, float rowMax, float
     for (int64_t c = 0; c < p.core.dv; c += V::kLanes) V::store(acc + c, V::mul(V::load(acc + c), V::set1(alpha)));
 }
 
+// Packed blocks. With one row tile (a decode step of a small GQA group) each key/value vector
+// is converted once anyway, straight from the cache; with several (prefill, wide groups, MLA)
+// every tile would convert the block again, so from kPackTiles tiles on the block is converted
+// to fp32 once per (unit, block), like the FlashAttentionScore forward's packing. No bits change:
+// the conversions are exact and the FMAs run in the same order on the same values.
+constexpr int64_t kPackTiles = 3;
+inline bool packs(int64_t R) { return R > (kPackTiles - 1) * kRowTile; }
+
+// dst[j * ld + c] = row j as fp32, c < dim (vector v at chunk[v]); prefetches the next block's
+// rows (a block ahead of their use, as dotRows does on the unpacked path).
+template <class V, DType T>
+ATTNOPS_SIMD_FN void packRows(const char* const* rows, const int64_t* chunk, int64_t dim, int64_t nk, float* dst,
+                              int64_t ld, const char* const* next, int64_t nextRows, const int64_t* lines,
+                              int64_t lineCount) {
+    for (int64_t j = 0; j < nk; ++j) {
+        if (j < nextRows) prefetchRow(next[j], lines, lineCount);
+        const char* row = rows[j];
+        float* out = dst + j * ld;
+        for (int64_t c = 0, v = 0; c < dim; c += V::kLanes, ++v) V::store(out + c, loadVec<V, T>(row, chunk[v]));
+    }
+}
+
+template <class V>
+ATTNOPS_SIMD_FN void packOf(DType t, const char* const* rows, const int64_t* chunk, int64_t dim, int64_t nk, float* dst,
+                            int64_t ld, const char* const* next, int64_t nextRows, const int64_t* lines, int64_t lineCount) {
+    switch (t) {
+        case DType::F16: return packRows<V, DType::F16>(rows, chunk, dim, nk, dst, ld, next, nextRows, lines, lineCount);
+        case DType::BF16: return packRows<V, DType::BF16>(rows, chunk, dim, nk, dst, ld, next, nextRows, lines, lineCount);
+        case DType::I4: return packRows<V, DType::I4>(rows, chunk, dim, nk, dst, ld, next, nextRows, lines, lineCount);
+        default: return packRows<V, DType::I8>(rows, chunk, dim, nk, dst, ld, next, nextRows, lines, lineCount);
+    }
+}
+
+// The key block (and its rope rows, which continue each packed key row) and the value block.
+template <class V>
+ATTNOPS_SIMD_FN void packBlock(const Params& p, Scratch& sc, int64_t nk) {
+    const int64_t d = p.core.d, dk = d + p.ropeDim, next = sc.nextRows;
+    packOf<V>(p.key.dtype, sc.kRow, sc.kChunk, d, nk, sc.pk, dk, sc.kNext, next, sc.kLines, sc.kLineCount);
+    if (p.ropeDim > 0)
+        packOf<V>(p.keyRope.dtype, sc.rRow, sc.rChunk, p.ropeDim, nk, sc.pk + d, dk, sc.rNext, next, sc.rLines,
+                  sc.rLineCount);
+    if (!p.valueIsKey)
+        packOf<V>(p.value.dtype, sc.vRow, sc.vChunk, p.core.dv, nk, sc.pv, p.core.dv, sc.vNext, next, sc.vLines,
+                  sc.vLineCount);
+}
+
+// dots / accumulate over the packed block: one dot of d + ropeDim (the order of the unpacked
+// path, whose rope dims continue the same accumulators).
+template <class V>
+ATTNOPS_SIMD_FN void dotsPacked(int64_t R, int64_t dk, const Scratch& sc, int64_t nk, int64_t ldst) {
+    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
+        const float* q = sc.q + r0 * dk;
+        float* st = sc.st + r0 * ldst;
+        switch (std::min(kRowTile, R - r0)) {
+            case 1: dotRows<V, DType::F32, 1>(dk, sc.pkRow, sc.pChunk, 0, nullptr, nullptr, nk, q, dk, st, ldst, nullptr); break;
+            case 2: dotRows<V, DType::F32, 2>(dk, sc.pkRow, sc.pChunk, 0, nullptr, nullptr, nk, q, dk, st, ldst, nullptr); break;
+            case 3: dotRows<V, DType::F32, 3>(dk, sc.pkRow, sc.pChunk, 0, nullptr, nullptr, nk, q, dk, st, ldst, nullptr); break;
+            default: dotRows<V, DType::F32, 4>(dk, sc.pkRow, sc.pChunk, 0, nullptr, nullptr, nk, q, dk, st, ldst, nullptr); break;
+        }
+    }
+}
+
+template <class V, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulatePacked(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst) {
+    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
+        const float* st = sc.st + r0 * ldst;
+        float* acc = sc.acc + r0 * dv;
+        switch (std::min(kRowTile, R - r0)) {
+            case 1: accumulateRows<V, DType::F32, 1, SkipZero>(dv, sc.pvRow, sc.pChunk, nk, st, ldst, acc, dv); break;
+            case 2: accumulateRows<V, DType::F32, 2, SkipZero>(dv, sc.pvRow, sc.pChunk, nk, st, ldst, acc, dv); break;
+            case 3: accumulateRows<V, DType::F32, 3, SkipZero>(dv, sc.pvRow, sc.pChunk, nk, st, ldst, acc, dv); break;
+            default: accumulateRows<V, DType::F32, 4, SkipZero>(dv, sc.pvRow, sc.pChunk, nk, st, ldst, acc, dv); break;
+        }
+    }
+}
+
 // The unit: query rows [q0, q1) of every head of kv head n2's group against keys [k0, k1).
 template <class V>
 ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
@@ -481,6 +581,15 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
     sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
     sc.prefetchValues = !p.valueIsKey;
+    const bool pack = packs(R);
+    if (pack) {
+        const int64_t dk = d + p.ropeDim;
+        for (int64_t j = 0; j < t.keyRows; ++j) {
+            sc.pkRow[j] = reinterpret_cast<const char*>(sc.pk + j * dk);
+            sc.pvRow[j] = p.valueIsKey ? sc.pkRow[j] : reinterpret_cast<const char*>(sc.pv + j * dv);
+        }
+        for (int64_t v = 0; v * V::kLanes < std::max(dk, dv); ++v) sc.pChunk[v] = v * V::kLanes;
+    }
     const int64_t firstRows = std::min(t.keyRows, u.k1 - u.k0);
     if (firstRows > 0) {
         keyRows(p, u.b, u.n2, u.k0, firstRows, sc.kNext);
@@ -498,7 +607,12 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         if (p.ropeDim > 0) sourceRows(p, p.keyRope, u.b, u.n2, k0 + nk, sc.nextRows, sc.rNext);
         tokenTerms(p, p.keyQuant, u.b, u.n2, k0, nk, sc.kScale, sc.kOffset);
         tokenTerms(p, p.valueQuant, u.b, u.n2, k0, nk, sc.vScale, sc.vOffset);
-        dotsOf<V>(p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
+        if (pack) {
+            packBlock<V>(p, sc, nk);
+            dotsPacked<V>(R, d + p.ropeDim, sc, nk, ldst);
+        } else {
+            dotsOf<V>(p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
+        }
         // pseShift takes the shared row step too (scale, then pse per kept key).
         const bool masked = c.mask.explicitMask || c.pse.form != fa::PseForm::None || p.tree != nullptr ||
                             !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
@@ -512,7 +626,11 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
             }
             softmaxRow<V>(p, nk, rowMax, s, sc, i);
         }
-        if (masked)
+        if (pack && masked)
+            accumulatePacked<V, true>(R, dv, sc, nk, ldst);
+        else if (pack)
+            accumulatePacked<V, false>(R, dv, sc, nk, ldst);
+        else if (masked)
             accumulateOf<V, true>(p.value.dtype, R, dv, sc, nk, ldst);
         else
             accumulateOf<V, false>(p.value.dtype, R, dv, sc, nk, ldst);
