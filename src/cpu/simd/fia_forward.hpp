@@ -175,6 +175,18 @@ ATTNOPS_SIMD_INLINE typename V::Vec loadVec(const char* row, int64_t at) {
     if constexpr (T == DType::F32) return V::load(reinterpret_cast<const float*>(row) + at);  // a packed block
 }
 
+// Keeps a query vector in a register. Left alone, the compilers fold its load into each of the
+// kDotKeys FMAs that use it, and the dot then issues 2 x kRowTile + kDotKeys vector loads per
+// 2 x kRowTile FMAs, bound by the load ports (Zen 3: two 256-bit loads a cycle) rather than the
+// FMAs. An empty asm that "changes" the value forces one load. No arithmetic changes.
+template <class V>
+ATTNOPS_SIMD_INLINE void keepInRegister(typename V::Vec& x) {
+    if constexpr (V::kLanes == 8)
+        __asm__("" : "+x"(x));
+    else
+        __asm__("" : "+v"(x));
+}
+
 // Asks for the cache lines of a row (offsets from lineOffsets) ahead of their use: the cache is
 // read once, row by row from scattered pages, so the hardware prefetchers see short runs only.
 ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int64_t count) {
@@ -206,7 +218,8 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
             const Vec x0 = loadVec<V, T>(k0, at), x1 = loadVec<V, T>(k1, at);
 #pragma GCC unroll 4
             for (int r = 0; r < NR; ++r) {
-                const Vec qv = V::load(q + r * ldq + c);
+                Vec qv = V::load(q + r * ldq + c);
+                keepInRegister<V>(qv);
                 acc[r] = V::fmadd(qv, x0, acc[r]);
                 acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
             }
@@ -219,7 +232,8 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
                 const Vec x0 = loadVec<V, T>(r0, at), x1 = loadVec<V, T>(r1, at);
 #pragma GCC unroll 4
                 for (int r = 0; r < NR; ++r) {
-                    const Vec qv = V::load(q + r * ldq + d + c);
+                    Vec qv = V::load(q + r * ldq + d + c);
+                    keepInRegister<V>(qv);
                     acc[r] = V::fmadd(qv, x0, acc[r]);
                     acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
                 }
@@ -490,18 +504,30 @@ ATTNOPS_SIMD_FN void softmaxRow(const Params& p, int64_t nk, float rowMax, float
 // Packed blocks. With one row tile (a decode step of a small GQA group) each key/value vector
 // is converted once anyway, straight from the cache; with several (prefill, wide groups, MLA)
 // every tile would convert the block again, so from kPackTiles tiles on the block is converted
-// to fp32 once per (unit, block), like the FlashAttentionScore forward's packing. No bits change:
-// the conversions are exact and the FMAs run in the same order on the same values.
+// to fp32 once per (unit, block), like the FlashAttentionScore forward's packing, in runs of
+// keys small enough (kPackBytes) that a run stays in L1 while every row tile reads it: the dots
+// of a run, then the next run; after the softmax, the same for the values. No bits change: the
+// conversions are exact, every score is its own dot, and each accumulator still takes the keys
+// in ascending order (stored and reloaded exactly between runs).
 constexpr int64_t kPackTiles = 3;
-inline bool packs(int64_t R) { return R > (kPackTiles - 1) * kRowTile; }
+constexpr int64_t kPackBytes = 16 * 1024;
+// fp16 is left out: vcvtph2ps converts as it loads, as cheap as an fp32 load from a packed run.
+inline bool packs(const Params& p, int64_t R) {
+    return R > (kPackTiles - 1) * kRowTile && p.key.dtype != DType::F16;
+}
+// Keys of a run of `dim`-wide fp32 rows: even (whole kDotKeys steps), 8 to kKeyRows.
+inline int64_t runKeys(int64_t dim) {
+    return std::clamp<int64_t>(kPackBytes / (dim * int64_t(sizeof(float))) / kDotKeys * kDotKeys, 8, kKeyRows);
+}
 
-// dst[j * ld + c] = row j as fp32, c < dim (vector v at chunk[v]); prefetches the next block's
-// rows (a block ahead of their use, as dotRows does on the unpacked path).
+// dst[j * ld + c] = row j as fp32 for rows j of [j0, j1), c < dim (vector v at chunk[v]);
+// prefetches the same rows of the next block (a block ahead of their use, as dotRows does on
+// the unpacked path).
 template <class V, DType T>
-ATTNOPS_SIMD_FN void packRows(const char* const* rows, const int64_t* chunk, int64_t dim, int64_t nk, float* dst,
-                              int64_t ld, const char* const* next, int64_t nextRows, const int64_t* lines,
+ATTNOPS_SIMD_FN void packRows(const char* const* rows, const int64_t* chunk, int64_t dim, int64_t j0, int64_t j1,
+                              float* dst, int64_t ld, const char* const* next, int64_t nextRows, const int64_t* lines,
                               int64_t lineCount) {
-    for (int64_t j = 0; j < nk; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
         if (j < nextRows) prefetchRow(next[j], lines, lineCount);
         const char* row = rows[j];
         float* out = dst + j * ld;
@@ -510,55 +536,57 @@ ATTNOPS_SIMD_FN void packRows(const char* const* rows, const int64_t* chunk, int
 }
 
 template <class V>
-ATTNOPS_SIMD_FN void packOf(DType t, const char* const* rows, const int64_t* chunk, int64_t dim, int64_t nk, float* dst,
-                            int64_t ld, const char* const* next, int64_t nextRows, const int64_t* lines, int64_t lineCount) {
+ATTNOPS_SIMD_FN void packOf(DType t, const char* const* rows, const int64_t* chunk, int64_t dim, int64_t j0, int64_t j1,
+                            float* dst, int64_t ld, const char* const* next, int64_t nextRows, const int64_t* lines,
+                            int64_t lineCount) {
     switch (t) {
-        case DType::F16: return packRows<V, DType::F16>(rows, chunk, dim, nk, dst, ld, next, nextRows, lines, lineCount);
-        case DType::BF16: return packRows<V, DType::BF16>(rows, chunk, dim, nk, dst, ld, next, nextRows, lines, lineCount);
-        case DType::I4: return packRows<V, DType::I4>(rows, chunk, dim, nk, dst, ld, next, nextRows, lines, lineCount);
-        default: return packRows<V, DType::I8>(rows, chunk, dim, nk, dst, ld, next, nextRows, lines, lineCount);
+        case DType::F16: return packRows<V, DType::F16>(rows, chunk, dim, j0, j1, dst, ld, next, nextRows, lines, lineCount);
+        case DType::BF16: return packRows<V, DType::BF16>(rows, chunk, dim, j0, j1, dst, ld, next, nextRows, lines, lineCount);
+        case DType::I4: return packRows<V, DType::I4>(rows, chunk, dim, j0, j1, dst, ld, next, nextRows, lines, lineCount);
+        default: return packRows<V, DType::I8>(rows, chunk, dim, j0, j1, dst, ld, next, nextRows, lines, lineCount);
     }
 }
 
-// The key block (and its rope rows, which continue each packed key row) and the value block.
+// Scores of keys [j0, j1) for all R rows from packed key rows [k ; k_rope]: one dot of
+// d + ropeDim (the order of the unpacked path, whose rope dims continue the same accumulators).
 template <class V>
-ATTNOPS_SIMD_FN void packBlock(const Params& p, Scratch& sc, int64_t nk) {
-    const int64_t d = p.core.d, dk = d + p.ropeDim, next = sc.nextRows;
-    packOf<V>(p.key.dtype, sc.kRow, sc.kChunk, d, nk, sc.pk, dk, sc.kNext, next, sc.kLines, sc.kLineCount);
+ATTNOPS_SIMD_FN void dotsPacked(const Params& p, int64_t R, Scratch& sc, int64_t j0, int64_t j1, int64_t ldst) {
+    const int64_t d = p.core.d, dk = d + p.ropeDim, n = j1 - j0, next = sc.nextRows;
+    packOf<V>(p.key.dtype, sc.kRow, sc.kChunk, d, j0, j1, sc.pk, dk, sc.kNext, next, sc.kLines, sc.kLineCount);
     if (p.ropeDim > 0)
-        packOf<V>(p.keyRope.dtype, sc.rRow, sc.rChunk, p.ropeDim, nk, sc.pk + d, dk, sc.rNext, next, sc.rLines,
+        packOf<V>(p.keyRope.dtype, sc.rRow, sc.rChunk, p.ropeDim, j0, j1, sc.pk + d, dk, sc.rNext, next, sc.rLines,
                   sc.rLineCount);
-    if (!p.valueIsKey)
-        packOf<V>(p.value.dtype, sc.vRow, sc.vChunk, p.core.dv, nk, sc.pv, p.core.dv, sc.vNext, next, sc.vLines,
-                  sc.vLineCount);
-}
-
-// dots / accumulate over the packed block: one dot of d + ropeDim (the order of the unpacked
-// path, whose rope dims continue the same accumulators).
-template <class V>
-ATTNOPS_SIMD_FN void dotsPacked(int64_t R, int64_t dk, const Scratch& sc, int64_t nk, int64_t ldst) {
+    if (sc.prefetchValues)  // the value rows of the next block (packed later, after the softmax)
+        for (int64_t j = j0; j < std::min(j1, next); ++j) prefetchRow(sc.vNext[j], sc.vLines, sc.vLineCount);
+    const char* const* rows = sc.pkRow + j0;
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
         const float* q = sc.q + r0 * dk;
-        float* st = sc.st + r0 * ldst;
+        float* st = sc.st + r0 * ldst + j0;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: dotRows<V, DType::F32, 1>(dk, sc.pkRow, sc.pChunk, 0, nullptr, nullptr, nk, q, dk, st, ldst, nullptr); break;
-            case 2: dotRows<V, DType::F32, 2>(dk, sc.pkRow, sc.pChunk, 0, nullptr, nullptr, nk, q, dk, st, ldst, nullptr); break;
-            case 3: dotRows<V, DType::F32, 3>(dk, sc.pkRow, sc.pChunk, 0, nullptr, nullptr, nk, q, dk, st, ldst, nullptr); break;
-            default: dotRows<V, DType::F32, 4>(dk, sc.pkRow, sc.pChunk, 0, nullptr, nullptr, nk, q, dk, st, ldst, nullptr); break;
+            case 1: dotRows<V, DType::F32, 1>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            case 2: dotRows<V, DType::F32, 2>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            case 3: dotRows<V, DType::F32, 3>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            default: dotRows<V, DType::F32, 4>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
         }
     }
 }
 
+// acc += P.V over keys [j0, j1) for all R rows from packed value rows (the packed key rows when
+// the value is the key, packed by dotsPacked).
 template <class V, bool SkipZero>
-ATTNOPS_SIMD_FN void accumulatePacked(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst) {
+ATTNOPS_SIMD_FN void accumulatePacked(const Params& p, int64_t R, Scratch& sc, int64_t j0, int64_t j1, int64_t ldst) {
+    const int64_t dv = p.core.dv;
+    if (!p.valueIsKey)
+        packOf<V>(p.value.dtype, sc.vRow, sc.vChunk, dv, j0, j1, sc.pv, dv, nullptr, 0, nullptr, 0);
+    const char* const* rows = sc.pvRow + j0;
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
-        const float* st = sc.st + r0 * ldst;
+        const float* st = sc.st + r0 * ldst + j0;
         float* acc = sc.acc + r0 * dv;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: accumulateRows<V, DType::F32, 1, SkipZero>(dv, sc.pvRow, sc.pChunk, nk, st, ldst, acc, dv); break;
-            case 2: accumulateRows<V, DType::F32, 2, SkipZero>(dv, sc.pvRow, sc.pChunk, nk, st, ldst, acc, dv); break;
-            case 3: accumulateRows<V, DType::F32, 3, SkipZero>(dv, sc.pvRow, sc.pChunk, nk, st, ldst, acc, dv); break;
-            default: accumulateRows<V, DType::F32, 4, SkipZero>(dv, sc.pvRow, sc.pChunk, nk, st, ldst, acc, dv); break;
+            case 1: accumulateRows<V, DType::F32, 1, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            case 2: accumulateRows<V, DType::F32, 2, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            case 3: accumulateRows<V, DType::F32, 3, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            default: accumulateRows<V, DType::F32, 4, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
         }
     }
 }
@@ -581,7 +609,8 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
     sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
     sc.prefetchValues = !p.valueIsKey;
-    const bool pack = packs(R);
+    const bool pack = packs(p, R);
+    const int64_t keyRun = runKeys(d + p.ropeDim), valueRun = runKeys(dv);
     if (pack) {
         const int64_t dk = d + p.ropeDim;
         for (int64_t j = 0; j < t.keyRows; ++j) {
@@ -608,8 +637,7 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         tokenTerms(p, p.keyQuant, u.b, u.n2, k0, nk, sc.kScale, sc.kOffset);
         tokenTerms(p, p.valueQuant, u.b, u.n2, k0, nk, sc.vScale, sc.vOffset);
         if (pack) {
-            packBlock<V>(p, sc, nk);
-            dotsPacked<V>(R, d + p.ropeDim, sc, nk, ldst);
+            for (int64_t j = 0; j < nk; j += keyRun) dotsPacked<V>(p, R, sc, j, std::min(nk, j + keyRun), ldst);
         } else {
             dotsOf<V>(p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
         }
@@ -626,10 +654,13 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
             }
             softmaxRow<V>(p, nk, rowMax, s, sc, i);
         }
-        if (pack && masked)
-            accumulatePacked<V, true>(R, dv, sc, nk, ldst);
-        else if (pack)
-            accumulatePacked<V, false>(R, dv, sc, nk, ldst);
+        if (pack)
+            for (int64_t j = 0; j < nk; j += valueRun) {
+                if (masked)
+                    accumulatePacked<V, true>(p, R, sc, j, std::min(nk, j + valueRun), ldst);
+                else
+                    accumulatePacked<V, false>(p, R, sc, j, std::min(nk, j + valueRun), ldst);
+            }
         else if (masked)
             accumulateOf<V, true>(p.value.dtype, R, dv, sc, nk, ldst);
         else
