@@ -2,10 +2,13 @@
 // (cpu/simd/microkernels.hpp), instantiated by the avx2 and avx512 entries. Decode reads the KV
 // cache once: the rows of a whole GQA group (G query heads x the unit's query rows) go through
 // each key and value row of their kv head together, and every key/value vector is converted in
-// registers (bf16 by a shift, fp16 by vcvtph2ps, int8 exactly) right before the FMAs that use
+// registers (bf16 by a shift, fp16 by vcvtph2ps, int8 exactly, int4 from the nibbles of int32
+// containers by a variable shift up and an arithmetic shift down) right before the FMAs that use
 // it, straight from where the row lies (strided, paged BnBsH / BnNBsD, NZ), so nothing is copied.
+// When several row tiles share a block (prefill, wide GQA groups, MLA), each bf16/int8/int4 block
+// is converted to fp32 once instead, in L1-sized runs of keys (packs(); the same bits).
 //
-// int8 dequantisation (x + offset) * scale never touches the keys and values one by one: it is
+// int8/int4 dequantisation (x + offset) * scale never touches the keys and values one by one: it is
 // folded into the query rows, the scores, the probabilities and the final accumulators, each
 // far fewer than the cache elements they meet (s scale, o offset, c channel, t or j token):
 //   key, per channel:  q.k^ = sum_c (q_c s_c) k_c + sum_c q_c s_c o_c        -> q' = q * s, A = q'.o
@@ -47,6 +50,15 @@ constexpr int64_t kKeyRows = 64;     // keys per block: a decode block's keys an
                                      // at D 128, bf16) stay in L1 between the two passes over them
 constexpr int64_t kLineBytes = 64;
 
+// Units of R query rows convert each key/value block once into packed fp32 runs (see dotsPacked)
+// from kPackTiles row tiles on. fp16 is left out: vcvtph2ps converts as it loads, as cheap as an
+// fp32 load from a packed run.
+constexpr int64_t kPackTiles = 3;
+constexpr int64_t kPackBytes = 16 * 1024;
+inline bool packs(const Params& p, int64_t R) {
+    return R > (kPackTiles - 1) * kRowTile && p.key.dtype != DType::F16;
+}
+
 struct Scratch {
     float* q;        // [R][dk] query rows [q ; q_rope] (key per-channel scale folded in), R = G * queryRows
     float* qa;       // [R] A: q'.keyOffset (per channel)
@@ -79,7 +91,7 @@ struct Scratch {
     uint8_t* kept;      // [keyRows]
     // Packed blocks (packs(): several row tiles share each key/value row): the block's key rows
     // [k ; k_rope] and value rows converted to fp32 once, read by every row tile.
-    float* pk;            // [keyRows][d + ropeDim]
+    float* pk;            // [keyRows][d + ropeDim] (all five: only where the unit's rows can pack)
     float* pv;            // [keyRows][dv]
     const char** pkRow;   // [keyRows] rows of pk
     const char** pvRow;   // [keyRows] rows of pv (or of pk when the value is the key)
@@ -89,8 +101,10 @@ struct Scratch {
         const int64_t R = p.core.group * t.queryRows, kr = t.keyRows, dk = p.core.d + p.ropeDim;
         return alignUp(R * (p.core.d + p.ropeDim)) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) +
                4 * alignUp(R) + 4 * alignUp(kr) + 6 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) +
-               2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr) + alignUp(kr * dk) +
-               alignUp(kr * p.core.dv) + 2 * alignUp(2 * kr) + alignUp(2 * std::max(dk, p.core.dv));
+               2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr) +
+               (packs(p, R) ? alignUp(kr * dk) + alignUp(kr * p.core.dv) + 2 * alignUp(2 * kr) +
+                                  alignUp(2 * std::max(dk, p.core.dv))
+                            : 0);
     }
 
     Scratch(const Params& p, TileShape t, void* base) {
@@ -127,12 +141,12 @@ struct Scratch {
         rChunk = reinterpret_cast<int64_t*>(take(2 * p.ropeDim));
         rLines = reinterpret_cast<int64_t*>(take(2 * p.ropeDim));
         kept = reinterpret_cast<uint8_t*>(take(kr));
-        const int64_t dk = p.core.d + p.ropeDim;
-        pk = take(kr * dk);
-        pv = take(kr * p.core.dv);
-        pkRow = reinterpret_cast<const char**>(take(2 * kr));
-        pvRow = reinterpret_cast<const char**>(take(2 * kr));
-        pChunk = reinterpret_cast<int64_t*>(take(2 * std::max(dk, p.core.dv)));
+        const int64_t dk = p.core.d + p.ropeDim, n = packs(p, R) ? 1 : 0;  // units of fewer rows pack less
+        pk = take(n * kr * dk);
+        pv = take(n * kr * p.core.dv);
+        pkRow = reinterpret_cast<const char**>(take(n * 2 * kr));
+        pvRow = reinterpret_cast<const char**>(take(n * 2 * kr));
+        pChunk = reinterpret_cast<int64_t*>(take(n * 2 * std::max(dk, p.core.dv)));
     }
 };
 
@@ -509,12 +523,6 @@ ATTNOPS_SIMD_FN void softmaxRow(const Params& p, int64_t nk, float rowMax, float
 // of a run, then the next run; after the softmax, the same for the values. No bits change: the
 // conversions are exact, every score is its own dot, and each accumulator still takes the keys
 // in ascending order (stored and reloaded exactly between runs).
-constexpr int64_t kPackTiles = 3;
-constexpr int64_t kPackBytes = 16 * 1024;
-// fp16 is left out: vcvtph2ps converts as it loads, as cheap as an fp32 load from a packed run.
-inline bool packs(const Params& p, int64_t R) {
-    return R > (kPackTiles - 1) * kRowTile && p.key.dtype != DType::F16;
-}
 // Keys of a run of `dim`-wide fp32 rows: even (whole kDotKeys steps), 8 to kKeyRows.
 inline int64_t runKeys(int64_t dim) {
     return std::clamp<int64_t>(kPackBytes / (dim * int64_t(sizeof(float))) / kDotKeys * kDotKeys, 8, kKeyRows);
