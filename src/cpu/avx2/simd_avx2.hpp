@@ -94,6 +94,15 @@ struct Avx2 {
     ATTNOPS_AVX2_INLINE Vec loadInt8(const int8_t* p) {
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     }
+    // kLanes packed int4 (4 bytes, two per byte, low nibble first, two's complement) as fp32,
+    // exact: the word goes to every lane, lane i shifts its nibble to the top, an arithmetic
+    // shift brings it back sign-extended.
+    ATTNOPS_AVX2_INLINE Vec loadInt4(const uint8_t* p) {
+        int32_t word;
+        std::memcpy(&word, p, sizeof word);
+        const __m256i top = _mm256_sllv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0));
+        return _mm256_cvtepi32_ps(_mm256_srai_epi32(top, 28));
+    }
     // x rounded to the nearest bf16 / fp16 (ties to even), as fp32: the precision model's
     // rounding of probabilities (cpu roundTo); inputs are finite and non-negative or NaN.
     ATTNOPS_AVX2_INLINE Vec roundBf16(Vec x) {

@@ -97,6 +97,15 @@ struct Avx512 {
     ATTNOPS_AVX512_INLINE Vec loadInt8(const int8_t* p) {
         return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     }
+    // kLanes packed int4 (8 bytes, low nibble first, two's complement) as fp32, exact: dword
+    // i / 8 goes to lane i, which shifts its nibble to the top and back sign-extended.
+    ATTNOPS_AVX512_INLINE Vec loadInt4(const uint8_t* p) {
+        const __m512i words = _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+        const __m512i spread = _mm512_permutexvar_epi32(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), words);
+        const __m512i top = _mm512_sllv_epi32(
+            spread, _mm512_set_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
+        return _mm512_cvtepi32_ps(_mm512_srai_epi32(top, 28));
+    }
     // x rounded to the nearest bf16 / fp16 (ties to even), as fp32 (see the AVX2 trait).
     ATTNOPS_AVX512_INLINE Vec roundBf16(Vec x) {
         const __m512i bits = _mm512_castps_si512(x);

@@ -2,10 +2,13 @@
 // (cpu/simd/microkernels.hpp), instantiated by the avx2 and avx512 entries. Decode reads the KV
 // cache once: the rows of a whole GQA group (G query heads x the unit's query rows) go through
 // each key and value row of their kv head together, and every key/value vector is converted in
-// registers (bf16 by a shift, fp16 by vcvtph2ps, int8 exactly) right before the FMAs that use
+// registers (bf16 by a shift, fp16 by vcvtph2ps, int8 exactly, int4 from the nibbles of int32
+// containers by a variable shift up and an arithmetic shift down) right before the FMAs that use
 // it, straight from where the row lies (strided, paged BnBsH / BnNBsD, NZ), so nothing is copied.
+// When several row tiles share a block (prefill, wide GQA groups, MLA), each bf16/int8/int4 block
+// is converted to fp32 once instead, in L1-sized runs of keys (packs(); the same bits).
 //
-// int8 dequantisation (x + offset) * scale never touches the keys and values one by one: it is
+// int8/int4 dequantisation (x + offset) * scale never touches the keys and values one by one: it is
 // folded into the query rows, the scores, the probabilities and the final accumulators, each
 // far fewer than the cache elements they meet (s scale, o offset, c channel, t or j token):
 //   key, per channel:  q.k^ = sum_c (q_c s_c) k_c + sum_c q_c s_c o_c        -> q' = q * s, A = q'.o
@@ -47,6 +50,15 @@ constexpr int64_t kKeyRows = 64;     // keys per block: a decode block's keys an
                                      // at D 128, bf16) stay in L1 between the two passes over them
 constexpr int64_t kLineBytes = 64;
 
+// Units of R query rows convert each key/value block once into packed fp32 runs (see dotsPacked)
+// from kPackTiles row tiles on. fp16 is left out: vcvtph2ps converts as it loads, as cheap as an
+// fp32 load from a packed run.
+constexpr int64_t kPackTiles = 3;
+constexpr int64_t kPackBytes = 16 * 1024;
+inline bool packs(const Params& p, int64_t R) {
+    return R > (kPackTiles - 1) * kRowTile && p.key.dtype != DType::F16;
+}
+
 struct Scratch {
     float* q;        // [R][dk] query rows [q ; q_rope] (key per-channel scale folded in), R = G * queryRows
     float* qa;       // [R] A: q'.keyOffset (per channel)
@@ -77,12 +89,22 @@ struct Scratch {
     int64_t* rLines;    // [ropeDim / kLanes]
     int64_t kLineCount = 0, vLineCount = 0, rLineCount = 0;
     uint8_t* kept;      // [keyRows]
+    // Packed blocks (packs(): several row tiles share each key/value row): the block's key rows
+    // [k ; k_rope] and value rows converted to fp32 once, read by every row tile.
+    float* pk;            // [keyRows][d + ropeDim] (all five: only where the unit's rows can pack)
+    float* pv;            // [keyRows][dv]
+    const char** pkRow;   // [keyRows] rows of pk
+    const char** pvRow;   // [keyRows] rows of pv (or of pk when the value is the key)
+    int64_t* pChunk;      // [max(d + ropeDim, dv) / kLanes] v * kLanes: packed rows are unit stride
 
     static int64_t floats(const Params& p, TileShape t) {
-        const int64_t R = p.core.group * t.queryRows, kr = t.keyRows;
+        const int64_t R = p.core.group * t.queryRows, kr = t.keyRows, dk = p.core.d + p.ropeDim;
         return alignUp(R * (p.core.d + p.ropeDim)) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) +
                4 * alignUp(R) + 4 * alignUp(kr) + 6 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) +
-               2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr);
+               2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr) +
+               (packs(p, R) ? alignUp(kr * dk) + alignUp(kr * p.core.dv) + 2 * alignUp(2 * kr) +
+                                  alignUp(2 * std::max(dk, p.core.dv))
+                            : 0);
     }
 
     Scratch(const Params& p, TileShape t, void* base) {
@@ -119,6 +141,12 @@ struct Scratch {
         rChunk = reinterpret_cast<int64_t*>(take(2 * p.ropeDim));
         rLines = reinterpret_cast<int64_t*>(take(2 * p.ropeDim));
         kept = reinterpret_cast<uint8_t*>(take(kr));
+        const int64_t dk = p.core.d + p.ropeDim, n = packs(p, R) ? 1 : 0;  // units of fewer rows pack less
+        pk = take(n * kr * dk);
+        pv = take(n * kr * p.core.dv);
+        pkRow = reinterpret_cast<const char**>(take(n * 2 * kr));
+        pvRow = reinterpret_cast<const char**>(take(n * 2 * kr));
+        pChunk = reinterpret_cast<int64_t*>(take(n * 2 * std::max(dk, p.core.dv)));
     }
 };
 
@@ -134,6 +162,11 @@ template <class V>
 bool acceptsSource(const KvSource& s, int64_t dim) {
     // The key/value dtypes check.cpp admits (fp32 is not one).
     const bool known = s.dtype == DType::F16 || s.dtype == DType::BF16 || s.dtype == DType::I8;
+    // Packed int4 (int32 containers; decode, never paged, spec 9.1): offsets count nibbles, and
+    // every row and vector starts on a whole byte (strides are multiples of 8 nibbles).
+    if (s.dtype == DType::I4)
+        return !hasKvParts(s) && dim % V::kLanes == 0 && s.dimStride == 1 && s.dimGroup == 0 && s.rowStride % 2 == 0 &&
+               s.headStride % 2 == 0 && s.batchStride % 2 == 0 && s.blockStride % 2 == 0;
     bool unitParts = s.prefixLen == 0 || s.prefix.dimStride == 1;  // shared prefix, tensor-list rows
     for (const KvPart& e : s.perBatch) unitParts = unitParts && e.dimStride == 1;
     return known && unitParts && dim % V::kLanes == 0 && s.dimStride == 1 && (s.dimGroup == 0 || s.dimGroup % V::kLanes == 0);
@@ -148,10 +181,24 @@ bool accepts(const Params& p) {
 // kLanes elements of a stored row from element offset `at`, as fp32.
 template <class V, DType T>
 ATTNOPS_SIMD_INLINE typename V::Vec loadVec(const char* row, int64_t at) {
-    static_assert(T == DType::F16 || T == DType::BF16 || T == DType::I8);
+    static_assert(T == DType::F16 || T == DType::BF16 || T == DType::I8 || T == DType::I4 || T == DType::F32);
     if constexpr (T == DType::F16) return V::loadHalf(reinterpret_cast<const uint16_t*>(row) + at);
     if constexpr (T == DType::BF16) return V::loadBf16(reinterpret_cast<const uint16_t*>(row) + at);
     if constexpr (T == DType::I8) return V::loadInt8(reinterpret_cast<const int8_t*>(row) + at);
+    if constexpr (T == DType::I4) return V::loadInt4(reinterpret_cast<const uint8_t*>(row) + (at >> 1));  // at even
+    if constexpr (T == DType::F32) return V::load(reinterpret_cast<const float*>(row) + at);  // a packed block
+}
+
+// Keeps a query vector in a register. Left alone, the compilers fold its load into each of the
+// kDotKeys FMAs that use it, and the dot then issues 2 x kRowTile + kDotKeys vector loads per
+// 2 x kRowTile FMAs, bound by the load ports (Zen 3: two 256-bit loads a cycle) rather than the
+// FMAs. An empty asm that "changes" the value forces one load. No arithmetic changes.
+template <class V>
+ATTNOPS_SIMD_INLINE void keepInRegister(typename V::Vec& x) {
+    if constexpr (V::kLanes == 8)
+        __asm__("" : "+x"(x));
+    else
+        __asm__("" : "+v"(x));
 }
 
 // Asks for the cache lines of a row (offsets from lineOffsets) ahead of their use: the cache is
@@ -185,7 +232,8 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
             const Vec x0 = loadVec<V, T>(k0, at), x1 = loadVec<V, T>(k1, at);
 #pragma GCC unroll 4
             for (int r = 0; r < NR; ++r) {
-                const Vec qv = V::load(q + r * ldq + c);
+                Vec qv = V::load(q + r * ldq + c);
+                keepInRegister<V>(qv);
                 acc[r] = V::fmadd(qv, x0, acc[r]);
                 acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
             }
@@ -198,7 +246,8 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
                 const Vec x0 = loadVec<V, T>(r0, at), x1 = loadVec<V, T>(r1, at);
 #pragma GCC unroll 4
                 for (int r = 0; r < NR; ++r) {
-                    const Vec qv = V::load(q + r * ldq + d + c);
+                    Vec qv = V::load(q + r * ldq + d + c);
+                    keepInRegister<V>(qv);
                     acc[r] = V::fmadd(qv, x0, acc[r]);
                     acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
                 }
@@ -293,6 +342,7 @@ ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, int64_t dr, const Scr
     switch (t) {
         case DType::F16: return dots<V, DType::F16>(R, d, dr, sc, nk, ldst);
         case DType::BF16: return dots<V, DType::BF16>(R, d, dr, sc, nk, ldst);
+        case DType::I4: return dots<V, DType::I4>(R, d, dr, sc, nk, ldst);
         default: return dots<V, DType::I8>(R, d, dr, sc, nk, ldst);
     }
 }
@@ -302,20 +352,22 @@ ATTNOPS_SIMD_FN void accumulateOf(DType t, int64_t R, int64_t dv, const Scratch&
     switch (t) {
         case DType::F16: return accumulate<V, DType::F16, SkipZero>(R, dv, sc, nk, ldst);
         case DType::BF16: return accumulate<V, DType::BF16, SkipZero>(R, dv, sc, nk, ldst);
+        case DType::I4: return accumulate<V, DType::I4, SkipZero>(R, dv, sc, nk, ldst);
         default: return accumulate<V, DType::I8, SkipZero>(R, dv, sc, nk, ldst);
     }
 }
 
 inline int64_t elementBytes(DType t) { return t == DType::I8 ? 1 : 2; }
+// Bytes of `elements` stored elements (packed int4: two per byte; the offsets passed are even).
+inline int64_t byteOffset(DType t, int64_t elements) { return t == DType::I4 ? elements / 2 : elements * elementBytes(t); }
 
 // Element offset of vector v of a row (NZ: vector v lies in dim group v * kLanes / dimGroup),
 // and the byte offsets of the row's vectors that start a new cache line; returns their count.
 inline int64_t chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64_t* chunk, int64_t* lines) {
-    const int64_t bytes = elementBytes(s.dtype);
     int64_t count = 0;
     for (int64_t c = 0, v = 0; c < dim; c += lanes, ++v) {
         chunk[v] = s.dimOffset(c);
-        const int64_t at = chunk[v] * bytes;
+        const int64_t at = byteOffset(s.dtype, chunk[v]);
         if (count == 0 || at / kLineBytes != lines[count - 1] / kLineBytes) lines[count++] = at;
     }
     return count;
@@ -326,18 +378,18 @@ inline int64_t chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64
 inline void sourceRows(const Params& p, const KvSource& s, int64_t b, int64_t m, int64_t k0, int64_t nk,
                        const char** rows) {
     const char* base = static_cast<const char*>(s.data);
-    const int64_t bytes = elementBytes(s.dtype), step = s.rowStride * bytes;
-    if (hasKvParts(s)) {  // shared prefix or tensor-list rows: each row from its own tensor
+    const int64_t step = byteOffset(s.dtype, s.rowStride);
+    if (hasKvParts(s)) {  // shared prefix or tensor-list rows: each row from its own tensor (never int4)
         for (int64_t j = 0; j < nk; ++j) {
             const KvAddress a = kvAddress(p, s, b, m, k0 + j);
-            rows[j] = static_cast<const char*>(a.data) + a.at * bytes;
+            rows[j] = static_cast<const char*>(a.data) + byteOffset(s.dtype, a.at);
         }
         return;
     }
     const int64_t run = p.table.data == nullptr ? nk : p.table.blockSize;  // rows that step by rowStride
     for (int64_t j = 0; j < nk;) {
         const int64_t t = k0 + j, n = std::min(nk - j, run - (p.table.data == nullptr ? 0 : t % run));
-        const char* row = base + kvRowOffset(p, s, b, m, t) * bytes;
+        const char* row = base + byteOffset(s.dtype, kvRowOffset(p, s, b, m, t));
         for (int64_t i = 0; i < n; ++i, row += step) rows[j + i] = row;
         j += n;
     }
@@ -463,6 +515,90 @@ ATTNOPS_SIMD_FN void softmaxRow(const Params& p, int64_t nk, float rowMax, float
     for (int64_t c = 0; c < p.core.dv; c += V::kLanes) V::store(acc + c, V::mul(V::load(acc + c), V::set1(alpha)));
 }
 
+// Packed blocks. With one row tile (a decode step of a small GQA group) each key/value vector
+// is converted once anyway, straight from the cache; with several (prefill, wide groups, MLA)
+// every tile would convert the block again, so from kPackTiles tiles on the block is converted
+// to fp32 once per (unit, block), like the FlashAttentionScore forward's packing, in runs of
+// keys small enough (kPackBytes) that a run stays in L1 while every row tile reads it: the dots
+// of a run, then the next run; after the softmax, the same for the values. No bits change: the
+// conversions are exact, every score is its own dot, and each accumulator still takes the keys
+// in ascending order (stored and reloaded exactly between runs).
+// Keys of a run of `dim`-wide fp32 rows: even (whole kDotKeys steps), 8 to kKeyRows.
+inline int64_t runKeys(int64_t dim) {
+    return std::clamp<int64_t>(kPackBytes / (dim * int64_t(sizeof(float))) / kDotKeys * kDotKeys, 8, kKeyRows);
+}
+
+// dst[j * ld + c] = row j as fp32 for rows j of [j0, j1), c < dim (vector v at chunk[v]);
+// prefetches the same rows of the next block (a block ahead of their use, as dotRows does on
+// the unpacked path).
+template <class V, DType T>
+ATTNOPS_SIMD_FN void packRows(const char* const* rows, const int64_t* chunk, int64_t dim, int64_t j0, int64_t j1,
+                              float* dst, int64_t ld, const char* const* next, int64_t nextRows, const int64_t* lines,
+                              int64_t lineCount) {
+    for (int64_t j = j0; j < j1; ++j) {
+        if (j < nextRows) prefetchRow(next[j], lines, lineCount);
+        const char* row = rows[j];
+        float* out = dst + j * ld;
+        for (int64_t c = 0, v = 0; c < dim; c += V::kLanes, ++v) V::store(out + c, loadVec<V, T>(row, chunk[v]));
+    }
+}
+
+template <class V>
+ATTNOPS_SIMD_FN void packOf(DType t, const char* const* rows, const int64_t* chunk, int64_t dim, int64_t j0, int64_t j1,
+                            float* dst, int64_t ld, const char* const* next, int64_t nextRows, const int64_t* lines,
+                            int64_t lineCount) {
+    switch (t) {
+        case DType::F16: return packRows<V, DType::F16>(rows, chunk, dim, j0, j1, dst, ld, next, nextRows, lines, lineCount);
+        case DType::BF16: return packRows<V, DType::BF16>(rows, chunk, dim, j0, j1, dst, ld, next, nextRows, lines, lineCount);
+        case DType::I4: return packRows<V, DType::I4>(rows, chunk, dim, j0, j1, dst, ld, next, nextRows, lines, lineCount);
+        default: return packRows<V, DType::I8>(rows, chunk, dim, j0, j1, dst, ld, next, nextRows, lines, lineCount);
+    }
+}
+
+// Scores of keys [j0, j1) for all R rows from packed key rows [k ; k_rope]: one dot of
+// d + ropeDim (the order of the unpacked path, whose rope dims continue the same accumulators).
+template <class V>
+ATTNOPS_SIMD_FN void dotsPacked(const Params& p, int64_t R, Scratch& sc, int64_t j0, int64_t j1, int64_t ldst) {
+    const int64_t d = p.core.d, dk = d + p.ropeDim, n = j1 - j0, next = sc.nextRows;
+    packOf<V>(p.key.dtype, sc.kRow, sc.kChunk, d, j0, j1, sc.pk, dk, sc.kNext, next, sc.kLines, sc.kLineCount);
+    if (p.ropeDim > 0)
+        packOf<V>(p.keyRope.dtype, sc.rRow, sc.rChunk, p.ropeDim, j0, j1, sc.pk + d, dk, sc.rNext, next, sc.rLines,
+                  sc.rLineCount);
+    if (sc.prefetchValues)  // the value rows of the next block (packed later, after the softmax)
+        for (int64_t j = j0; j < std::min(j1, next); ++j) prefetchRow(sc.vNext[j], sc.vLines, sc.vLineCount);
+    const char* const* rows = sc.pkRow + j0;
+    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
+        const float* q = sc.q + r0 * dk;
+        float* st = sc.st + r0 * ldst + j0;
+        switch (std::min(kRowTile, R - r0)) {
+            case 1: dotRows<V, DType::F32, 1>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            case 2: dotRows<V, DType::F32, 2>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            case 3: dotRows<V, DType::F32, 3>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            default: dotRows<V, DType::F32, 4>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+        }
+    }
+}
+
+// acc += P.V over keys [j0, j1) for all R rows from packed value rows (the packed key rows when
+// the value is the key, packed by dotsPacked).
+template <class V, bool SkipZero>
+ATTNOPS_SIMD_FN void accumulatePacked(const Params& p, int64_t R, Scratch& sc, int64_t j0, int64_t j1, int64_t ldst) {
+    const int64_t dv = p.core.dv;
+    if (!p.valueIsKey)
+        packOf<V>(p.value.dtype, sc.vRow, sc.vChunk, dv, j0, j1, sc.pv, dv, nullptr, 0, nullptr, 0);
+    const char* const* rows = sc.pvRow + j0;
+    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
+        const float* st = sc.st + r0 * ldst + j0;
+        float* acc = sc.acc + r0 * dv;
+        switch (std::min(kRowTile, R - r0)) {
+            case 1: accumulateRows<V, DType::F32, 1, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            case 2: accumulateRows<V, DType::F32, 2, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            case 3: accumulateRows<V, DType::F32, 3, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            default: accumulateRows<V, DType::F32, 4, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+        }
+    }
+}
+
 // The unit: query rows [q0, q1) of every head of kv head n2's group against keys [k0, k1).
 template <class V>
 ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
@@ -481,6 +617,16 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
     sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
     sc.prefetchValues = !p.valueIsKey;
+    const bool pack = packs(p, R);
+    const int64_t keyRun = runKeys(d + p.ropeDim), valueRun = runKeys(dv);
+    if (pack) {
+        const int64_t dk = d + p.ropeDim;
+        for (int64_t j = 0; j < t.keyRows; ++j) {
+            sc.pkRow[j] = reinterpret_cast<const char*>(sc.pk + j * dk);
+            sc.pvRow[j] = p.valueIsKey ? sc.pkRow[j] : reinterpret_cast<const char*>(sc.pv + j * dv);
+        }
+        for (int64_t v = 0; v * V::kLanes < std::max(dk, dv); ++v) sc.pChunk[v] = v * V::kLanes;
+    }
     const int64_t firstRows = std::min(t.keyRows, u.k1 - u.k0);
     if (firstRows > 0) {
         keyRows(p, u.b, u.n2, u.k0, firstRows, sc.kNext);
@@ -498,7 +644,11 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         if (p.ropeDim > 0) sourceRows(p, p.keyRope, u.b, u.n2, k0 + nk, sc.nextRows, sc.rNext);
         tokenTerms(p, p.keyQuant, u.b, u.n2, k0, nk, sc.kScale, sc.kOffset);
         tokenTerms(p, p.valueQuant, u.b, u.n2, k0, nk, sc.vScale, sc.vOffset);
-        dotsOf<V>(p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
+        if (pack) {
+            for (int64_t j = 0; j < nk; j += keyRun) dotsPacked<V>(p, R, sc, j, std::min(nk, j + keyRun), ldst);
+        } else {
+            dotsOf<V>(p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
+        }
         // pseShift takes the shared row step too (scale, then pse per kept key).
         const bool masked = c.mask.explicitMask || c.pse.form != fa::PseForm::None || p.tree != nullptr ||
                             !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
@@ -512,7 +662,14 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
             }
             softmaxRow<V>(p, nk, rowMax, s, sc, i);
         }
-        if (masked)
+        if (pack)
+            for (int64_t j = 0; j < nk; j += valueRun) {
+                if (masked)
+                    accumulatePacked<V, true>(p, R, sc, j, std::min(nk, j + valueRun), ldst);
+                else
+                    accumulatePacked<V, false>(p, R, sc, j, std::min(nk, j + valueRun), ldst);
+            }
+        else if (masked)
             accumulateOf<V, true>(p.value.dtype, R, dv, sc, nk, ldst);
         else
             accumulateOf<V, false>(p.value.dtype, R, dv, sc, nk, ldst);
