@@ -424,11 +424,24 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
     if (p.pse != "none") {
         const int64_t pseRows = p.tnd() ? qRows : p.qSeqLen, pseBatch = p.pse == "shared" ? 1 : batches;
         pseShift = HostTensor(p.dtype, {pseBatch, n1, pseRows, maskCols});
-        for (int64_t b = 0; b < pseBatch; ++b)
-            for (int64_t n = 0; n < n1; ++n)
-                for (int64_t i = 0; i < pseRows; ++i)
-                    for (int64_t j = 0; j < maskCols; ++j)
-                        pseShift.set(((b * n1 + n) * pseRows + i) * maskCols + j, 2.0f * logical(p.dataSeed, kPse, b, n, i, j));
+        const bool padded = p.queryPadding != kNotPassed || p.kvPadding != kNotPassed;
+        if (padded && p.pse == "batch") {
+            // Left padding: logical (b, n, i, j) at the windows' physical (q0 + i, k0 + j) (spec 5
+            // step 6), NaN elsewhere (never read), so that the call equals the unpadded one.
+            fill(pseShift, nan);
+            for (int64_t b = 0; b < pseBatch; ++b)
+                for (int64_t n = 0; n < n1; ++n)
+                    for (int64_t i = 0; i < p.qLen(b) && qStart[size_t(b)] >= 0; ++i)
+                        for (int64_t j = 0; j < p.kvLen(b) && kvStart[size_t(b)] >= 0; ++j)
+                            pseShift.set(((b * n1 + n) * pseRows + std::max<int64_t>(0, qStart[size_t(b)]) + i) * maskCols + kvStart[size_t(b)] + j,
+                                         2.0f * logical(p.dataSeed, kPse, b, n, i, j));
+        } else {
+            for (int64_t b = 0; b < pseBatch; ++b)
+                for (int64_t n = 0; n < n1; ++n)
+                    for (int64_t i = 0; i < pseRows; ++i)
+                        for (int64_t j = 0; j < maskCols; ++j)
+                            pseShift.set(((b * n1 + n) * pseRows + i) * maskCols + j, 2.0f * logical(p.dataSeed, kPse, b, n, i, j));
+        }
     }
     if (p.sink) {
         sink = HostTensor(p.dtype, {n1});

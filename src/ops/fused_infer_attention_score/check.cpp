@@ -662,14 +662,16 @@ Params checkForward(const Args& a, int32_t device) {
     // 7b. Features with their own rules (check_features.cpp): pseShift, the MLA rope inputs, the
     // tree mask of sparse mode 9.
     // Combinations these features were not built for are refused rather than guessed.
-    if (a.pseShift && (leftPadding || prefixGiven))
-        unsupported("pseShift with {} is not implemented (the pse offsets of spec 5 step 6)",
-                    leftPadding ? "left padding" : "the shared prefix");
     if (a.queryRope && (list || lp.in != lp.out || lp.in == Form::NTD))
         unsupported("queryRope (MLA) with {} is not implemented",
                     list ? std::string("tensor-list key/value") : fmt::format("inputLayout {}", lp.name));
     const CheckedShapes checked{p.layout, s.batch, s.qS, s.n1, s.n2, s.d, s.dv, s.maskCols, int8Kv};
-    if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) checkPseShift(a, *pse, checked, p);
+    if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) {
+        checkPseShift(a, *pse, checked, p);
+        // Spec 5 step 6: pse[b, n, q0 + i, k0 + j], (q0, k0) the left-padded windows' starts; the
+        // shared prefix's columns come first in the assembled KV, so j already counts them.
+        p.core.pse.physicalRows = leftPadding;
+    }
     checkRope(a, q, k, v, optionalTensorOn(a.queryRope, "queryRope", device), optionalTensorOn(a.keyRope, "keyRope", device),
               checked, p);
     if (a.sparseMode == 9) checkTreeMask(a, mask, checked, p);  // also on the decode branch (one draft token)
