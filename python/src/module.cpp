@@ -60,6 +60,7 @@ attnopsDataType dataType(const nb::dlpack::dtype& t, const char* name) {
         if (code == Code::Int && t.bits == 8) return ATTNOPS_INT8;
         if (code == Code::Int && t.bits == 32) return ATTNOPS_INT32;
         if (code == Code::Int && t.bits == 64) return ATTNOPS_INT64;
+        if (code == Code::UInt && t.bits == 64) return ATTNOPS_UINT64;  // full quant's deq scales (float19 in the low half)
     }
     throw nb::value_error((std::string(name) + ": unsupported element type (DLPack code " + std::to_string(t.code) +
                            ", " + std::to_string(t.bits) + " bits, " + std::to_string(t.lanes) + " lanes)")

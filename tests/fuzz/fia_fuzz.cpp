@@ -130,6 +130,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
     if (in.small(0, 3) == 0) sink.make(in, qType, {pick(n)});
+    // Full int8 quantisation (check_fullquant.cpp): per-tensor deqScale1/quantScale1/deqScale2,
+    // fp32 or uint64, sometimes missing or misshapen.
+    FuzzTensor deq1, qs1, deq2;
+    if (qType == ATTNOPS_INT8 || in.small(0, 15) == 0) {
+        if (in.small(0, 7) != 0) deq1.make(in, in.flag() ? ATTNOPS_UINT64 : ATTNOPS_FLOAT32, {pick(1)});
+        if (in.small(0, 7) != 0) qs1.make(in, in.small(0, 7) == 0 ? ATTNOPS_FLOAT16 : ATTNOPS_FLOAT32, {pick(1)});
+        if (in.small(0, 7) != 0) deq2.make(in, in.flag() ? ATTNOPS_UINT64 : ATTNOPS_FLOAT32, {pick(1)});
+    }
     // pseShift and the MLA rope inputs (check_features.cpp): shapes near the valid ones.
     FuzzTensor pse, qRope, kRope;
     if (in.small(0, 3) == 0)
@@ -163,7 +171,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 0: {
             const attnopsStatus st = attnopsFusedInferAttentionScoreV4GetWorkspaceSize(
                 in.small(0, 15) == 0 ? nullptr : q.handle, keys, count, values, count, pse.handle, mask.handle, qLens.handle,
-                kvLens.handle, nullptr, nullptr, nullptr, oScale.handle, oOffset.handle, aScale.handle, aOffset.handle,
+                kvLens.handle, deq1.handle, qs1.handle, deq2.handle, oScale.handle, oOffset.handle, aScale.handle, aOffset.handle,
                 table.handle, qPad.handle, kvPad.handle, kScale.handle, kOffset.handle, vScale.handle, vOffset.handle,
                 kPrefix.handle, vPrefix.handle, prefixLen.handle, qRope.handle, kRope.handle, nullptr, nullptr, sink.handle, n,
                 scale, pre, next, layout.c_str(), pick(kvn), mode, in.small(0, 4), blockSize, antiquantMode, lseFlag, keyMode,
@@ -173,8 +181,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         case 1: {
             const attnopsStatus st = attnopsPromptFlashAttentionV3GetWorkspaceSize(
-                q.handle, k.handle, v.handle, nullptr, mask.handle, qLens.handle, kvLens.handle, nullptr, nullptr, nullptr,
-                nullptr, nullptr, n, scale, pre, next, layout.c_str(), kvn, mode, 1, out.handle, &ws, &exec);
+                q.handle, k.handle, v.handle, nullptr, mask.handle, qLens.handle, kvLens.handle, deq1.handle, qs1.handle,
+                deq2.handle, nullptr, nullptr, n, scale, pre, next, layout.c_str(), kvn, mode, 1, out.handle, &ws, &exec);
             execute(st, ws, exec, attnopsPromptFlashAttentionV3);
             break;
         }

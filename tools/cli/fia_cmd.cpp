@@ -75,6 +75,8 @@ void validate(const FiaProblem& p) {
             throw CliError(fmt::format("--cache NZ: --dim {} must be a multiple of {} (the NZ lanes{})", p.dim, lanes,
                                        p.int8Kv ? " of int8" : ""));
     }
+    if (p.fullQuant && p.dtype != ATTNOPS_FLOAT16) throw CliError("--full-quant: the output (--dtype) is fp16");
+    if (p.fullQuant && (p.int4Kv || p.combinedQuant)) throw CliError("--full-quant: not with --int4-kv or --combined-quant");
     if (p.int8Kv && p.dtype == ATTNOPS_FLOAT32)
         throw CliError("--int8-kv: the query must be fp16 or bf16 (antiquant scales take the query dtype)");
     if (p.int8Kv && p.int4Kv) throw CliError("--int8-kv and --int4-kv: pass one of them");
@@ -93,6 +95,7 @@ void validate(const FiaProblem& p) {
 FiaProblem problemFromFlags(const FiaFlags& f) {
     FiaProblem p = f.problem;
     p.dtype = dtypeOf(f.dtype);
+    if (p.fullQuant) p.int8Kv = true;  // int8 key/value, no antiquant operands
     p.quantOffset = !f.noQuantOffset;
     p.outQuantDType = dtypeOf(f.outQuantDType);
     p.outQuantOffset = !f.noOutQuantOffset;
@@ -243,6 +246,9 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
                      "The combined style: antiquantScale/antiquantOffset [2,...] = [key, value], antiquantMode = "
                      "--key-quant-mode (0 or 1)"));
     add(cmd.add_flag("--quant-per-tensor", p.quantPerTensor, "Mode 0 with one scale ([1]; combined [2])"));
+    add(cmd.add_flag("--full-quant", p.fullQuant,
+                     "Full int8 quantisation: int8 query/key/value with deqScale1/quantScale1/deqScale2 (fp32), fp16 output "
+                     "(prefill, not paged, D % 32 == 0; implies --int8-kv)"));
     add(cmd.add_flag("--int8-out", p.int8Out, "int8 attentionOut through quantScale2 (and quantOffset2)"));
     add(cmd.add_flag("--out-quant-per-channel", p.outQuantPerChannel, "quantScale2 per channel [N1,Dv] (default: [1])"));
     add(cmd.add_option("--out-quant-dtype", f.outQuantDType, "quantScale2/quantOffset2 dtype")

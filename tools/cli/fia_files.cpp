@@ -41,6 +41,9 @@ const Slot kSlots[] = {
     {"learnableSink", &FiaInstance::sink, false},
     {"antiquantScale", &FiaInstance::antiquantScale, false},
     {"antiquantOffset", &FiaInstance::antiquantOffset, false},
+    {"deqScale1", &FiaInstance::deqScale1, false},
+    {"quantScale1", &FiaInstance::quantScale1, false},
+    {"deqScale2", &FiaInstance::deqScale2, false},
     {"quantScale2", &FiaInstance::quantScale2, false},
     {"quantOffset2", &FiaInstance::quantOffset2, false},
     {"keySharedPrefix", &FiaInstance::keySharedPrefix, false},
@@ -218,6 +221,8 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     const fs::path qPath = npyPath(dir, "query"), vPath = npyPath(dir, "value");
     const std::string qWhy = "inputLayout " + p.layout;
     p.dtype = query.dtype();
+    p.fullQuant = p.dtype == ATTNOPS_INT8;  // full int8 quantisation: fp16 output (or int8) and pse
+    if (p.fullQuant) p.dtype = ATTNOPS_FLOAT16;
     int64_t qRows = 0;
     if (p.tnd()) {
         qRows = dimOf(query, 3, in == "TND" ? 0 : 1, qPath, qWhy);

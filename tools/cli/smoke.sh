@@ -132,6 +132,14 @@ expect 0 "fia tensor-list round trip" '^compare: PASS' -- "$cli" run --load "$wo
 expect 0 "fia BNSD causal prefill with a shared prefix --check" '^check against .*PASS' -- \
     "$cli" run fused-infer-attention --layout BNSD --batch 2 --q-seqlen 5 --kv-seqlen 20 --prefix-rows 9 --prefix-len 7 \
     --sparse-mode 3 --lse --check
+qdir="$work/saved-fia-fullquant"
+expect 0 "fia full int8 quant, pse with left padding --check --save" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --full-quant --layout BSND --batch 2 --q-seqlen 12 --kv-seqlen 40 --q-seqlens 4,9 \
+    --kv-seqlens 30,33 --query-padding 2 --kv-padding 3 --pse batch --sparse-mode 3 --dim 32 --lse --check --save "$qdir"
+for f in query deqScale1 quantScale1 deqScale2 pseShift attentionOut; do
+    [ -f "$qdir/$f.npy" ] || { echo "FAIL: fia --full-quant --save did not write $f.npy"; failures=$((failures + 1)); }
+done
+expect 0 "fia full int8 quant round trip" '^compare: PASS' -- "$cli" run --load "$qdir" --compare
 mdir="$work/saved-fia-mla"
 expect 0 "fia decode MLA (rope, value = key) --check --save" '^check against .*PASS' -- \
     "$cli" run fused-infer-attention --layout BSND --batch 2 --kv-seqlens 130,7 --heads 8 --kv-heads 1 --dim 512 \

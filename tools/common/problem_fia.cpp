@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "core/dtype.hpp"
@@ -133,10 +134,11 @@ int64_t FiaProblem::kvLen(int64_t b) const {
 
 std::string FiaProblem::describe() const {
     return fmt::format("{} {} B={} Q_S={} KV_S={} qLens=[{}] kvLens=[{}] N={}/{} D={}/{} mode={} pre={} next={} mask={} cache={} bs={} "
-                       "int8={} int4={} ({}/{}{}{}) sink={} int8Out={}{} pad={}/{} prefix={}/{} list={} pse={} rope={}",
+                       "int8={} int4={} ({}/{}{}{}){} sink={} int8Out={}{} pad={}/{} prefix={}/{} list={} pse={} rope={}",
                        layout, attnopsDataTypeName(dtype), batches(), qSeqLen, kvSeqLen, fmt::join(qLens, ","), fmt::join(kvLens, ","),
                        heads, kvHeads, dim, vdim(), sparseMode, preTokens, nextTokens, maskKind, cache, blockSize, int8Kv,
-                       int4Kv, keyQuantMode, valueQuantMode, combinedQuant ? " combined" : "", quantPerTensor ? " per-tensor" : "", sink,
+                       int4Kv, keyQuantMode, valueQuantMode, combinedQuant ? " combined" : "", quantPerTensor ? " per-tensor" : "",
+                       fullQuant ? (deqScaleDType == ATTNOPS_UINT64 ? " full-quant(uint64)" : " full-quant") : "", sink,
                        int8Out, int8Out ? (outQuantPerChannel ? " per-channel" : " per-tensor") : "", queryPadding, kvPadding,
                        prefixRows, prefixLen, kvList, pse, ropeDim);
 }
@@ -176,13 +178,14 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
             if (p.kvPadding != kNotPassed) kvStart[size_t(b)] = p.kvSeqLen - std::max<int64_t>(0, p.kvPadding) - p.kvLen(b);
         }
     }
-    query = HostTensor(p.dtype, layoutShape(in, batches, qRows, n1, d));
-    fill(query, nan);
+    query = HostTensor(p.fullQuant ? ATTNOPS_INT8 : p.dtype, layoutShape(in, batches, qRows, n1, d));
+    if (!p.fullQuant) fill(query, nan);
     for (int64_t b = 0; b < batches; ++b)
         for (int64_t n = 0; n < n1 && qStart[size_t(b)] >= 0; ++n)  // padding past row 0: refused by the call
             for (int64_t i = 0; i < p.qLen(b); ++i)
                 for (int64_t c = 0; c < d; ++c)
-                    query.set(layoutIndex(in, qRows, n1, d, b, n, qStart[size_t(b)] + i, c), logical(p.dataSeed, kQuery, b, n, i, c));
+                    setElement(query, layoutIndex(in, qRows, n1, d, b, n, qStart[size_t(b)] + i, c), logical(p.dataSeed, kQuery, b, n, i, c),
+                               logicalInt8(p.dataSeed, kQuery, b, n, i, c));
     const int64_t dr = p.ropeDim;
     if (dr > 0) {
         queryRope = HostTensor(p.dtype, layoutShape(in, batches, qRows, n1, dr));
@@ -313,7 +316,24 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
 
     // Dequantisation parameters.
     const int64_t tokens = p.paged() ? maxBlocks * bs : p.kvList ? listRows : kvRows;
-    if (p.quantKv()) {
+    if (p.fullQuant) {  // spec 9.2 [guess] values: deqScale1 = s_q s_k, quantScale1 = 127, deqScale2 = s_v / 127
+        const double u = elementRng(p.dataSeed, kOutScale, 7, 0, 0, 0).uniform();
+        const auto deqScale = [&](double v) {
+            HostTensor t(p.deqScaleDType, {1});
+            if (p.deqScaleDType == ATTNOPS_UINT64) {
+                const uint64_t word = uint64_t(floatToBits(float(v)) & 0xffffe000u);  // float19 in the low half
+                std::memcpy(t.data(), &word, sizeof word);
+            } else {
+                t.set(0, float(v));
+            }
+            return t;
+        };
+        deqScale1 = deqScale(0.0004 * (0.75 + 0.5 * u));
+        quantScale1 = HostTensor(ATTNOPS_FLOAT32, {1});
+        quantScale1.set(0, 127.0f);
+        deqScale2 = deqScale(0.01 / 127.0);
+    }
+    if (p.quantKv() && !p.fullQuant) {
         // Each mode's shape (spec 9.1), values per index: mode 0 [KV_N, D] (or [1]) and 2 [KV_N] in
         // the query dtype; 1 [B, S], 3 [B, KV_N, S], 4 [blockNum, bs], 5 [blockNum, KV_N, bs] fp32.
         const auto quant = [&](int64_t mode, int64_t dim, Kind scaleKind, Kind offsetKind, HostTensor& scale, HostTensor& offset) {
@@ -404,11 +424,24 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
     if (p.pse != "none") {
         const int64_t pseRows = p.tnd() ? qRows : p.qSeqLen, pseBatch = p.pse == "shared" ? 1 : batches;
         pseShift = HostTensor(p.dtype, {pseBatch, n1, pseRows, maskCols});
-        for (int64_t b = 0; b < pseBatch; ++b)
-            for (int64_t n = 0; n < n1; ++n)
-                for (int64_t i = 0; i < pseRows; ++i)
-                    for (int64_t j = 0; j < maskCols; ++j)
-                        pseShift.set(((b * n1 + n) * pseRows + i) * maskCols + j, 2.0f * logical(p.dataSeed, kPse, b, n, i, j));
+        const bool padded = p.queryPadding != kNotPassed || p.kvPadding != kNotPassed;
+        if (padded && p.pse == "batch") {
+            // Left padding: logical (b, n, i, j) at the windows' physical (q0 + i, k0 + j) (spec 5
+            // step 6), NaN elsewhere (never read), so that the call equals the unpadded one.
+            fill(pseShift, nan);
+            for (int64_t b = 0; b < pseBatch; ++b)
+                for (int64_t n = 0; n < n1; ++n)
+                    for (int64_t i = 0; i < p.qLen(b) && qStart[size_t(b)] >= 0; ++i)
+                        for (int64_t j = 0; j < p.kvLen(b) && kvStart[size_t(b)] >= 0; ++j)
+                            pseShift.set(((b * n1 + n) * pseRows + std::max<int64_t>(0, qStart[size_t(b)]) + i) * maskCols + kvStart[size_t(b)] + j,
+                                         2.0f * logical(p.dataSeed, kPse, b, n, i, j));
+        } else {
+            for (int64_t b = 0; b < pseBatch; ++b)
+                for (int64_t n = 0; n < n1; ++n)
+                    for (int64_t i = 0; i < pseRows; ++i)
+                        for (int64_t j = 0; j < maskCols; ++j)
+                            pseShift.set(((b * n1 + n) * pseRows + i) * maskCols + j, 2.0f * logical(p.dataSeed, kPse, b, n, i, j));
+        }
     }
     if (p.sink) {
         sink = HostTensor(p.dtype, {n1});
@@ -478,6 +511,9 @@ fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnop
     a.antiquantScale = handle(inst.antiquantScale);
     a.antiquantOffset = handle(inst.antiquantOffset);
     a.antiquantMode = p.combinedQuant ? p.keyQuantMode : 0;
+    a.deqScale1 = handle(inst.deqScale1);
+    a.quantScale1 = handle(inst.quantScale1);
+    a.deqScale2 = handle(inst.deqScale2);
     a.quantScale2 = handle(inst.quantScale2);
     a.quantOffset2 = handle(inst.quantOffset2);
     a.pseShift = handle(inst.pseShift);

@@ -55,6 +55,11 @@ struct FiaProblem {
     // pseShift: "none", "batch" [B, N, Q_S, K] or "shared" [1, N, Q_S, K] (K: the mask's columns).
     std::string pse = "none";
     int64_t ropeDim = 0;                   // MLA: queryRope/keyRope of this width (64), 0: none
+    // Full int8 quantisation (spec 9.2): int8 query (with int8Kv: int8 key/value, no antiquant
+    // operands), per-tensor deqScale1 / quantScale1 / deqScale2; deq scales fp32 or uint64 (the
+    // fp32 bits in the low half). dtype is then the output's (fp16) and pseShift's.
+    bool fullQuant = false;
+    attnopsDataType deqScaleDType = ATTNOPS_FLOAT32;
     uint64_t dataSeed = 1;
 
     std::string inLayout() const;          // the query/key/value layout (before '_')
@@ -79,6 +84,7 @@ struct FiaInstance {
     FiaProblem problem;
     HostTensor query, key, value, attenMask, blockTable, keyScale, keyOffset, valueScale, valueOffset, sink;
     HostTensor antiquantScale, antiquantOffset, quantScale2, quantOffset2;
+    HostTensor deqScale1, quantScale1, deqScale2;  // full int8 quantisation
     HostTensor queryPaddingSize, kvPaddingSize, keySharedPrefix, valueSharedPrefix;
     std::vector<HostTensor> keyList, valueList;  // tensor-list key/value (problem.kvList)
     std::vector<int64_t> prefixLenArg;          // actualSharedPrefixLen (empty: not passed)

@@ -3,6 +3,8 @@
 // incre_flash_attention}.h, which take the same arguments with tensor lists as arrays).
 #include "attnops/fused_infer_attention_score.h"
 
+#include <fmt/ranges.h>
+
 #include <vector>
 
 #include "aclnnop/aclnn_fused_infer_attention_score.h"
@@ -24,6 +26,36 @@ using namespace attnops::acl;
 
 namespace {
 
+constexpr int64_t kInt4PerInt32 = 8;
+
+// A key or value tensor: ACL_INT4 (packed two per byte, low nibble first; dims, strides and
+// offset counting int4 elements) becomes the int32 containers of eight int4 that attnops takes
+// (spec 9.1: element 8d + i is bits [4i, 4i + 4) of container d, the same bytes on a
+// little-endian host); any other dtype goes through unchanged.
+attnops::Tensor kvView(const aclTensor* t, const char* name) {
+    if (t == nullptr || !isLive(t, Kind::Tensor) || t->dataType != ACL_INT4) return view(t, name);
+    const size_t rank = t->viewDims.size();
+    if (rank == 0) fail(ACLNN_ERR_PARAM_INVALID, "{}: an ACL_INT4 key/value needs rank >= 1", name);
+    const auto dims = [](const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ",")); };
+    if (t->strides[rank - 1] != 1)
+        fail(ACLNN_ERR_PARAM_INVALID, "{}.stride = {}: an ACL_INT4 key/value needs stride 1 on its last dim", name, dims(t->strides));
+    if (t->viewDims[rank - 1] % kInt4PerInt32 != 0)
+        fail(ACLNN_ERR_PARAM_INVALID, "{}.viewDims = {}: an ACL_INT4 key/value needs its last dim a multiple of {} (whole int32 containers)",
+             name, dims(t->viewDims), kInt4PerInt32);
+    for (size_t i = 0; i + 1 < rank; ++i)
+        if (t->strides[i] % kInt4PerInt32 != 0)
+            fail(ACLNN_ERR_PARAM_INVALID, "{}.stride = {}: an ACL_INT4 key/value needs every stride but the last a multiple of {}", name,
+                 dims(t->strides), kInt4PerInt32);
+    if (t->offset % kInt4PerInt32 != 0)
+        fail(ACLNN_ERR_PARAM_INVALID, "{}.offset = {}: an ACL_INT4 key/value needs an offset that is a multiple of {}", name, t->offset,
+             kInt4PerInt32);
+    std::vector<int64_t> shape = t->viewDims, strides = t->strides;
+    shape[rank - 1] /= kInt4PerInt32;
+    for (size_t i = 0; i + 1 < rank; ++i) strides[i] /= kInt4PerInt32;
+    void* first = t->data == nullptr ? nullptr : static_cast<char*>(t->data) + t->offset / 2;  // two per byte
+    return attnops::Tensor(first, ATTNOPS_INT32, shape, strides);
+}
+
 // An aclTensorList as the array of attnops tensors the C API takes (NULL: no list).
 class TensorListView {
 public:
@@ -32,7 +64,7 @@ public:
         if (!isLive(list, Kind::TensorList)) fail(ACLNN_ERR_PARAM_INVALID, "{} is not a live aclTensorList", name);
         for (size_t i = 0; i < list->tensors.size(); ++i) {
             const std::string item = std::string(name) + "[" + std::to_string(i) + "]";
-            views_.push_back(view(list->tensors[i], item.c_str()));
+            views_.push_back(kvView(list->tensors[i], item.c_str()));  // ACL_INT4: int32 containers
             raw_.push_back(views_.back().get());
         }
     }

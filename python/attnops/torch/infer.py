@@ -49,8 +49,11 @@ def _value_dim(value: Tensor, layout: str, kv_heads: int, paged: bool) -> int:
 
 
 def _out_dtype(query: Tensor, quant_scale2: Optional[Tensor]) -> torch.dtype:
-    """attention_out's dtype (spec 13.1): int8 with quant_scale2, else the query's."""
-    return torch.int8 if quant_scale2 is not None else query.dtype
+    """attention_out's dtype (spec 13.1): int8 with quant_scale2, else the query's (fp16 for an int8
+    query: full quantisation, spec 9.2)."""
+    if quant_scale2 is not None:
+        return torch.int8
+    return torch.float16 if query.dtype == torch.int8 else query.dtype
 
 
 _FIA_LAYOUTS = ("BSH", "BSND", "BNSD", "TND", "NTD", "BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD", "BSND_NBSD",

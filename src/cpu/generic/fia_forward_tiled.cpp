@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "cpu/generic/score_row.hpp"
+#include "ops/fused_infer_attention_score/fullquant.hpp"
 #include "ops/fused_infer_attention_score/kernel.hpp"
 
 namespace attnops::fia {
@@ -128,6 +129,7 @@ void accumulateRow(const Params& p, int64_t nk, float rowMax, float* __restrict 
 }
 
 void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
+    if (p.fullQuant.on) return runFullQuantUnit(p, u);  // int8 query: its own rounding steps (spec 9.2)
     const fa::ForwardParams& c = p.core;
     Scratch sc(p, t, scratch);
     const int64_t sq = c.seq.qLen[size_t(u.b)], skv = c.seq.kvLen[size_t(u.b)];

@@ -87,6 +87,9 @@ struct PseSpec {
     View4 view;                        // strides (b, n, i, j); 1-D forms use stride[3]
     int64_t compressedCols = 0;        // W of the compressed alibi form
     int64_t qStartIdx = 0, kvStartIdx = 0;
+    // Dense: index rows and columns from the sequence's physical start (seq.qStart/kvStart), as
+    // FusedInferAttentionScore's pseShift does with left padding.
+    bool physicalRows = false;
 };
 
 // Dropout keyed by the positions of a global problem (context parallelism; see

@@ -94,7 +94,10 @@ inline PseTerm pseTerm(const ForwardParams& p, int64_t b, int64_t n1, int64_t i,
     float value = 0.0f;
     switch (s.form) {
         case PseForm::None: return {};
-        case PseForm::Dense: value = s.view.load(b, n1, i, j); break;
+        case PseForm::Dense:
+            value = s.physicalRows ? s.view.load(b, n1, p.seq.qStart[size_t(b)] + i, p.seq.kvStart[size_t(b)] + j)
+                                   : s.view.load(b, n1, i, j);
+            break;
         case PseForm::CompressedAlibi: {
             const int64_t col = s.compressedCols - 1 - (i - j);
             if (col < 0 || col >= s.compressedCols) return {};  // masked positions only (checked)

@@ -3,6 +3,7 @@
 // the mask, dequantisation, then the small inputs and outputs.
 #include "ops/fused_infer_attention_score/check.hpp"
 
+#include "ops/fused_infer_attention_score/check_fullquant.hpp"
 #include "ops/fused_infer_attention_score/check_quant.hpp"
 
 #include <fmt/format.h>
@@ -372,9 +373,6 @@ Params checkForward(const Args& a, int32_t device) {
     if (list && k.dtype == DType::I4)
         unsupported("keyCount = {}: tensor-list key/value with int4 (int32 containers) is not supported", a.keyCount);
     const attnopsTensor& out = requireTensorOn(a.attentionOut, "attentionOut", device);
-    rejectGiven(a.deqScale1, "deqScale1", "full int8 quantisation");
-    rejectGiven(a.quantScale1, "quantScale1", "full int8 quantisation");
-    rejectGiven(a.deqScale2, "deqScale2", "full int8 quantisation");
     rejectGiven(a.dequantScaleQuery, "dequantScaleQuery", "MLA full quantisation");
     if (a.queryQuantMode != 0) unsupported("queryQuantMode = {}: query quantisation is not implemented yet (pass 0)", a.queryQuantMode);
     if (a.antiquantMode != 0 && a.antiquantMode != 1) invalidArgument("antiquantMode", a.antiquantMode, "must be 0 or 1");
@@ -387,16 +385,17 @@ Params checkForward(const Args& a, int32_t device) {
     c.varlen = isPacked(layout);
     const std::string rankWhy = fmt::format("inputLayout {}", lp.name);
     requireRank(q, "query", rankOf(layout), rankWhy);
-    if (q.dtype == DType::I8) unsupported("query.dtype = int8: full quantisation is not implemented yet");
-    if (!isHalf(q.dtype)) invalidArgument("query.dtype", dtypeName(q.dtype), "must be fp16 or bf16");
+    const bool int8Query = q.dtype == DType::I8;  // full quantisation (spec 9.2, check_fullquant.cpp)
+    if (!isHalf(q.dtype) && !int8Query) invalidArgument("query.dtype", dtypeName(q.dtype), "must be fp16, bf16 or int8");
     const bool int8Kv = k.dtype == DType::I8 || k.dtype == DType::I4;  // dequantised (int8 or int4)
     if (k.dtype != q.dtype && !int8Kv)
         invalidArgument("key.dtype", dtypeName(k.dtype), "must equal query.dtype ({}), or be int8 or int32 (packed int4) (dequantised)",
                         dtypeName(q.dtype));
     if (v.dtype != k.dtype) invalidArgument("value.dtype", dtypeName(v.dtype), "must equal key.dtype ({})", dtypeName(k.dtype));
-    if (out.dtype != (a.quantScale2 ? DType::I8 : q.dtype))
-        invalidArgument("attentionOut.dtype", dtypeName(out.dtype), "must be {} ({})", a.quantScale2 ? "int8" : dtypeName(q.dtype),
-                        a.quantScale2 ? "quantScale2 is given" : "query.dtype without quantScale2");
+    const DType plainOut = int8Query ? DType::F16 : q.dtype;  // int8 query: fp16 unless quantScale2
+    if (out.dtype != (a.quantScale2 ? DType::I8 : plainOut))
+        invalidArgument("attentionOut.dtype", dtypeName(out.dtype), "must be {} ({})", a.quantScale2 ? "int8" : dtypeName(plainOut),
+                        a.quantScale2 ? "quantScale2 is given" : int8Query ? "int8 query without quantScale2" : "query.dtype without quantScale2");
     if (a.numHeads <= 0) invalidArgument("numHeads", a.numHeads, "must be > 0");
     if (a.numKeyValueHeads < 0) invalidArgument("numKeyValueHeads", a.numKeyValueHeads, "must be >= 0 (0 means numHeads)");
     Shapes s;
@@ -663,14 +662,16 @@ Params checkForward(const Args& a, int32_t device) {
     // 7b. Features with their own rules (check_features.cpp): pseShift, the MLA rope inputs, the
     // tree mask of sparse mode 9.
     // Combinations these features were not built for are refused rather than guessed.
-    if (a.pseShift && (leftPadding || prefixGiven))
-        unsupported("pseShift with {} is not implemented (the pse offsets of spec 5 step 6)",
-                    leftPadding ? "left padding" : "the shared prefix");
     if (a.queryRope && (list || lp.in != lp.out || lp.in == Form::NTD))
         unsupported("queryRope (MLA) with {} is not implemented",
                     list ? std::string("tensor-list key/value") : fmt::format("inputLayout {}", lp.name));
     const CheckedShapes checked{p.layout, s.batch, s.qS, s.n1, s.n2, s.d, s.dv, s.maskCols, int8Kv};
-    if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) checkPseShift(a, *pse, checked, p);
+    if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) {
+        checkPseShift(a, *pse, checked, p);
+        // Spec 5 step 6: pse[b, n, q0 + i, k0 + j], (q0, k0) the left-padded windows' starts; the
+        // shared prefix's columns come first in the assembled KV, so j already counts them.
+        p.core.pse.physicalRows = leftPadding;
+    }
     checkRope(a, q, k, v, optionalTensorOn(a.queryRope, "queryRope", device), optionalTensorOn(a.keyRope, "keyRope", device),
               checked, p);
     if (a.sparseMode == 9) checkTreeMask(a, mask, checked, p);  // also on the decode branch (one draft token)
@@ -689,13 +690,22 @@ Params checkForward(const Args& a, int32_t device) {
     qs.packed = c.varlen;
     qs.query = q.dtype;
     qs.kv = k.dtype;
-    checkAntiquant(a, qs, device, p);
+    FullQuantShapes fq;
+    fq.d = s.d;
+    fq.decode = p.decode;
+    fq.paged = p.table.data != nullptr;
+    fq.prefix = prefixGiven;
+    fq.rope = a.queryRope || a.keyRope;
+    fq.query = q.dtype;
+    fq.key = k.dtype;
+    fq.out = out.dtype;
+    if (!checkFullQuant(a, fq, device, p)) checkAntiquant(a, qs, device, p);
     checkOutputQuant(a, qs, device, p);
 
     // 9. Attributes, sink and softmaxLse.
     if (!std::isfinite(a.scaleValue) || !std::isfinite(float(a.scaleValue)))
         invalidArgument("scaleValue", a.scaleValue, "must be finite in fp32");
-    c.scale = float(a.scaleValue);
+    c.scale = p.fullQuant.on ? 1.0f : float(a.scaleValue);  // full quant: fp16(scaleValue) in fullQuant.scale
     if (a.innerPrecise < 0 || a.innerPrecise > (p.decode ? 1 : 3))
         invalidArgument("innerPrecise", a.innerPrecise, "must be in [0, {}]{}", p.decode ? 1 : 3, p.decode ? " with Q_S = 1" : "");
     const attnopsTensor* sink = optionalTensorOn(a.learnableSink, "learnableSink", device);

@@ -44,9 +44,10 @@ void checkPseShift(const Args& a, const attnopsTensor& pse, const CheckedShapes&
     if (s.d != s.dv)
         invalidArgument("pseShift", "non-NULL", "is not supported when the value's D ({}) differs from the query's ({})", s.dv, s.d);
     if (a.learnableSink) invalidArgument("pseShift", "non-NULL", "is not supported with learnableSink");
-    if (pse.dtype != p.core.q.dtype)
-        invalidArgument("pseShift.dtype", dtypeName(pse.dtype), "must equal query.dtype ({}): fp16 pse with fp16 query, bf16 with bf16",
-                        dtypeName(p.core.q.dtype));
+    const DType pseType = p.core.q.dtype == DType::I8 ? DType::F16 : p.core.q.dtype;  // int8 query: fp16 (spec 10)
+    if (pse.dtype != pseType)
+        invalidArgument("pseShift.dtype", dtypeName(pse.dtype), "must be {}: fp16 pse with fp16 or int8 query, bf16 with bf16 (query.dtype is {})",
+                        dtypeName(pseType), dtypeName(p.core.q.dtype));
     const bool ok = pse.rank == 4 && (pse.shape[0] == 1 || pse.shape[0] == s.batch) && pse.shape[1] == s.n1 &&
                     pse.shape[2] >= s.qS && pse.shape[3] >= s.maskCols;
     if (!ok)

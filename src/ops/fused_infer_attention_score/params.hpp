@@ -83,6 +83,36 @@ struct OutputQuant {
     std::vector<float> scale, offset;  // [Q_N * Dv] or one entry (per tensor); offset empty: 0
 };
 
+// Full int8 quantisation (spec 9.2): int8 query, key and value. The scores are
+// S = fp16(fp16(clamp(fp32(int32(q.k)) * deqScale1, +-65504)) * fp16(scaleValue)) (+ pse); the
+// softmax runs over blocks of kFullQuantBlock keys counted from the batch's key 0, each block's
+// unnormalised e = exp(S - m) (m: the running max up to that block) quantised to
+// P8 = clamp(round_half_even(e * quantScale1), 0, 127) before the exact int32 P8.V, which is
+// dequantised with deqScale2 and rescaled across blocks; the sum of the e divides at the end.
+// Exactly the rounding steps of the upstream golden; core.scale is 1 then (the scale is `scale`).
+constexpr int64_t kFullQuantBlock = 1024;
+
+struct FullQuant {
+    bool on = false;
+    float deqScale1 = 0.0f;    // decoded and truncated to float19 (section A)
+    float quantScale1 = 0.0f;  // fp32
+    float deqScale2 = 0.0f;    // fp32, or the float19 of a uint64
+    float scale = 0.0f;        // fp16(scaleValue)
+};
+
+// The fp16 score of full quantisation from the exact integer dot product (FullQuant above).
+inline float fullQuantScore(const FullQuant& f, int64_t dot) {
+    constexpr float kF16Max = 65504.0f;
+    const float x = std::min(kF16Max, std::max(-kF16Max, float(dot) * f.deqScale1));
+    return roundTo(DType::F16, roundTo(DType::F16, x) * f.scale);  // fp16 x fp16: exact in fp32, then rounded
+}
+
+// P8 of an unnormalised probability e (FullQuant above).
+inline int32_t fullQuantProb(const FullQuant& f, float e) {
+    const float y = std::nearbyint(e * f.quantScale1);  // ties to even
+    return y != y ? 0 : int32_t(std::min(127.0f, std::max(-128.0f, y)));
+}
+
 struct Params {
     // Attention core: q and out views (b, n, row, d), per-batch lengths (seq; TND: qStart is
     // the batch's first packed row; paged: kvStart 0), mask rule, scale, n1/n2/group/d/dv.
@@ -97,6 +127,7 @@ struct Params {
     CacheFormat cache = CacheFormat::None;
     AntiquantSpec keyQuant, valueQuant;
     OutputQuant outQuant;          // int8 attentionOut (core.out.dtype I8)
+    FullQuant fullQuant;           // int8 query (spec 9.2): served by the portable kernels only
     bool writeLse = false;
     fa::MutView4 lse;              // fp32 (b, n1, row, 0)
     std::vector<float> sink;       // [Q_N] learnable sink logits; empty: none

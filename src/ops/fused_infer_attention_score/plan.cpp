@@ -70,6 +70,7 @@ std::string planKey(const Params& p, int32_t threads, const std::string& forcedK
     appendSource(key, p.key, p.keyQuant);
     appendSource(key, p.value, p.valueQuant);
     append(key, p.cache);
+    append(key, p.fullQuant.on);
     append(key, p.ropeDim);  // MLA: the kernels' acceptance depends on the key rope's layout
     if (p.ropeDim > 0) appendSource(key, p.keyRope, AntiquantSpec{});
     for (int64_t v : {c.batch, c.n1, c.n2, c.d, c.dv, c.mask.sparseMode, c.mask.preTokens, c.mask.nextTokens})
@@ -85,8 +86,12 @@ std::string planKey(const Params& p, int32_t threads, const std::string& forcedK
 
 Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel) {
     Plan plan;
+    // Full int8 quantisation (spec 9.2) has its own rounding steps, in the portable kernels only.
+    const auto portable = [](const ForwardKernel& k) { return k.name == std::string("tiled-generic") || k.name == std::string("reference"); };
     plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FusedInferAttentionScore",
-                                [](const ForwardKernel&) { return false; });
+                                [&](const ForwardKernel& k) { return p.fullQuant.on && !portable(k); });
+    if (p.fullQuant.on && !portable(*plan.kernel))
+        unsupported("ATTNOPS_FORCE_IMPL = {}: full int8 quantisation (int8 query) runs in tiled-generic or reference only", forcedKernel);
     plan.tile = plan.kernel->tile(p);
     plan.threads = std::max(1, threads);
     plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
@@ -99,7 +104,8 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
     uint64_t partialFloats = 0;
     for (int64_t b = 0; b < c.seq.count; ++b) {
         const int64_t sq = c.seq.qLen[size_t(b)];
-        if (!plan.kernel->splitsKeys || blocksOf(sq, tile.queryRows) != 1) continue;
+        // Full quant: whole rows (its int8 probabilities depend on the running max of key blocks).
+        if (!plan.kernel->splitsKeys || p.fullQuant.on || blocksOf(sq, tile.queryRows) != 1) continue;
         const fa::KeyRange keys = blockKeys(p, b, 0, sq);
         const int64_t splits = std::max<int64_t>(1, blocksOf(keys.hi - keys.lo, kSplitKeys));
         if (splits == 1) continue;

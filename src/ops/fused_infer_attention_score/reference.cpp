@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ops/flash_attention_score/semantics.hpp"
+#include "ops/fused_infer_attention_score/fullquant.hpp"
 #include "ops/fused_infer_attention_score/kernel.hpp"
 
 namespace attnops::fia {
@@ -50,6 +51,7 @@ Real rowMax(const std::vector<Real>& s, const std::vector<char>& kept, bool& any
 }  // namespace
 
 ReferenceRow referenceRow(const Params& p, int64_t b, int64_t n1, int64_t i) {
+    if (p.fullQuant.on) return fullQuantReferenceRow(p, b, n1, i);  // spec 9.2's own rounding steps
     std::vector<double> s;
     std::vector<char> kept;
     scoreRow(p, b, n1, i, s, kept);
@@ -74,6 +76,7 @@ ReferenceRow referenceRow(const Params& p, int64_t b, int64_t n1, int64_t i) {
 }
 
 std::vector<float> naiveLowPrecisionRow(const Params& p, int64_t b, int64_t n1, int64_t i) {
+    if (p.fullQuant.on) return fullQuantNaiveRow(p, b, n1, i);
     std::vector<float> s;
     std::vector<char> kept;
     scoreRow(p, b, n1, i, s, kept);

@@ -4,7 +4,8 @@
 // actualSeqLengths are the KV lengths), aclnnPromptFlashAttentionV3 prefill with the compressed
 // causal mask (sparse mode 3), each checked against attention evaluated in double precision here;
 // then bad input: a block table entry outside the cache and a two-token IncreFlashAttention
-// query return ACLNN_ERR_PARAM_INVALID with messages naming the argument.
+// query return ACLNN_ERR_PARAM_INVALID with messages naming the argument. Also ACL_INT4 key/value
+// (packed two per byte) with per-channel dequantisation, equal to the int32-container form.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -135,7 +136,91 @@ int main() {
     const HeadResult prefill = ReferencePacked(HalfAsDouble(pq), HalfAsDouble(pk), HalfAsDouble(pv), {}, {S}, N, N, D, scale);
     ok &= AllClose("PFA V3 causal prefill", ReadAsDouble<op::fp16_t>(pout), prefill.out, 2e-3, 2e-3);
 
-    // 4. Bad input: upstream's code and a message naming the argument.
+    // 4. ACL_INT4 key/value (packed two per byte, low nibble first) with per-channel fp16
+    // dequantisation scales: decode against the dequantised attention in double, then the same
+    // bytes passed as the int32 containers of eight int4 give the same bits.
+    constexpr int64_t S4 = 40;
+    std::vector<uint8_t> k4Host(B * KVN * S4 * D / 2), v4Host(B * KVN * S4 * D / 2);
+    std::vector<int> k4(B * KVN * S4 * D), v4(B * KVN * S4 * D);  // the int4 values, BNSD order
+    for (size_t i = 0; i < k4.size(); ++i) {
+        k4[i] = int((i * 7 + 3) % 16) - 8;
+        v4[i] = int((i * 5 + 11) % 16) - 8;
+        k4Host[i / 2] |= uint8_t((k4[i] & 0xf) << (4 * (i % 2)));
+        v4Host[i / 2] |= uint8_t((v4[i] & 0xf) << (4 * (i % 2)));
+    }
+    const std::vector<op::fp16_t> kScaleHost = Half(RandomValues(KVN * D, 48)), vScaleHost = Half(RandomValues(KVN * D, 49));
+    const auto packed = [](const std::vector<uint8_t>& bytes, const std::vector<int64_t>& dims, aclDataType type) {
+        DeviceTensor t;
+        t.shape = dims;
+        aclrtMalloc(&t.addr, bytes.size(), ACL_MEM_MALLOC_HUGE_FIRST);
+        aclrtMemcpy(t.addr, bytes.size(), bytes.data(), bytes.size(), ACL_MEMCPY_HOST_TO_DEVICE);
+        t.tensor = aclCreateTensor(dims.data(), dims.size(), type, nullptr, 0, ACL_FORMAT_ND, dims.data(), dims.size(), t.addr);
+        return t;
+    };
+    DeviceTensor k4T = packed(k4Host, {B, KVN, S4, D}, ACL_INT4), v4T = packed(v4Host, {B, KVN, S4, D}, ACL_INT4),
+                 k32T = packed(k4Host, {B, KVN, S4, D / 8}, ACL_INT32), v32T = packed(v4Host, {B, KVN, S4, D / 8}, ACL_INT32),
+                 kScale = MakeTensor(kScaleHost, {KVN, D}, ACL_FLOAT16), vScale = MakeTensor(vScaleHost, {KVN, D}, ACL_FLOAT16),
+                 out4 = MakeTensor(std::vector<op::fp16_t>(B * N * D), {B, N, 1, D}, ACL_FLOAT16),
+                 out32 = MakeTensor(std::vector<op::fp16_t>(B * N * D), {B, N, 1, D}, ACL_FLOAT16);
+    const auto runInt4 = [&](DeviceTensor& kT, DeviceTensor& vT, DeviceTensor& o, const char* what) {
+        aclTensorList* kl = aclCreateTensorList(&kT.tensor, 1);
+        aclTensorList* vl = aclCreateTensorList(&vT.tensor, 1);
+        const int r = RunTwoPhase(what, stream,
+                                  [&](uint64_t* ws4, aclOpExecutor** ex4) {
+                                      return aclnnFusedInferAttentionScoreV4GetWorkspaceSize(
+                                          q.tensor, kl, vl, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, kScale.tensor, nullptr, vScale.tensor,
+                                          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, N, scale,
+                                          2147483647, 2147483647, layout, KVN, 0, 0, 0, 0, false, 0, 0, 0, o.tensor, nullptr, ws4, ex4);
+                                  },
+                                  aclnnFusedInferAttentionScoreV4);
+        aclDestroyTensorList(kl);  // destroys kT.tensor and vT.tensor (the memory stays)
+        aclDestroyTensorList(vl);
+        kT.tensor = vT.tensor = nullptr;
+        return r;
+    };
+    ret = runInt4(k4T, v4T, out4, "aclnnFusedInferAttentionScoreV4 ACL_INT4");
+    CHECK_RET(ret == 0, return ret);
+    ret = runInt4(k32T, v32T, out32, "aclnnFusedInferAttentionScoreV4 int32 containers");
+    CHECK_RET(ret == 0, return ret);
+    {
+        std::vector<double> want4(B * N * D);
+        const std::vector<double> ks = HalfAsDouble(kScaleHost), vs = HalfAsDouble(vScaleHost);
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t n = 0; n < N; ++n) {
+                const int64_t m = n / (N / KVN);
+                std::vector<double> hq(qd.begin() + (b * N + n) * D, qd.begin() + (b * N + n + 1) * D), hk(S4 * D), hv(S4 * D);
+                for (int64_t j = 0; j < S4; ++j)
+                    for (int64_t c = 0; c < D; ++c) {
+                        const int64_t at = ((b * KVN + m) * S4 + j) * D + c;
+                        hk[j * D + c] = k4[at] * ks[m * D + c];
+                        hv[j * D + c] = v4[at] * vs[m * D + c];
+                    }
+                const HeadResult r = ReferenceHead(hq, hk, hv, {}, 1, S4, D, D, scale, false);
+                for (int64_t c = 0; c < D; ++c) want4[(b * N + n) * D + c] = r.out[c];
+            }
+        ok &= AllClose("FIA V4 ACL_INT4 decode attentionOut", ReadAsDouble<op::fp16_t>(out4), want4, 2e-3, 2e-3);
+        ok &= AllClose("ACL_INT4 = int32 containers", ReadAsDouble<op::fp16_t>(out4), ReadAsDouble<op::fp16_t>(out32), 0, 0);
+    }
+    // An ACL_INT4 view whose offset splits an int32 container is refused, naming the argument.
+    {
+        const std::vector<int64_t> dims = {B, KVN, S4, D - 8}, strides = {KVN * S4 * D, S4 * D, D, 1};
+        aclTensor* odd = aclCreateTensor(dims.data(), 4, ACL_INT4, strides.data(), 4, ACL_FORMAT_ND, k4T.shape.data(), 4, k4T.addr);
+        aclTensorList* kl = aclCreateTensorList(&odd, 1);
+        uint64_t ws4 = 0;
+        aclOpExecutor* ex4 = nullptr;
+        ret = aclnnFusedInferAttentionScoreV4GetWorkspaceSize(
+            q.tensor, kl, kl, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+            nullptr, nullptr, nullptr, kScale.tensor, nullptr, vScale.tensor, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+            nullptr, nullptr, nullptr, N, scale, 2147483647, 2147483647, layout, KVN, 0, 0, 0, 0, false, 0, 0, 0, out4.tensor,
+            nullptr, &ws4, &ex4);
+        ok &= ExpectError("ACL_INT4 key at an offset inside an int32 container", ret, ACLNN_ERR_PARAM_INVALID, "key[0].offset = 4");
+        aclDestroyTensorList(kl);  // destroys `odd`
+    }
+    for (DeviceTensor* t : {&k4T, &v4T, &k32T, &v32T}) aclrtFree(t->addr);
+    for (DeviceTensor* t : {&kScale, &vScale, &out4, &out32}) Release(*t);
+
+    // 5. Bad input: upstream's code and a message naming the argument.
     std::vector<int32_t> badTable = tableHost;
     badTable[1] = BLOCKS;  // read for sequence 0 (50 tokens span 4 blocks)
     DeviceTensor bad = MakeTensor(badTable, {B, MAXB}, ACL_INT32);
