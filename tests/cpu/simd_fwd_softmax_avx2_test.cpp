@@ -5,7 +5,8 @@
 // simd::exp over sampled non-positive floats and the edges (-0, subnormals, around the -87.3
 // cut-off, -inf); whole blocks with -inf holes, dead rows (every score -inf so far), a running
 // state from an earlier block, rows whose maximum does or does not move, and blocks that must
-// take the general pass (a NaN score, a +inf score). Skipped on CPUs without AVX2, FMA and F16C.
+// take the general pass (a NaN score, a +inf score); and the vectorised output row store against
+// tile::storeRow (fp32, bf16, fp16; NaN payloads, infinities, rounding ties, l = 0 and NaN). Skipped on CPUs without AVX2, FMA and F16C.
 #include "cpu/avx2/simd_avx2.hpp"
 #include "cpu/simd/fa_forward.hpp"
 
@@ -17,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/generic/score_row.hpp"
 #include "cpu/isa.hpp"
 
 namespace {
@@ -162,6 +164,66 @@ TEST(FwdSoftmaxAvx2, BlockMatchesGeneralFormulaBitwise) {
             expectSameBits(l, l2, "l");
             expectSameBits(acc, acc2, "acc");
         }
+}
+
+ATTNOPS_AVX2_FN void storeFast(const attnops::fa::ForwardParams& p, const attnops::fa::WorkUnit& u, int64_t i, float m,
+                               float l, float* acc, float* tmp) {
+    fwd::storeOutputRow<Avx2>(p, u, 0, i, m, l, acc, tmp);
+}
+
+// An output row written by storeOutputRow and by tile::storeRow: the same bits in every dtype.
+TEST(FwdSoftmaxAvx2, OutputRowStoreMatchesScalarStoreBitwise) {
+    SKIP_WITHOUT_AVX2();
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-5.0f, 5.0f);
+    for (attnops::DType dt : {attnops::DType::F32, attnops::DType::BF16, attnops::DType::F16})
+        for (int64_t dv : {1, 8, 37, 128})
+            for (float l : {1.0f, 3.0f, 0.37f, 0.0f, std::numeric_limits<float>::quiet_NaN()}) {
+                std::vector<float> acc(static_cast<size_t>(dv));
+                for (float& x : acc) x = u(rng);
+                const float special[] = {kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), fromBits(0x7f800001u),
+                                         fromBits(0xffa00000u), fromBits(0x3f808000u), fromBits(0x3f818000u),
+                                         fromBits(0x7f7fffffu), 1e-40f, -0.0f};
+                for (size_t k = 0; k < sizeof special / sizeof special[0] && k < acc.size(); ++k)
+                    acc[k * 3 % acc.size()] = special[k] * (l == 1.0f ? 1.0f : l);  // acc / l gives the value back
+                const int64_t rows = 3, row = 1;
+                std::vector<uint32_t> fastOut(static_cast<size_t>(rows * dv), 0xdeadbeefu),
+                    slowOut(static_cast<size_t>(rows * dv), 0xdeadbeefu);
+                attnops::fa::ForwardParams p;
+                p.dv = dv;
+                p.seq.qStart = {0};
+                p.out.dtype = dt;
+                const int64_t elemsPerRow = dt == attnops::DType::F32 ? dv : 2 * dv;  // 16-bit rows packed tighter
+                p.out.stride[0] = rows * elemsPerRow;
+                p.out.stride[1] = rows * elemsPerRow;
+                p.out.stride[2] = elemsPerRow;
+                p.out.stride[3] = 1;
+                const attnops::fa::WorkUnit unit{0, 0, 0, rows};
+                std::vector<float> acc2 = acc, tmp(static_cast<size_t>(dv));
+                p.out.data = fastOut.data();
+                storeFast(p, unit, row, 0.5f, l, acc.data(), tmp.data());
+                p.out.data = slowOut.data();
+                attnops::fa::tile::storeRow(p, unit, 0, row, 0.5f, l, acc2.data());
+                SCOPED_TRACE(::testing::Message() << "dtype " << int(dt) << " dv " << dv << " l " << l);
+                // Bits equal, except that a NaN may carry either operand's payload: with l = NaN and a
+                // NaN in acc, acc * (1 / l) returns whichever NaN the compiler put first in the
+                // multiply (commutative to it), in the scalar store as in the vector one.
+                const auto isNanWord = [&](uint32_t w, int half) {
+                    if (dt == attnops::DType::F32) return (w & 0x7fffffffu) > 0x7f800000u;
+                    const uint32_t h = half ? w >> 16 : w & 0xffffu;
+                    return dt == attnops::DType::BF16 ? (h & 0x7fffu) > 0x7f80u : (h & 0x7fffu) > 0x7c00u;
+                };
+                for (size_t k = 0; k < fastOut.size(); ++k) {
+                    if (fastOut[k] == slowOut[k]) continue;
+                    const bool payloadOnly = std::isnan(l) && (dt == attnops::DType::F32
+                                                                   ? isNanWord(fastOut[k], 0) && isNanWord(slowOut[k], 0)
+                                                                   : ((fastOut[k] ^ slowOut[k]) & 0xffffu) == 0 ||
+                                                                         (isNanWord(fastOut[k], 0) && isNanWord(slowOut[k], 0)));
+                    const bool highOk = dt == attnops::DType::F32 || ((fastOut[k] ^ slowOut[k]) >> 16) == 0 ||
+                                        (isNanWord(fastOut[k], 1) && isNanWord(slowOut[k], 1));
+                    ASSERT_TRUE(payloadOnly && highOk) << "word " << k << ": " << std::hex << fastOut[k] << " vs " << slowOut[k];
+                }
+            }
 }
 
 }  // namespace
