@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "cpu/generic/score_row.hpp"
@@ -40,7 +41,7 @@ struct Scratch {
     float* acc;     // [queryRows][dv]
     float* m;       // [queryRows] running max
     float* l;       // [queryRows] running sum
-    float* s;       // [max(keyRows, d)] one row of scores (row steps), one loaded row (transposes)
+    float* s;       // [max(keyRows, d, dv)] one row of scores (row steps), one loaded row (transposes), an output row
     uint8_t* kept;  // [keyRows]
     uint8_t* keep;  // [keyRows]
     // bf16 pairs (entries with Pairs), dPairs = ceil(d / 2), keyPairs = keyRows / 2:
@@ -53,7 +54,7 @@ struct Scratch {
     static int64_t floats(const ForwardParams& p, TileShape t) {
         const int64_t qr = t.queryRows, kr = t.keyRows, dPairs = (p.d + 1) / 2;
         return alignUp(p.d * qr) + alignUp(kr * p.d) + alignUp(kr * p.dv) + alignUp(kr * qr) + alignUp(qr * p.dv) +
-               2 * alignUp(qr) + alignUp(std::max(kr, p.d)) + 2 * alignUp(kr) + alignUp(dPairs * qr) +
+               2 * alignUp(qr) + alignUp(std::max({kr, p.d, p.dv})) + 2 * alignUp(kr) + alignUp(dPairs * qr) +
                alignUp(kr * dPairs) + alignUp(kr / 2 * p.dv) + alignUp(kr / 2 * qr) + alignUp(kr * stripCols(p.dv));
     }
 
@@ -79,7 +80,7 @@ struct Scratch {
         acc = take(qr * p.dv);
         m = take(qr);
         l = take(qr);
-        s = take(std::max(kr, p.d));
+        s = take(std::max({kr, p.d, p.dv}));
         kept = reinterpret_cast<uint8_t*>(take(kr));
         keep = reinterpret_cast<uint8_t*>(take(kr));
         const int64_t dPairs = (p.d + 1) / 2;
@@ -102,6 +103,29 @@ TileShape chooseTile(const ForwardParams& p, const PlatformInfo& info) {
 
 inline uint64_t scratchBytes(const ForwardParams& p, TileShape t) {
     return uint64_t(Scratch::floats(p, t)) * sizeof(float);
+}
+
+constexpr float kMaxFinite = 3.40282347e38f;
+
+// simd::exp for x <= 0 or NaN without its NaN pass-through and overflow clamp: the same bits for
+// every x <= 0, and 0 for NaN (x > -87.3 is false for NaN; the lanes computed from it are then
+// discarded). The dropped compare, blend and min issue on the FMA pipes on Zen 3, beside the
+// GEMMs' FMAs.
+template <class V>
+ATTNOPS_SIMD_INLINE typename V::Vec expNonPositive(typename V::Vec x) {
+    const auto live = V::greater(x, V::set1(-87.3f));
+    const auto n = V::roundNearest(V::mul(x, V::set1(1.44269504088896341f)));
+    auto r = V::fnmadd(n, V::set1(0.693359375f), x);
+    r = V::fnmadd(n, V::set1(-2.12194440e-4f), r);
+    auto poly = V::set1(1.0f / 5040.0f);
+    poly = V::fmadd(poly, r, V::set1(1.0f / 720.0f));
+    poly = V::fmadd(poly, r, V::set1(1.0f / 120.0f));
+    poly = V::fmadd(poly, r, V::set1(1.0f / 24.0f));
+    poly = V::fmadd(poly, r, V::set1(1.0f / 6.0f));
+    poly = V::fmadd(poly, r, V::set1(0.5f));
+    poly = V::fmadd(poly, r, V::set1(1.0f));
+    poly = V::fmadd(poly, r, V::set1(1.0f));
+    return V::zeroUnless(live, V::ldexp(poly, n));
 }
 
 // Online softmax of a block for rows [0, rows), V::kLanes rows per vector: scales the scores in
@@ -131,12 +155,24 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int6
         const auto alpha = V::zeroUnless(started, simd::exp<V>(V::sub(mOld, mNew)));
         const auto live = V::notEqual(mNew, negInf);
         auto sum = V::zero();
-        for (int64_t j = 0; j < nk; ++j) {
-            const auto x = V::load(st + j * ld + r0);
-            const auto kept = V::maskAnd(live, V::notEqual(x, negInf));
-            const auto e = V::zeroUnless(kept, simd::exp<V>(V::sub(x, mNew)));
-            V::store(st + j * ld + r0, e);
-            sum = V::add(sum, e);
+        if (!V::any(nan) && !V::any(V::maskOr(V::isNan(mNew), V::greater(mNew, V::set1(kMaxFinite))))) {
+            // No NaN score and no NaN or +inf maximum: x - mNew <= 0 (mNew is at least every x of
+            // the block) except where x = mNew = -inf (dead rows): NaN there, and expNonPositive
+            // gives 0 for it and for x = -inf, as the masks below do; every other lane is the same
+            // exp. Same bits, fewer operations.
+            for (int64_t j = 0; j < nk; ++j) {
+                const auto e = expNonPositive<V>(V::sub(V::load(st + j * ld + r0), mNew));
+                V::store(st + j * ld + r0, e);
+                sum = V::add(sum, e);
+            }
+        } else {
+            for (int64_t j = 0; j < nk; ++j) {
+                const auto x = V::load(st + j * ld + r0);
+                const auto kept = V::maskAnd(live, V::notEqual(x, negInf));
+                const auto e = V::zeroUnless(kept, simd::exp<V>(V::sub(x, mNew)));
+                V::store(st + j * ld + r0, e);
+                sum = V::add(sum, e);
+            }
         }
         V::store(l + r0, V::fmadd(V::load(l + r0), alpha, sum));
         V::store(m + r0, mNew);
@@ -146,6 +182,46 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int6
         for (int64_t r = r0; r < std::min(rows, r0 + V::kLanes); ++r)
             if (alphas[r - r0] != 1.0f) simd::scaleRowUnmasked<V>(p.dv, alphas[r - r0], acc + r * p.dv);
     }
+}
+
+// tile::storeRow's result (out = acc / l, 0 where no key was kept; the statistics) for unit-stride
+// fp32 and bf16 outputs without a sink: the row scaled a vector at a time into `tmp` (the same
+// product acc * (1 / l)) and rounded to bf16 by a branch-free loop the compiler vectorises (the
+// rule of floatToBf16: quiet NaN, else round to nearest even). The scalar per-element store took
+// about a tenth of a causal S = 1024 forward's instructions. Everything else: tile::storeRow.
+template <class V>
+ATTNOPS_SIMD_INLINE void storeOutputRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, float m,
+                                        float l, float* acc, float* __restrict tmp) {
+    const DType dt = p.out.dtype;
+    if (p.sink != nullptr || p.out.stride[3] != 1 || (dt != DType::F32 && dt != DType::BF16))
+        return tile::storeRow(p, u, n1, i, m, l, acc);
+    const int64_t row = p.seq.qStart[size_t(u.b)] + i, dv = p.dv;
+    const int64_t at = p.out.offset(u.b, n1, row, 0);
+    float* dst32 = dt == DType::F32 ? static_cast<float*>(p.out.data) + at : tmp;
+    if (l != 0.0f) {  // l == 0: no key kept; NaN propagates
+        const float inv = 1.0f / l;
+        const auto invV = V::set1(inv);
+        int64_t c = 0;
+        for (; c + V::kLanes <= dv; c += V::kLanes) V::store(dst32 + c, V::mul(V::load(acc + c), invV));
+        for (; c < dv; ++c) dst32[c] = acc[c] * inv;
+    } else {
+        std::fill(dst32, dst32 + dv, 0.0f);
+    }
+    if (dt == DType::BF16) {
+        uint16_t* dst = static_cast<uint16_t*>(p.out.data) + at;
+        for (int64_t c = 0; c < dv; ++c) {
+            uint32_t bits;
+            std::memcpy(&bits, &tmp[c], sizeof bits);
+            const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+            const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+            dst[c] = uint16_t(nan ? (bits >> 16) | 0x40u : rounded);
+        }
+    }
+    if (p.writeStats)
+        for (int64_t lane = 0; lane < p.statLanes; ++lane) {
+            p.softmaxMax.store(u.b, n1, row, lane, m);
+            p.softmaxSum.store(u.b, n1, row, lane, l);
+        }
 }
 
 // Whether the value block (fp32 column strips vs, zero-padded, or bf16 row pairs vp) is finite.
@@ -223,7 +299,7 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
                                     sc.acc + r * dv);
             }
         }
-        for (int64_t r = 0; r < rows; ++r) tile::storeRow(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * dv);
+        for (int64_t r = 0; r < rows; ++r) storeOutputRow<V>(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * dv, sc.s);
     }
 }
 
