@@ -12,18 +12,21 @@
 // mode's band evaluated per lane; a partly masked block only when the operands its zero
 // probabilities multiply are finite); the others take the row steps shared with the tiled kernel.
 //
-// The fused scheme (entries "avx2-fused", "avx512-fused"; fp32 products only) does the five
-// GEMMs once: one unit per (sequence, kv head) walks its key blocks in ascending order as key
-// units do and also adds dS . K to an fp32 dQ of the whole sequence in its scratch, so S and dP
-// are computed once instead of once per unit kind (7 GEMMs for 5), and Q, dO and the row
-// statistics are converted once per head instead of once per key block. Its parallelism is the
-// number of (sequence, kv head) pairs (the planner passes it over for problems with fewer pairs
-// than the machine has cores); problems whose per-head arrays would pass kMaxHeadRowsBytes go
-// to the two-kind scheme.
+// The fused scheme (entries "avx2-fused", "avx512-fused"; fp32 products, bf16 and fp16 inputs
+// widened to fp32 as they are loaded) does the five GEMMs once: a unit is a chunk of query rows
+// of one (sequence, kv head) (ops/flash_attention_score/bwd_chunks.hpp: the chunk size is a
+// function of the problem only); it walks the key blocks its rows may see in ascending order as
+// key units do, over the chunk's rows only, and also adds dS . K to an fp32 dQ of the chunk in
+// its scratch, so S and dP are computed once instead of once per unit kind (7 GEMMs for 5), and
+// Q, dO and the row statistics are converted once per chunk instead of once per key block. Its
+// dK, dV over the chunk's rows go to dk, dv when the chunk is the whole sequence, else to the
+// chunk's partial slice, added over the chunks in ascending order by the reduction
+// (ops/flash_attention_score/backward.cpp). Problems whose split would pass the bounds of
+// bwd_chunks.hpp go to the two-kind scheme.
 //
 // Order of every reduction, fixed per element: dot products over the head dim ascending; dK
-// and dV over query heads of the group, then query rows ascending; dQ over keys ascending (in
-// both schemes).
+// and dV over query heads of the group, then query rows ascending (fused scheme: within each
+// chunk, then the chunks' partials ascending); dQ over keys ascending (in both schemes).
 #pragma once
 
 #include <algorithm>
