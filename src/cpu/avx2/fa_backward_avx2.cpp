@@ -16,7 +16,7 @@ void keyUnit(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
 void queryUnit(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) {
     simd_backward::runQueryUnit<cpu::Avx2, void>(p, t, u, s);
 }
-void headUnit(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
+void headUnit(const BackwardParams& p, TileShape t, const HeadChunk& u, void* s) {
     simd_backward::runHeadUnit<cpu::Avx2>(p, t, u, s);
 }
 
@@ -30,7 +30,7 @@ bool hasAvx2() {
 const BackwardKernel& backwardKernelAvx2Fused() {
     static const BackwardKernel k{"avx2-fused",
                                   hasAvx2,
-                                  simd_backward::fusedAccepts,
+                                  simd_backward::fusedAccepts<cpu::Avx2>,
                                   simd_backward::chooseTile<cpu::Avx2>,
                                   simd_backward::fusedScratchBytes,
                                   nullptr,

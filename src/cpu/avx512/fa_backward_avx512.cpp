@@ -29,7 +29,7 @@ void keyFloat(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
 void queryFloat(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) {
     simd_backward::runQueryUnit<cpu::Avx512, void>(p, t, u, s);
 }
-void headFloat(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
+void headFloat(const BackwardParams& p, TileShape t, const HeadChunk& u, void* s) {
     simd_backward::runHeadUnit<cpu::Avx512>(p, t, u, s);
 }
 void keyPairs(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
@@ -57,7 +57,7 @@ const BackwardKernel& backwardKernelAvx512Bf16() {
 const BackwardKernel& backwardKernelAvx512Fused() {
     static const BackwardKernel k{"avx512-fused",
                                   hasAvx512,
-                                  simd_backward::fusedAccepts,
+                                  simd_backward::fusedAccepts<cpu::Avx512>,
                                   simd_backward::chooseTile<cpu::Avx512>,
                                   simd_backward::fusedScratchBytes,
                                   nullptr,

@@ -12,18 +12,21 @@
 // mode's band evaluated per lane; a partly masked block only when the operands its zero
 // probabilities multiply are finite); the others take the row steps shared with the tiled kernel.
 //
-// The fused scheme (entries "avx2-fused", "avx512-fused"; fp32 products only) does the five
-// GEMMs once: one unit per (sequence, kv head) walks its key blocks in ascending order as key
-// units do and also adds dS . K to an fp32 dQ of the whole sequence in its scratch, so S and dP
-// are computed once instead of once per unit kind (7 GEMMs for 5), and Q, dO and the row
-// statistics are converted once per head instead of once per key block. Its parallelism is the
-// number of (sequence, kv head) pairs (the planner passes it over for problems with fewer pairs
-// than the machine has cores); problems whose per-head arrays would pass kMaxHeadRowsBytes go
-// to the two-kind scheme.
+// The fused scheme (entries "avx2-fused", "avx512-fused"; fp32 products, bf16 and fp16 inputs
+// widened to fp32 as they are loaded) does the five GEMMs once: a unit is a chunk of query rows
+// of one (sequence, kv head) (ops/flash_attention_score/bwd_chunks.hpp: the chunk size is a
+// function of the problem only); it walks the key blocks its rows may see in ascending order as
+// key units do, over the chunk's rows only, and also adds dS . K to an fp32 dQ of the chunk in
+// its scratch, so S and dP are computed once instead of once per unit kind (7 GEMMs for 5), and
+// Q, dO and the row statistics are converted once per chunk instead of once per key block. Its
+// dK, dV over the chunk's rows go to dk, dv when the chunk is the whole sequence, else to the
+// chunk's partial slice, added over the chunks in ascending order by the reduction
+// (ops/flash_attention_score/backward.cpp). Problems whose split would pass the bounds of
+// bwd_chunks.hpp go to the two-kind scheme.
 //
 // Order of every reduction, fixed per element: dot products over the head dim ascending; dK
-// and dV over query heads of the group, then query rows ascending; dQ over keys ascending (in
-// both schemes).
+// and dV over query heads of the group, then query rows ascending (fused scheme: within each
+// chunk, then the chunks' partials ascending); dQ over keys ascending (in both schemes).
 #pragma once
 
 #include <algorithm>
@@ -31,6 +34,7 @@
 
 #include "cpu/generic/score_row.hpp"
 #include "cpu/simd/microkernels.hpp"
+#include "ops/flash_attention_score/bwd_chunks.hpp"
 #include "ops/flash_attention_score/kernel.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
@@ -260,20 +264,25 @@ ATTNOPS_SIMD_INLINE void rowProbabilities(int64_t nk, float scale, float m, floa
 // vdpbf16ps, P and dS rounded to bf16 for the GEMMs they feed (as the naive low-precision computation of the tolerance
 // rule rounds them); otherwise everything in fp32.
 //
-// The fused scheme's per-(sequence, kv head) arrays, [group][sq] rows, filled before its first
-// key block: Q and dO as fp32 with the key unit's padded leading dimensions, converted once per
-// head instead of once per key block, and the fp32 dQ accumulator ([group][sq][d]).
+// The fused scheme's per-chunk arrays, [group][q1 - q0] rows (the chunk's query rows [q0, q1)
+// of each query head of the group), filled before its first key block: Q and dO as fp32 with
+// the key unit's padded leading dimensions, converted once per chunk instead of once per key
+// block, and the fp32 dQ accumulator ([group][rows][d]). dkPartial, dvPartial: where the
+// chunk's dk, dv sums go ([kv length][d], [kv length][dv]); null: to dk and dv.
 struct HeadRows {
     float* q;
     float* dO;
     float* dq;
     RowStats stats;
     float* exactDelta;  // sum_j P dP over all keys, with a sink (its dsink terms)
+    int64_t q0, q1;
+    float* dkPartial;
+    float* dvPartial;
 };
 
-// With head (the fused scheme, fp32 only): also dQ += dS . K into head->dq, from the dS this
-// unit computed anyway, so that no query unit has to compute S and dP a second time; the row
-// statistics come from head.
+// With head (the fused scheme, fp32 only): only the chunk's query rows, and also dQ += dS . K
+// into head->dq, from the dS this unit computed anyway, so that no query unit has to compute S
+// and dP a second time; the row statistics come from head, dk and dv go to its partials.
 template <class V, class Pairs>
 ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUnit& u, Scratch& sc,
                               const HeadRows* head) {
@@ -305,12 +314,17 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
         simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, ld, sc.k);
         kFinite = simd::allFinite<V>(kRows, nk, d, ld);
     }
-    std::fill(sc.dkAcc, sc.dkAcc + nk * d, 0.0f);
-    std::fill(sc.dvAcc, sc.dvAcc + nk * dv, 0.0f);
+    // dK, dV sums: this chunk's partial slice when the sequence has several chunks.
+    const bool partial = head != nullptr && head->dkPartial != nullptr;
+    float* const dkAcc = partial ? head->dkPartial + u.k0 * d : sc.dkAcc;
+    float* const dvAcc = partial ? head->dvPartial + u.k0 * dv : sc.dvAcc;
+    std::fill(dkAcc, dkAcc + nk * d, 0.0f);
+    std::fill(dvAcc, dvAcc + nk * dv, 0.0f);
+    const int64_t qBegin = head != nullptr ? head->q0 : 0, qEnd = head != nullptr ? head->q1 : sq;
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
-        for (int64_t q0 = 0; q0 < sq; q0 += t.queryRows) {
-            const int64_t rows = std::min(t.queryRows, sq - q0);
+        for (int64_t q0 = qBegin; q0 < qEnd; q0 += t.queryRows) {
+            const int64_t rows = std::min(t.queryRows, qEnd - q0);
             const KeyRange keys = keyRange(rule, q0, q0 + rows, skv);
             if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
             const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
@@ -321,7 +335,7 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
             float* exactDelta = nullptr;
             bool anyEmpty = false;
             if (head != nullptr) {
-                const int64_t at = g * sq + q0;
+                const int64_t at = g * (qEnd - qBegin) + (q0 - qBegin);
                 qRows = head->q + at * ld;
                 doRows = head->dO + at * ldv;
                 delta = head->stats.delta + at;
@@ -360,12 +374,12 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                     Pairs::packFloatRowPairs(sc.dp, rows, nk, lk, sc.dsp);
                     Pairs::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
                     Pairs::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
-                    simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, sc.dvAcc, dv,
+                    simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, dvAcc, dv,
                                                              true);
-                    simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, sc.dkAcc, d, true);
+                    simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, dkAcc, d, true);
                 } else {
-                    simd::gemm<V, true>(nk, dv, rows, sc.s, lk, doRows, ldv, sc.dvAcc, dv, true);  // dV += P^T . dO
-                    simd::gemm<V, true>(nk, d, rows, sc.dp, lk, qRows, ld, sc.dkAcc, d, true);     // dK += dS^T . Q
+                    simd::gemm<V, true>(nk, dv, rows, sc.s, lk, doRows, ldv, dvAcc, dv, true);  // dV += P^T . dO
+                    simd::gemm<V, true>(nk, d, rows, sc.dp, lk, qRows, ld, dkAcc, d, true);     // dK += dS^T . Q
                     if (dq != nullptr) simd::gemm<V, false>(rows, d, nk, sc.dp, lk, kRows, ld, dq, d, true);  // dQ += dS . K
                 }
                 continue;
@@ -381,15 +395,17 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                     if (!sc.kept[j]) continue;
                     float pd = s[j];
                     if (p.dropout.enabled) pd = sc.keep[j] ? pd * p.dropout.invKeepProb : 0.0f;
-                    simd::axpy<V>(dv, pd, doRows + r * ldv, sc.dvAcc + j * dv);
-                    simd::axpy<V>(d, p.scale * dp[j], qRows + r * ld, sc.dkAcc + j * d);
+                    simd::axpy<V>(dv, pd, doRows + r * ldv, dvAcc + j * dv);
+                    simd::axpy<V>(d, p.scale * dp[j], qRows + r * ld, dkAcc + j * d);
                     if (dq != nullptr) simd::axpy<V>(d, p.scale * dp[j], kRows + j * ld, dq + r * d);
                 }
             }
         }
     }
-    storeRows(bp.dk, u.b, u.n2, kvRow0, nk, d, sc.dkAcc);
-    storeRows(bp.dv, u.b, u.n2, kvRow0, nk, dv, sc.dvAcc);
+    if (partial) return;
+    if (partial) return;
+    storeRows(bp.dk, u.b, u.n2, kvRow0, nk, d, dkAcc);
+    storeRows(bp.dv, u.b, u.n2, kvRow0, nk, dv, dvAcc);
 }
 
 template <class V, class Pairs>
@@ -398,41 +414,39 @@ ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const Key
     keyBlock<V, Pairs>(bp, t, u, sc, nullptr);
 }
 
-// Floats of the fused scheme's HeadRows for `rows` query rows ([group][maxQLen]).
+// Floats of the fused scheme's HeadRows for `rows` query rows ([group][chunk rows]).
 inline uint64_t headRowsFloats(const ForwardParams& p, int64_t rows) {
     return uint64_t(alignUp(rows * paddedLd(p.d)) + alignUp(rows * paddedLd(p.dv)) + alignUp(rows * p.d) +
                     4 * alignUp(rows));
 }
 
-// Bound on the fused scheme's HeadRows per thread: 128 MiB, about 80K query rows (group * the
-// longest query sequence) at d = dv = 128. Longer sequences go to the two-kind scheme, whose
-// workspace does not grow with the sequence.
-constexpr uint64_t kMaxHeadRowsBytes = uint64_t(128) << 20;
-
-// Problems the fused scheme takes: those with bounded HeadRows.
-inline bool fusedAccepts(const BackwardParams& bp) {
-    const ForwardParams& p = bp.fwd;
-    constexpr int64_t kMaxRows = int64_t(1) << 40;  // no overflow in headRowsFloats below
-    const int64_t rows = p.group * p.seq.maxQLen;
-    return rows < kMaxRows && headRowsFloats(p, rows) * sizeof(float) <= kMaxHeadRowsBytes;
-}
-
-// The fused scheme's per-thread workspace: the Scratch, then the HeadRows of one (sequence, kv
-// head) with all its query heads.
-inline uint64_t fusedScratchBytes(const BackwardParams& p, TileShape t) {
-    return (uint64_t(Scratch::floats(p, t)) + headRowsFloats(p.fwd, p.fwd.group * p.fwd.seq.maxQLen)) *
-           sizeof(float);
-}
-
-// The fused scheme: one unit per (sequence, kv head) = u.b, u.n2 runs its key blocks in
-// ascending order, each as a key unit that also adds its dS . K to the dQ of every query row.
-// Each dQ element is then one FMA chain over the keys ascending (as in a query unit), and no
-// element is written by two units: the result does not depend on the thread count.
+// Problems the fused scheme takes: those with a chunk split within the bounds of
+// ops/flash_attention_score/bwd_chunks.hpp (per-thread rows, partials).
 template <class V>
-ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
+bool fusedAccepts(const BackwardParams& bp) {
+    return chunks::chunkRows(bp.fwd, V::kQueryRows) > 0;
+}
+
+// The fused scheme's per-thread workspace: the Scratch, then the HeadRows of one chunk with all
+// its query heads. (The partials are booked by the plan.)
+inline uint64_t fusedScratchBytes(const BackwardParams& p, TileShape t) {
+    const int64_t rows = chunks::chunkRows(p.fwd, t.queryRows);
+    return (uint64_t(Scratch::floats(p, t)) + headRowsFloats(p.fwd, p.fwd.group * rows)) * sizeof(float);
+}
+
+// The fused scheme: a unit (chunk c.q0..c.q1 of kv head c.n2 of sequence c.b) runs the key
+// blocks its rows may see in ascending order, each as a key unit over the chunk's rows that also
+// adds its dS . K to the dQ of every row of the chunk. Each dQ element is then one FMA chain
+// over the keys ascending (as in a query unit) and has one writer; dK, dV over the chunk's rows
+// go to the chunk's own partial slice (summed over chunks in a fixed order by the reduction) or,
+// for a one-chunk sequence, to dk, dv. Chunks depend on the problem only: the result does not
+// depend on the thread count.
+template <class V>
+ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const HeadChunk& c, void* scratch) {
     const ForwardParams& p = bp.fwd;
     Scratch sc(bp, t, scratch);
-    const int64_t maxRows = p.group * p.seq.maxQLen, ld = paddedLd(p.d), ldv = paddedLd(p.dv);
+    const int64_t sq = p.seq.qLen[size_t(c.b)], skv = p.seq.kvLen[size_t(c.b)], d = p.d;
+    const int64_t rows = c.q1 - c.q0, maxRows = p.group * rows, ld = paddedLd(p.d), ldv = paddedLd(p.dv);
     float* f = static_cast<float*>(scratch) + Scratch::floats(bp, t);
     HeadRows head;
     head.q = f;
@@ -440,29 +454,38 @@ ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const Ke
     head.dO = f;
     f += alignUp(maxRows * ldv);
     head.dq = f;
-    f += alignUp(maxRows * p.d);
+    f += alignUp(maxRows * d);
     head.stats.delta = f;
     head.stats.rowMax = f + alignUp(maxRows);
     head.stats.rowSum = f + 2 * alignUp(maxRows);
     head.exactDelta = f + 3 * alignUp(maxRows);
-    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)], d = p.d;
-    const int64_t qRow0 = p.seq.qStart[size_t(u.b)];
-    std::fill(head.dq, head.dq + p.group * sq * d, 0.0f);
-    std::fill(head.exactDelta, head.exactDelta + p.group * sq, 0.0f);
+    head.q0 = c.q0;
+    head.q1 = c.q1;
+    head.dkPartial = c.dkPartial;
+    head.dvPartial = c.dvPartial;
+    const int64_t qRow0 = p.seq.qStart[size_t(c.b)] + c.q0;
+    std::fill(head.dq, head.dq + maxRows * d, 0.0f);
+    std::fill(head.exactDelta, head.exactDelta + maxRows, 0.0f);
     for (int64_t g = 0; g < p.group; ++g) {
-        const int64_t n1 = u.n2 * p.group + g;
-        const RowStats st{head.stats.delta + g * sq, head.stats.rowMax + g * sq, head.stats.rowSum + g * sq};
-        simd::loadRows<V>(p.q, u.b, n1, qRow0, sq, d, ld, head.q + g * sq * ld);
-        loadQueryStats<V>(bp, u.b, n1, 0, sq, 0, sc, head.dO + g * sq * ldv, nullptr, &st, ldv);
+        const int64_t n1 = c.n2 * p.group + g;
+        const RowStats st{head.stats.delta + g * rows, head.stats.rowMax + g * rows, head.stats.rowSum + g * rows};
+        simd::loadRows<V>(p.q, c.b, n1, qRow0, rows, d, ld, head.q + g * rows * ld);
+        loadQueryStats<V>(bp, c.b, n1, c.q0, rows, 0, sc, head.dO + g * rows * ldv, nullptr, &st, ldv);
     }
-    for (int64_t k0 = 0; k0 < skv; k0 += t.keyRows)
-        keyBlock<V, void>(bp, t, KeyUnit{u.b, u.n2, k0, std::min(skv, k0 + t.keyRows)}, sc, &head);
+    // A one-chunk sequence writes every key block's dk, dv (zero where no row sees it); a chunk
+    // writes the partials of the blocks its rows may see, which the reduction reads.
+    const SeqRule rule = seqRule(p.mask, c.b, sq, skv);
+    for (int64_t k0 = 0; k0 < skv; k0 += t.keyRows) {
+        const int64_t k1 = std::min(skv, k0 + t.keyRows);
+        if (c.dkPartial != nullptr && !chunks::chunkSeesKeys(rule, c.q0, c.q1, skv, k0, k1)) continue;
+        keyBlock<V, void>(bp, t, KeyUnit{c.b, c.n2, k0, k1}, sc, &head);
+    }
     for (int64_t g = 0; g < p.group; ++g) {
-        const int64_t n1 = u.n2 * p.group + g;
-        storeRows(bp.dq, u.b, n1, qRow0, sq, d, head.dq + g * sq * d);
+        const int64_t n1 = c.n2 * p.group + g;
+        storeRows(bp.dq, c.b, n1, qRow0, rows, d, head.dq + g * rows * d);
         if (bp.sinkRowTerms != nullptr)
-            tile::writeSinkRowTerms(bp, u.b, n1, 0, sq, head.stats.rowMax + g * sq, head.stats.rowSum + g * sq,
-                                    head.exactDelta + g * sq);
+            tile::writeSinkRowTerms(bp, c.b, n1, c.q0, rows, head.stats.rowMax + g * rows,
+                                    head.stats.rowSum + g * rows, head.exactDelta + g * rows);
     }
 }
 

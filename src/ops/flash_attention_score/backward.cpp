@@ -2,7 +2,12 @@
 // sum over rows in a fixed order; nothing depends on which thread ran what.
 #include "ops/flash_attention_score/backward.hpp"
 
+#include <algorithm>
 #include <cstring>
+
+#include "cpu/generic/convert.hpp"
+#include "ops/flash_attention_score/bwd_chunks.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
 
 
 namespace attnops::fa {
@@ -50,6 +55,41 @@ void zeroTails(const BackwardParams& bp) {
         }
 }
 
+// The fused scheme's reduction unit `local` of sequence b (kv head major, then key block): dk
+// and dv of the block's rows = the sum of the partials of the chunks whose rows may see it, in
+// ascending chunk order (into the first such slice), or 0 when none does.
+void reducePartials(const BackwardParams& bp, const BackwardPlan& plan, int64_t b, int64_t local, float* partials) {
+    const ForwardParams& p = bp.fwd;
+    const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)], kr = plan.tile.keyRows;
+    const int64_t c = chunks::chunksOf(sq, plan.chunkRows), blocks = (skv + kr - 1) / kr;
+    const int64_t n2 = local / blocks, k0 = (local % blocks) * kr, k1 = std::min(skv, k0 + kr), nk = k1 - k0;
+    const SeqRule rule = seqRule(p.mask, b, sq, skv);
+    float* head = partials + plan.partialBase[size_t(b)] + uint64_t(n2 * c * skv * (p.d + p.dv));
+    const int64_t kvRow0 = p.seq.kvStart[size_t(b)] + k0;
+    for (const bool isDk : {true, false}) {
+        const int64_t cols = isDk ? p.d : p.dv;
+        float* slices = isDk ? head : head + c * skv * p.d;
+        float* acc = nullptr;
+        for (int64_t chunk = 0; chunk < c; ++chunk) {
+            const int64_t q0 = chunk * plan.chunkRows, q1 = std::min(sq, q0 + plan.chunkRows);
+            if (!chunks::chunkSeesKeys(rule, q0, q1, skv, k0, k1)) continue;
+            float* slice = slices + (chunk * skv + k0) * cols;
+            if (acc == nullptr) {
+                acc = slice;
+                continue;
+            }
+            for (int64_t i = 0; i < nk * cols; ++i) acc[i] += slice[i];
+        }
+        if (acc == nullptr) {
+            acc = slices + k0 * cols;
+            std::fill(acc, acc + nk * cols, 0.0f);
+        }
+        const MutView4& out = isDk ? bp.dk : bp.dv;
+        for (int64_t r = 0; r < nk; ++r)
+            cpu::storeRow(out.data, out.offset(b, n2, kvRow0 + r, 0), out.stride[3], out.dtype, cols, acc + r * cols);
+    }
+}
+
 }  // namespace
 
 void runBackward(const BackwardParams& bp, const BackwardPlan& plan, void* workspace, ThreadPool& pool) {
@@ -57,10 +97,14 @@ void runBackward(const BackwardParams& bp, const BackwardPlan& plan, void* works
     const ForwardParams& p = bp.fwd;
     auto scratchOf = [&](int worker) { return static_cast<char*>(workspace) + plan.scratchPerThread * uint64_t(worker); };
     if (plan.kernel->runHeadUnit != nullptr) {
+        float* partials = reinterpret_cast<float*>(static_cast<char*>(workspace) + plan.partialOffset);
         pool.parallelFor(plan.headUnits.chunks(), [&](int64_t c, int worker) {
-            plan.headUnits.forEachInChunk(c, [&](int64_t b, int64_t n2) {
-                plan.kernel->runHeadUnit(bp, plan.tile, KeyUnit{b, n2, 0, p.seq.kvLen[size_t(b)]}, scratchOf(worker));
+            plan.headUnits.forEachInChunk(c, [&](int64_t b, int64_t local) {
+                plan.kernel->runHeadUnit(bp, plan.tile, headChunkAt(p, plan, b, local, partials), scratchOf(worker));
             });
+        });
+        pool.parallelFor(plan.reduceUnits.chunks(), [&](int64_t c, int) {
+            plan.reduceUnits.forEachInChunk(c, [&](int64_t b, int64_t local) { reducePartials(bp, plan, b, local, partials); });
         });
     } else {
         pool.parallelFor(plan.keyUnits.chunks(), [&](int64_t c, int worker) {

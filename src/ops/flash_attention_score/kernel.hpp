@@ -45,6 +45,16 @@ struct KeyUnit {
     int64_t b = 0, n2 = 0, k0 = 0, k1 = 0;
 };
 
+// A unit of the fused scheme: query rows [q0, q1) of kv head n2 of sequence b, for every query
+// head of its group, against every key they may see. Its dk, dv over these rows go to
+// dkPartial ([kv length][d]) and dvPartial ([kv length][dv]), this chunk's slices of the
+// workspace, or, when null (the chunk is the whole sequence), straight to dk and dv.
+struct HeadChunk {
+    int64_t b = 0, n2 = 0, q0 = 0, q1 = 0;
+    float* dkPartial = nullptr;
+    float* dvPartial = nullptr;
+};
+
 struct BackwardKernel {
     const char* name;
     bool (*available)();
@@ -54,9 +64,9 @@ struct BackwardKernel {
     void (*runKeyUnit)(const BackwardParams&, TileShape, const KeyUnit&, void* scratch);
     void (*runQueryUnit)(const BackwardParams&, TileShape, const WorkUnit&, void* scratch);
     bool forceOnly = false;  // as ForwardKernel::forceOnly
-    // When set, the fused scheme: one unit per (sequence, kv head) writes its dq, dk and dv rows
-    // (KeyUnit with k0 = 0, k1 = kv length); runKeyUnit and runQueryUnit are not called.
-    void (*runHeadUnit)(const BackwardParams&, TileShape, const KeyUnit&, void* scratch) = nullptr;
+    // When set, the fused scheme (ops/flash_attention_score/bwd_chunks.hpp): chunk units write
+    // their dq rows and their partial dk, dv; runKeyUnit and runQueryUnit are not called.
+    void (*runHeadUnit)(const BackwardParams&, TileShape, const HeadChunk&, void* scratch) = nullptr;
 };
 
 const std::vector<const BackwardKernel*>& backwardKernels();

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "cpu/bf16_path.hpp"
 #include "ops/common/choose_kernel.hpp"
+#include "ops/flash_attention_score/bwd_chunks.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 
 namespace attnops::fa {
@@ -30,12 +31,10 @@ int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1
 bool passedOver(const ForwardKernel& k, const ForwardParams&, const PlatformInfo&) {
     return k.forceOnly || (&k == &forwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
 }
-// And a fused backward (one unit per sequence and kv head) when the problem has fewer such pairs
-// than the machine has usable cores: the two-kind scheme's units (per key or query block) keep
-// them busy, at 7 GEMMs for 5. The rule reads the process-wide core count, never the device's
-// thread count, so that the result stays the same for any thread count.
-bool passedOver(const BackwardKernel& k, const BackwardParams& bp, const PlatformInfo& info) {
-    if (k.runHeadUnit != nullptr && bp.fwd.seq.count * bp.fwd.n2 < int64_t(info.usableCores)) return true;
+// (The fused backward is not passed over: its chunk split, bwd_chunks.hpp, gives it units for
+// every core whatever the number of (sequence, kv head) pairs, and it does 5 GEMMs where the
+// two-kind scheme does 7.)
+bool passedOver(const BackwardKernel& k, const BackwardParams&, const PlatformInfo&) {
     return k.forceOnly || (&k == &backwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
 }
 
@@ -95,6 +94,23 @@ BlockSpan blockAt(int64_t rows, int64_t blockRows, int64_t local) {
 WorkUnit queryUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local) {
     const BlockSpan s = blockAt(p.seq.qLen[size_t(b)], tile.queryRows, local);
     return WorkUnit{b, s.n2, s.first, s.last};
+}
+
+HeadChunk headChunkAt(const ForwardParams& p, const BackwardPlan& plan, int64_t b, int64_t local, float* partials) {
+    const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
+    const int64_t c = chunks::chunksOf(sq, plan.chunkRows);
+    HeadChunk h;
+    h.b = b;
+    h.n2 = local / c;
+    const int64_t chunk = local % c;
+    h.q0 = std::min(sq, chunk * plan.chunkRows);
+    h.q1 = std::min(sq, h.q0 + plan.chunkRows);
+    if (c > 1 && partials != nullptr) {
+        float* head = partials + plan.partialBase[size_t(b)] + uint64_t(h.n2 * c * skv * (p.d + p.dv));
+        h.dkPartial = head + chunk * skv * p.d;
+        h.dvPartial = head + c * skv * p.d + chunk * skv * p.dv;
+    }
+    return h;
 }
 
 KeyUnit keyUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local) {
@@ -161,15 +177,37 @@ BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const P
     plan.workspaceBytes = plan.sinkTermsOffset + (sinkTerms + 63) / 64 * 64;
     const TileShape tile = plan.tile;
     if (plan.kernel->runHeadUnit != nullptr) {
-        // A head unit's cost: its query blocks' costs.
+        const int64_t rows = chunks::chunkRows(p, tile.queryRows);
+        if (rows <= 0) internalError("the fused backward {} was chosen for a problem it declines", plan.kernel->name);
+        plan.chunkRows = rows;
+        plan.partialBase.resize(size_t(p.seq.count) + 1);
+        uint64_t partialFloats = 0;
+        for (int64_t b = 0; b < p.seq.count; ++b) {
+            plan.partialBase[size_t(b)] = partialFloats;
+            partialFloats += chunks::partialFloatsOf(p, b, rows);
+        }
+        plan.partialBase[size_t(p.seq.count)] = partialFloats;
+        plan.partialOffset = plan.workspaceBytes;
+        plan.workspaceBytes += (partialFloats * sizeof(float) + 63) / 64 * 64;
+        // A chunk unit's cost: its query blocks' costs.
         plan.headUnits = partitionUnits(
-            p.seq.count, plan.threads, [&](int64_t) { return p.n2; },
-            [&](int64_t b, int64_t) {
+            p.seq.count, plan.threads,
+            [&](int64_t b) { return p.n2 * chunks::chunksOf(p.seq.qLen[size_t(b)], rows); },
+            [&](int64_t b, int64_t local) {
+                const HeadChunk c = headChunkAt(p, plan, b, local, nullptr);
                 double cost = 0;
-                for (int64_t q0 = 0, sq = p.seq.qLen[size_t(b)]; q0 < sq; q0 += tile.queryRows)
-                    cost += queryBlockCost(p, b, q0, std::min(sq, q0 + tile.queryRows));
+                for (int64_t q0 = c.q0; q0 < c.q1; q0 += tile.queryRows)
+                    cost += queryBlockCost(p, b, q0, std::min(c.q1, q0 + tile.queryRows));
                 return cost + double(kUnitOverhead);
             });
+        // A reduction unit's cost: the partial rows it adds.
+        plan.reduceUnits = partitionUnits(
+            p.seq.count, plan.threads,
+            [&](int64_t b) {
+                const int64_t c = chunks::chunksOf(p.seq.qLen[size_t(b)], rows);
+                return c == 1 ? 0 : p.n2 * blocksOf(p.seq.kvLen[size_t(b)], tile.keyRows);
+            },
+            [&](int64_t b, int64_t) { return double(chunks::chunksOf(p.seq.qLen[size_t(b)], rows)); });
         return plan;
     }
     plan.queryUnits = partitionUnits(

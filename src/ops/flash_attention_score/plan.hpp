@@ -53,11 +53,23 @@ struct BackwardPlan : PlanBase {
     int32_t threads = 1;
     UnitSpace keyUnits;             // (sequence, kv head, key block): dk, dv
     UnitSpace queryUnits;           // (sequence, kv head, query block): dq
-    UnitSpace headUnits;            // (sequence, kv head): all three, when the kernel is fused
+    UnitSpace headUnits;            // (sequence, kv head, chunk): all three, when the kernel is fused
     uint64_t scratchPerThread = 0;
     uint64_t sinkTermsOffset = 0;   // bytes into the workspace of BackwardParams::sinkRowTerms
     uint64_t workspaceBytes = 0;
+    // The fused scheme's split (ops/flash_attention_score/bwd_chunks.hpp): query rows per chunk,
+    // the partial dk, dv of sequences with several chunks (sequence b's from float partialBase[b]
+    // of the area at byte partialOffset: per kv head [chunks][kv length][d], then the same with
+    // dv), and the reduction units (sequence, kv head, key block) of those sequences.
+    int64_t chunkRows = 0;
+    std::vector<uint64_t> partialBase;
+    uint64_t partialOffset = 0;
+    UnitSpace reduceUnits;
 };
+
+// The fused scheme's unit `local` of sequence b (kv head major, then chunk), with its partial
+// slices in the area `partials` when the sequence has several chunks.
+HeadChunk headChunkAt(const ForwardParams& p, const BackwardPlan& plan, int64_t b, int64_t local, float* partials);
 
 // Signature of everything a plan depends on (shapes, dtypes, mask geometry, lengths).
 std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::string& forcedKernel);
