@@ -403,3 +403,71 @@ def test_cp_features_match_single_process(tmp_path, world):
 def test_cp_features_long(tmp_path, world):
     """Every case at the worlds the default run leaves out."""
     run_world(world, tmp_path, "long")
+
+
+# ---------------------------------------------------------------------------------------------
+# No processes needed
+
+
+def test_llama3_pieces_and_positions():
+    from attnops.torch import cp
+
+    cum = [5, 5, 16, 17, 24]  # lengths 5, 0, 11, 1, 7; two slices of 12 cut sequence 2 at 12
+    assert cp.shard_index(24, 2, 0, "llama3", cu_seqlens=cum).tolist() == list(range(12))
+    assert cp.shard_index(24, 2, 1, "llama3", cu_seqlens=cum).tolist() == list(range(12, 24))
+    assert cp.llama3_cu_seqlens(cum, 2, 0) == [5, 12]  # sequence 0, then the head of sequence 2
+    assert cp.llama3_cu_seqlens(cum, 2, 1) == [4, 5, 12]  # its tail, sequence 3, sequence 4
+    assert cp.llama3_cu_seqlens([0, 8], 4, 0) == [2]
+    with pytest.raises(ValueError, match="packed token count 10: must be divisible by 4"):
+        cp.shard_index(10, 4, 0, "llama3", cu_seqlens=[3, 10])
+    with pytest.raises(ValueError, match="cu_seqlens = \\[3, 9\\]: must be non-decreasing cumulative lengths ending"):
+        cp.shard_index(10, 2, 0, "llama3", cu_seqlens=[3, 9])
+
+
+def test_ring_steps_stop_after_the_last_step_with_work():
+    from attnops.torch import _cp_general as gen
+
+    def lay(world, rows):
+        return gen.Layout([torch.arange(r * rows, (r + 1) * rows) for r in range(world)], None)
+
+    band = gen.geometry(4, 3, 0, None, None, None, 1, batch=1, heads=1, seq_len=16)
+    assert gen.ring_steps(band, lay(4, 4), 4) == 2  # own block and the previous rank's
+    wide = gen.geometry(4, 5, 0, None, None, None, 1, batch=1, heads=1, seq_len=16)
+    assert gen.ring_steps(wide, lay(4, 4), 4) == 3  # 5 rows back: row 8 sees key 3, two ranks back
+    ahead = gen.geometry(4, 0, 1, None, None, None, 1, batch=1, heads=1, seq_len=16)
+    assert gen.ring_steps(ahead, lay(4, 4), 4) == 4  # the next rank's keys come last
+    causal = gen.geometry(3, INT32_MAX, 0, None, None, None, 1, batch=1, heads=1, seq_len=16)
+    assert gen.ring_steps(causal, lay(4, 4), 4) == 4
+    # Cross-attention: bottom-right causal with S2 - S1 = 8 (queries 0..7, keys 0..15).
+    cross = gen.geometry(3, INT32_MAX, 0, None, None, None, 1, batch=1, heads=1, seq_len=8, kv_len=16)
+    assert (cross.lo, cross.hi) == (-gen.UNBOUNDED, 8)
+
+
+def test_feature_argument_errors(tmp_path):
+    from attnops.torch import cp
+
+    if dist.is_initialized():
+        pytest.skip("a process group exists in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        q = torch.randn(1, 8, 4, 8)
+        kv = torch.randn(1, 12, 4, 8)
+        with pytest.raises(ValueError, match="sparse_mode = 6: cross-attention shards"):
+            cp.attention(q, kv, kv, 4, "BSND", scale=1.0, sparse_mode=6, prefix=[2])
+        with pytest.raises(ValueError, match="comm = 'ulysses': cross-attention shards"):
+            cp.attention(q, kv, kv, 4, "BSND", scale=1.0, causal=True, comm="ulysses")
+        with pytest.raises(ValueError, match="atten_mask: shape \\[8, 8\\].*S1 = 8, S2 = 12"):
+            cp.attention(q, kv, kv, 4, "BSND", scale=1.0, sparse_mode=1, atten_mask=torch.zeros(8, 8, dtype=torch.bool))
+        with pytest.raises(ValueError, match="key: local sequence length 3: must be even for scheme 'zigzag'"):
+            cp.attention(q, kv[:, :3], kv[:, :3], 4, "BSND", scale=1.0)
+        with pytest.raises(ValueError, match="keep_prob = 0.0: must be in \\(0, 1\\]"):
+            cp.attention(q, q, q, 4, "BSND", scale=1.0, keep_prob=0.0)
+        # W = 1: the plain op, bit for bit, cross-attention and dropout on the block-wise path included.
+        from attnops.torch import _ops as o
+        want = o.flash_attention_score(q, kv, kv, None, None, CAUSAL, None, None, None, None, None, None, 0.5, 0.7,
+                                       3, 0, 4, "BSND", 0, 4, 1, 99, 0)
+        got = cp.attention(q, kv, kv, 4, "BSND", scale=0.5, sparse_mode=4, pre_tokens=3, next_tokens=0, keep_prob=0.7,
+                           seed=99)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1][..., 0])
+    finally:
+        dist.destroy_process_group()

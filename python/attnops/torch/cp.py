@@ -410,7 +410,7 @@ class _RingAttention(torch.autograd.Function):
             kv_reqs = ring.start(cur, nxt, "kv") if step + 1 < world else []
             local.zero_()
             block = _ring_block(scheme, causal, rank, (rank - step) % world, s, world, lengths, q.device)
-            if block is not None and _RING_ACCUMULATE and isinstance(block[0], slice) and isinstance(block[1], slice):
+            if block is not None and _RING_ACCUMULATE and lengths is None:
                 # Fixed layouts: the kernel adds into this rank's dQ and the travelling block's dK/dV.
                 qr, kr, blk_causal, _, _ = block
                 kk, vv = _unpack(cur, k.shape, v.shape)
