@@ -15,7 +15,11 @@ the kernel's terms for that block alone:
   block's own origin, so that the kernel skips what the band excludes;
 - a prefix or an explicit mask: an explicit per-call mask (sparse mode 0), [B|1, N|1, a, c].
 Alibi slopes (pseType 2/3) get qStartIdx/kvStartIdx = the block's global starts, so the bias is
-that of global positions; a dense pse is sliced like the mask.
+that of global positions; a dense pse is sliced like the mask. Dropout: each block's call names
+the global position of its first row and key (and, packed, its global sequence, the block being
+called in TND layout), so the kernels draw the single-process op's keep bits. Cross-attention
+(S1 != S2, fixed layouts): query and key rows have positions of their own, the bottom-right
+modes' band is shifted by S2 - S1.
 
 The partial results merge in fp32 by their statistics (attnops.torch.merge). A sink enters once,
 after the last block (a block of one key whose score is the sink and whose value is 0), never once
@@ -23,8 +27,10 @@ per block; its gradient dsink = -sum_rows P_sink * rowsum(dO o O) is summed over
 order and returned complete on every rank (the sink is replicated, so every replica gets the
 gradient of the whole sequence).
 
-Transfers: "ring" sends K/V around the ring (all W-1 hops, even where a rank skips every block:
-the others need the data) and dK/dV one hop behind; "allgather" gathers K/V once (in global
+Transfers: "ring" sends K/V around the ring and dK/dV one hop behind, for as many steps as some
+rank has a block to compute (every rank derives that number from the global rule; a band behind
+the diagonal over contiguous shards needs 2), after which the dK/dV accumulators go home in one
+direct hop; "allgather" gathers K/V once (in global
 order, so that each sequence is one run of keys), dK/dV return by an all-to-all summed in rank
 order. With an inner ``ulysses_group``, queries, keys and values first go from sequence shards to
 head shards inside that group, the ring or all-gather then runs across ``group`` over the inner

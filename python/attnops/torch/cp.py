@@ -6,7 +6,8 @@ Three ways to move data (``comm=``):
 - ``"ring"``: K/V blocks travel around the ring with ``batch_isend_irecv``, double-buffered: the
   transfer of step s+1 is posted before the block of step s is computed. Partial results merge
   in fp32 by their softmax statistics (attnops.torch.merge). The backward sends K/V around again
-  and the fp32 dK/dV accumulators one hop behind them; they come home after W hops.
+  and the fp32 dK/dV accumulators one hop behind them (fixed layouts: the kernel adds each
+  block's gradients straight into them, accumulateGrads); they come home after W hops.
 - ``"allgather"`` (Llama 3 style): all-gather K/V, one kernel call per local query chunk over the
   key prefix it needs (bottom-right causal), no merge; dK/dV go back by a reduce-scatter (an
   all-to-all and a sum in rank order, so the result does not depend on the backend's reduction
@@ -29,14 +30,16 @@ single-process op draws for the global problem with the same seed; the seed is r
 broadcast to the group. With W = 1 every entry point is the plain op itself (bit
 for bit). Results are bitwise reproducible run to run at a given W: every sum has a fixed order.
 
-Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own,
-or whole sequences per rank with ``scheme="whole"``, balanced by work, no communication);
-self-attention (equal local query and key lengths); GQA/MQA; Dv != D. No mask or causal take the
-paths below, with dropout keyed by global positions (keep bits equal to the single-process op's
-for the same seed); sparse modes 0-8 (bands, prefixes, TND modes 7/8, explicit global masks),
-learnable sinks, pse (alibi slopes on global positions, dense global bias) and the
-Ulysses-inside, ring-across hybrid (``ulysses_group=``) take the block-wise path of
-attnops.torch._cp_general, without dropout for now.
+Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own;
+whole sequences per rank with ``scheme="whole"``, balanced by work, no communication; or
+``scheme="llama3"``, contiguous slices of the packed token stream, sequences cut anywhere);
+self-attention, and cross-attention shards (fixed layouts, global S1 != S2, ring or all-gather);
+GQA/MQA; Dv != D. No mask or causal take the paths below; sparse modes 0-8 (bands, prefixes, TND
+modes 7/8, explicit global masks), learnable sinks, pse (alibi slopes on global positions, dense
+global bias), the Ulysses-inside, ring-across hybrid (``ulysses_group=``), "llama3" and
+cross-attention take the block-wise path of attnops.torch._cp_general, whose ring stops after
+the last step with work. Dropout is keyed by global positions everywhere (keep bits equal to the
+single-process op's for the same seed).
 """
 
 from __future__ import annotations
