@@ -140,12 +140,43 @@ def compare(tag, case, world, got, again, want, ref32, failures, exact=False):
             failures.append(f"{tag}: {NAMES[i]} error {err:.3e} against the single-process op > {bound:.3e}")
 
 
-def expected_counts(case, world):
+def seen_pairs(case, s, lengths, extra):
+    """[S1, S2] True where some batch row and head sees key j from query i, from the spec's
+    predicates (independent of the code under test)."""
+    if not case.get("kv_chunk"):
+        return masks.keep_matrix(case, s, lengths, extra).flatten(0, 1).any(0)
+    s2 = s // case.get("chunk", 3) * case["kv_chunk"]
+    d, pre, nxt = s2 - s, case.get("pre", INT32_MAX), case.get("next", INT32_MAX)
+    diff = torch.arange(s2)[None, :] - torch.arange(s)[:, None]
+    rule = {0: (diff >= -pre) & (diff <= nxt), 1: torch.ones(s, s2, dtype=torch.bool), 2: diff <= 0, 3: diff <= d,
+            4: (diff >= d - pre) & (diff <= d + nxt)}[case["mode"]]
+    m = extra.get("atten_mask") if case["mode"] in (0, 1) else None
+    if m is not None:
+        rule = rule & ~(m if m.dim() == 2 else m.flatten(0, 1).all(0))
+    return rule
+
+
+def ring_steps_needed(case, world, s, lengths, extra):
+    """1 + the last ring step at which some rank holds keys one of its queries sees."""
+    from attnops.torch import cp
+
+    scheme = case.get("scheme", "zigzag")
+    cum = torch.tensor(lengths).cumsum(0).tolist() if lengths is not None else None
+    seen = seen_pairs(case, s, lengths, extra)
+    qpos = [cp.shard_index(s, world, r, scheme, cu_seqlens=cum) for r in range(world)]
+    kpos = [cp.shard_index(seen.shape[1], world, r, scheme, cu_seqlens=cum) for r in range(world)]
+    for st in range(world - 1, 0, -1):
+        if any(seen[qpos[r]][:, kpos[(r - st) % world]].any() for r in range(world)):
+            return st + 1
+    return 1
+
+
+def expected_counts(case, world, steps=None):
     """(forward, forward + backward) transfers of a sharded run, or None (not asserted)."""
     if world == 1 or case.get("hybrid") or case.get("scheme") == "whole":
         return None
     sink = {"allgather_dsink": 1} if case.get("sink") else {}
-    steps = case.get("steps", {}).get(world, world)  # ring steps run (early stop)
+    steps = steps or world  # ring steps run (early stop)
     if case["comm"] == "ring":
         fwd = {"kv": steps - 1} if steps > 1 else {}
         return fwd, {**({"kv": 2 * (steps - 1)} if steps > 1 else {}), "dkv": steps, **sink}
@@ -221,7 +252,15 @@ def check_case(case, world, rank, failures):
     again, _ = sharded(case, q, k, v, dout, lengths, extra, scale, keep, grp)
     tag = f"{case['kind']} W={world} rank={rank} {dict((a, b) for a, b in case.items() if a not in ('w', 'kind'))}"
     compare(tag, case, world, got, again, want, ref32, failures, exact=world == 1 and not case.get("hybrid"))
-    exp = expected_counts(case, world)
+    steps = None
+    if case["comm"] == "ring" and world > 1 and not case.get("hybrid") and scheme != "whole":
+        steps = ring_steps_needed(case, world, s, lengths, extra)
+        if world in case.get("steps", {}) and steps != case["steps"][world]:
+            failures.append(f"{tag}: the reference says the ring needs {steps} steps, the case says "
+                            f"{case['steps'][world]}")
+        if steps < world and world in case["w"] and not case.get("steps"):
+            failures.append(f"{tag}: the ring stops after {steps} steps of {world}: state it in the case")
+    exp = expected_counts(case, world, steps)
     if exp is not None and (counts[0][0], counts[1]) != exp:
         failures.append(f"{tag}: transfers {counts[:2]}, expected {exp}")
     if case.get("calls") and world in case["calls"]:
@@ -249,23 +288,23 @@ def dropout_cases():
         kw["keep"] = KEEP
         c.append(kw)
 
-    add((1, 2, 3), mode=4, pre=4, next=1, comm="ring")
-    add((2, 4), mode=0, pre=7, next=2, comm="allgather", layout="BNSD")
+    add((1, 3), mode=4, pre=4, next=1, comm="ring")
+    add((4,), mode=0, pre=7, next=2, comm="allgather", layout="BNSD")
     add((3,), mode=6, comm="ring", scheme="contiguous", layout="SBH")
     add((2,), mode=5, comm="allgather", mask4d=True)
-    add((1, 2, 4), mode=3, comm="ring", sink=True, alibi=2)
+    add((2,), mode=3, comm="ring", sink=True, alibi=2)
     add((3,), mode=4, pre=4, next=1, comm="ulysses")
-    add((1, 2, 3), mode=7, pre=5, next=0, comm="ring", layout="TND")
-    add((2, 4), mode=6, comm="allgather", layout="TND", scheme="contiguous")
+    add((2,), mode=7, pre=5, next=0, comm="ring", layout="TND")
+    add((4,), mode=6, comm="allgather", layout="TND", scheme="contiguous")
     add((2,), mode=3, comm="ring", layout="TND", alibi=2, sink=True)
     add((2,), mode=4, pre=5, next=0, comm="ring", dtype=bf16, sink=True)
     # The hybrid (W = 4 as 2 x 2), full attention and causal, fixed and packed.
     add((4,), mode=3, comm="ring", hybrid=True)
-    add((4,), mode=1, comm="allgather", hybrid=True, layout="SBH")
+    add((), mode=1, comm="allgather", hybrid=True, layout="SBH")
     add((4,), mode=3, comm="ring", hybrid=True, layout="TND")
     # Whole sequences per rank (uneven, empty ranks at W = 3, 4).
-    add((1, 2, 3, 4), mode=3, comm="ring", layout="TND", scheme="whole")
-    add((2, 4), mode=1, comm="ring", layout="TND", scheme="whole", sink=True)
+    add((1, 3), mode=3, comm="ring", layout="TND", scheme="whole")
+    add((4,), mode=1, comm="ring", layout="TND", scheme="whole", sink=True)
     add((3,), mode=6, comm="ring", layout="TND", scheme="whole", dtype=bf16)
     return c
 
@@ -284,11 +323,11 @@ def llama3_cases():
         kw.update(layout="TND", scheme="llama3", seed=400 + len(c), w=w, kind="llama3")
         c.append(kw)
 
-    add((1, 2, 3, 4), mode=3, comm="allgather")
-    add((2, 3), mode=3, comm="ring", steps={3: 2})  # no sequence spans 3 slices: the ring stops after 2 steps
+    add((1, 4), mode=3, comm="allgather")
+    add((3,), mode=3, comm="ring", steps={3: 2})  # no sequence spans 3 slices: the ring stops after 2 steps
     add((2,), mode=1, comm="allgather", dtype=bf16)
     add((3,), mode=7, pre=4, next=0, comm="allgather", sink=True)
-    add((2, 4), mode=3, comm="allgather", keep=KEEP)
+    add((2,), mode=3, comm="allgather", keep=KEEP)
     add((2,), mode=3, comm="ulysses")
     add((3,), mode=4, pre=2, next=1, comm="ring", alibi=2)
     return c
@@ -305,12 +344,12 @@ def cross_cases():
         kw.update(seed=500 + len(c), w=w, kind="cross")
         c.append(kw)
 
-    add((1, 2, 3), mode=1, comm="ring", kv_chunk=5)
-    add((1, 2, 4), mode=3, comm="allgather", kv_chunk=5, layout="BNSD")
-    add((1, 3), mode=4, pre=6, next=1, comm="ring", kv_chunk=2, scheme="contiguous", layout="SBH")  # S1 > S2
+    add((1, 3), mode=1, comm="ring", kv_chunk=5)
+    add((4,), mode=3, comm="allgather", kv_chunk=5, layout="BNSD")
+    add((3,), mode=4, pre=6, next=1, comm="ring", kv_chunk=2, scheme="contiguous", layout="SBH")  # S1 > S2
     add((2,), mode=0, pre=9, next=3, comm="allgather", kv_chunk=4, explicit=True, layout="BSH")
-    add((2, 4), mode=1, comm="ring", kv_chunk=4, explicit=True, mask4d=True, sink=True)
-    add((2, 3), mode=3, comm="ring", kv_chunk=5, keep=KEEP)
+    add((2,), mode=1, comm="ring", kv_chunk=4, explicit=True, mask4d=True, sink=True)
+    add((2,), mode=3, comm="ring", kv_chunk=5, keep=KEEP)
     add((2,), mode=2, comm="ring", kv_chunk=5, dtype=bf16)
     add((3,), mode=3, comm="allgather", kv_chunk=2, scheme="contiguous", keep=KEEP)  # S1 > S2: empty rows
     return c
@@ -330,9 +369,9 @@ def early_stop_cases():
         c.append(kw)
 
     calls = {2: [1, 2], 3: [1, 2, 2], 4: [1, 2, 2, 2]}
-    add((2, 3, 4), mode=4, pre=3, next=0, comm="ring", scheme="contiguous", chunk=1, steps={2: 2, 3: 2, 4: 2},
+    add((4,), mode=4, pre=3, next=0, comm="ring", scheme="contiguous", chunk=1, steps={2: 2, 3: 2, 4: 2},
         calls=calls)
-    add((3, 4), mode=4, pre=3, next=0, comm="ring", scheme="contiguous", chunk=1, steps={3: 2, 4: 2}, calls=calls,
+    add((3,), mode=4, pre=3, next=0, comm="ring", scheme="contiguous", chunk=1, steps={3: 2, 4: 2}, calls=calls,
         keep=KEEP, sink=True)
     add((4,), mode=7, pre=1, next=0, comm="ring", scheme="llama3", layout="TND", steps={4: 2})
     return c
