@@ -499,6 +499,8 @@ def test_feature_argument_errors(tmp_path):
             cp.attention(q, kv, kv, 4, "BSND", scale=1.0, sparse_mode=1, atten_mask=torch.zeros(8, 8, dtype=torch.bool))
         with pytest.raises(ValueError, match="key: local sequence length 3: must be even for scheme 'zigzag'"):
             cp.attention(q, kv[:, :3], kv[:, :3], 4, "BSND", scale=1.0)
+        with pytest.raises(ValueError, match="key/value: local sequence lengths 12/6: must equal each other"):
+            cp.attention(q, kv, kv[:, :6], 4, "BSND", scale=1.0)
         with pytest.raises(ValueError, match="keep_prob = 0.0: must be in \\(0, 1\\]"):
             cp.attention(q, q, q, 4, "BSND", scale=1.0, keep_prob=0.0)
         # W = 1: the plain op, bit for bit, cross-attention and dropout on the block-wise path included.

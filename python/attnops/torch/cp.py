@@ -878,8 +878,9 @@ def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_
     k = _bsnd(key, input_layout, nk, "key")
     v = _bsnd(value, input_layout, k.shape[2], "value")
     if v.shape[1] != k.shape[1] or (not cross and k.shape[1] != q.shape[1]):
-        raise ValueError(f"key/value: local sequence lengths {k.shape[1]}/{v.shape[1]}: must equal query's "
-                         f"{q.shape[1]} (self-attention shards)" if not cross else "each other's")
+        rule = (f"must equal query's {q.shape[1]} (self-attention shards)" if not cross else
+                "must equal each other (cross-attention shards)")
+        raise ValueError(f"key/value: local sequence lengths {k.shape[1]}/{v.shape[1]}: {rule}")
     for name, t in (("query", q), ("key", k)):
         if scheme == "zigzag" and t.shape[1] % 2:
             raise ValueError(f"{name}: local sequence length {t.shape[1]}: must be even for scheme 'zigzag' (two "
