@@ -39,6 +39,9 @@ def parse_args():
     ap.add_argument("--worlds", default="1,2,4")
     ap.add_argument("--comms", default="ring,allgather,ulysses,hybrid")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--no-accumulate", action="store_true",
+                    help="ring backward: per-block gradients added in Python instead of the kernel adding into the "
+                         "fp32 accumulators (accumulateGrads); for the before/after comparison")
     ap.add_argument("--json", help="write the results here")
     return ap.parse_args()
 
@@ -47,6 +50,7 @@ def worker(rank, world, comm, args, store, out_dir):
     import attnops
     from attnops.torch import cp
 
+    cp._RING_ACCUMULATE = not args.no_accumulate
     threads = max(1, (os.cpu_count() or 1) // world)
     attnops.set_threads(threads)
     torch.set_num_threads(threads)

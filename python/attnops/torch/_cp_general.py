@@ -15,7 +15,11 @@ the kernel's terms for that block alone:
   block's own origin, so that the kernel skips what the band excludes;
 - a prefix or an explicit mask: an explicit per-call mask (sparse mode 0), [B|1, N|1, a, c].
 Alibi slopes (pseType 2/3) get qStartIdx/kvStartIdx = the block's global starts, so the bias is
-that of global positions; a dense pse is sliced like the mask.
+that of global positions; a dense pse is sliced like the mask. Dropout: each block's call names
+the global position of its first row and key (and, packed, its global sequence, the block being
+called in TND layout), so the kernels draw the single-process op's keep bits. Cross-attention
+(S1 != S2, fixed layouts): query and key rows have positions of their own, the bottom-right
+modes' band is shifted by S2 - S1.
 
 The partial results merge in fp32 by their statistics (attnops.torch.merge). A sink enters once,
 after the last block (a block of one key whose score is the sink and whose value is 0), never once
@@ -23,8 +27,10 @@ per block; its gradient dsink = -sum_rows P_sink * rowsum(dO o O) is summed over
 order and returned complete on every rank (the sink is replicated, so every replica gets the
 gradient of the whole sequence).
 
-Transfers: "ring" sends K/V around the ring (all W-1 hops, even where a rank skips every block:
-the others need the data) and dK/dV one hop behind; "allgather" gathers K/V once (in global
+Transfers: "ring" sends K/V around the ring and dK/dV one hop behind, for as many steps as some
+rank has a block to compute (every rank derives that number from the global rule; a band behind
+the diagonal over contiguous shards needs 2), after which the dK/dV accumulators go home in one
+direct hop; "allgather" gathers K/V once (in global
 order, so that each sequence is one run of keys), dK/dV return by an all-to-all summed in rank
 order. With an inner ``ulysses_group``, queries, keys and values first go from sequence shards to
 head shards inside that group, the ring or all-gather then runs across ``group`` over the inner
@@ -38,7 +44,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -77,6 +83,7 @@ class Geometry:
     pse: Optional[Tensor] = None  # pse_type 2/3: slopes [N] / [B, N]; 0/1: [B|1, N, S|1, S]
     pse_type: int = 1
     tnd: bool = False
+    drop: Optional["DropSpec"] = None  # dropout keyed by global positions, or None
 
     def band(self, seq: int):
         return self.seq_bands.get(seq, (self.lo, self.hi))
@@ -88,16 +95,42 @@ class Geometry:
             mask = mask[:, h0:h1]
         if pse is not None:
             pse = pse[..., h0:h1] if self.pse_type >= 2 else pse[:, h0:h1]
-        return Geometry(self.lo, self.hi, self.seq_bands, self.prefix, mask, pse, self.pse_type, self.tnd)
+        drop = self.drop._replace(head_offset=self.drop.head_offset + h0) if self.drop is not None else None
+        return Geometry(self.lo, self.hi, self.seq_bands, self.prefix, mask, pse, self.pse_type, self.tnd, drop)
+
+
+class DropSpec(NamedTuple):
+    """Dropout on the block-wise path: the keep bit of every element is the one of the global
+    problem (the kernels key the Philox counter by global positions, flash_attention_score_ex.h),
+    so a block draws exactly what the single-process op draws for its (row, key) pairs.
+    heads: global N1 (head_offset: the first head of this call, Ulysses); q_len/kv_len: the
+    global S1/S2 (fixed layouts); cum: the global cumulative lengths (TND, no leading 0)."""
+
+    keep_prob: float
+    seed: int
+    offset: int
+    heads: int
+    head_offset: int = 0
+    q_len: int = 0
+    kv_len: int = 0
+    cum: Optional[Tensor] = None
 
 
 def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Optional[Tensor], prefix,
-             pse: Optional[Tensor], pse_type: int, *, batch: int, heads: int, seq_len: int, lengths=None) -> Geometry:
-    """The global rule of a self-attention call (Sq = Skv, so top-left and bottom-right origins
-    coincide), validated; ``lengths``: the packed sequences' lengths (TND)."""
+             pse: Optional[Tensor], pse_type: int, *, batch: int, heads: int, seq_len: int, lengths=None,
+             kv_len: Optional[int] = None) -> Geometry:
+    """The global rule of a call, validated. Self-attention (Sq = Skv: top-left and bottom-right
+    origins coincide) or, with ``kv_len`` != seq_len, cross-attention (fixed layouts; sparse modes
+    0-4, the bottom-right modes 3/4 shifted by d = Skv - Sq); ``lengths``: the packed sequences'
+    lengths (TND)."""
     tnd = lengths is not None
     if sparse_mode not in range(9):
         raise ValueError(f"sparse_mode = {sparse_mode}: must be in [0, 8]")
+    kv_len = seq_len if kv_len is None else kv_len
+    d = kv_len - seq_len
+    if d and (sparse_mode > 4 or prefix is not None or pse is not None or tnd):
+        raise ValueError(f"sparse_mode = {sparse_mode}: cross-attention shards (query length {seq_len}, key length "
+                         f"{kv_len}) take sparse modes 0-4 with fixed layouts, without prefix or pse")
     if sparse_mode in (7, 8) and not tnd:
         raise ValueError(f"sparse_mode = {sparse_mode}: modes 7 and 8 split packed sequences; they need input_layout "
                          "TND")
@@ -108,9 +141,13 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
         raise ValueError(f"pre_tokens + next_tokens = {pre_tokens} + {next_tokens}: must be >= 0 (the band "
                          "-pre_tokens <= j - i <= next_tokens would be empty)")
     g = Geometry(tnd=tnd)
-    if sparse_mode in (0, 4):
+    if sparse_mode == 0:
         g.lo, g.hi = -pre, nxt
-    elif sparse_mode in (2, 3, 5, 6, 7, 8):
+    elif sparse_mode == 4:  # bottom-right: -pre <= j - i - d <= next
+        g.lo, g.hi = _clamp_tokens(d - pre), _clamp_tokens(d + nxt)
+    elif sparse_mode == 3:
+        g.lo, g.hi = -UNBOUNDED, d
+    elif sparse_mode in (2, 5, 6, 7, 8):
         g.lo, g.hi = -UNBOUNDED, 0
     if sparse_mode in (7, 8):
         live = [i for i, n in enumerate(lengths) if n > 0]
@@ -138,11 +175,12 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
         if atten_mask.dtype not in (torch.bool, torch.uint8):
             raise ValueError(f"atten_mask: dtype {atten_mask.dtype}: must be bool or uint8")
         shape = tuple(atten_mask.shape)
-        ok = shape == (seq_len, seq_len) or (len(shape) == 4 and shape[2:] == (seq_len, seq_len) and (
+        ok = shape == (seq_len, kv_len) or (len(shape) == 4 and shape[2:] == (seq_len, kv_len) and (
             (shape[0] == batch and shape[1] in (1, heads)) or shape[:2] == (1, 1)))
         if not ok:
             raise ValueError(f"atten_mask: shape {list(shape)}: with sparse_mode {sparse_mode} under context "
-                             f"parallelism it is the global mask, [S, S], [B, N|1, S, S] or [1, 1, S, S] with S = {seq_len}")
+                             f"parallelism it is the global mask, [S1, S2], [B, N|1, S1, S2] or [1, 1, S1, S2] with "
+                             f"S1 = {seq_len}, S2 = {kv_len}")
         g.mask = atten_mask.bool()
     if pse is not None:
         if pse_type in (2, 3):
@@ -198,6 +236,7 @@ class Block:
     pre: int = INT32_MAX
     nxt: int = INT32_MAX
     mask: Optional[Tensor] = None  # explicit, True = masked
+    seq: int = 0  # the (packed) sequence of the block
 
 
 def plan(geom: Geometry, qruns, kruns) -> List[Block]:
@@ -209,6 +248,7 @@ def plan(geom: Geometry, qruns, kruns) -> List[Block]:
                 continue
             blk = _plan_one(geom, s, q0, a, qr, k0, c, kr)
             if blk is not None:
+                blk.seq = s
                 blocks.append(blk)
     return blocks
 
@@ -269,9 +309,66 @@ def _mask_arg(blk: Block, batch: int):
     return m
 
 
-def _fwd(q, k, v, blk: Block, geom: Geometry, scale: float):
+def _drop_call(geom: Geometry, blk: Block):
+    """(keep_prob, seed, offset, DropoutGeometry, TND) of a block under dropout: the block's rows and
+    keys at their global positions. Packed sequences call the kernel in TND layout (one local
+    sequence, the block, that is global sequence blk.seq): the TND keep bits are indexed per
+    sequence, which a BSND call cannot reproduce."""
+    d = geom.drop
+    if geom.tnd:
+        geo = _ops.DropoutGeometry(head_num=d.heads, head_offset=d.head_offset, q_row_offset=blk.q0,
+                                   kv_row_offset=blk.k0, actual_seq_qlen=d.cum, actual_seq_kvlen=d.cum,
+                                   seq_index=torch.tensor([blk.seq], dtype=torch.int64))
+    else:
+        geo = _ops.DropoutGeometry(head_num=d.heads, head_offset=d.head_offset, q_seq_len=d.q_len,
+                                   kv_seq_len=d.kv_len, q_row_offset=blk.q0, kv_row_offset=blk.k0)
+    return d.keep_prob, d.seed, d.offset, geo
+
+
+def _tnd_mask(m):
+    """A block's explicit mask for a TND call of one sequence: [a, c]."""
+    return m if m is None or m.dim() == 2 else m.reshape(m.shape[-2], m.shape[-1])
+
+
+def _fwd_drop(q, k, v, blk: Block, geom: Geometry, scale: float):
     pse, qs, ks = _pse_args(geom, blk)
+    keep, seed, offset, geo = _drop_call(geom, blk)
+    mask = _mask_arg(blk, q.shape[0])
+    kw = dict(drop=geo, pse=pse, q_start_idx=qs, kv_start_idx=ks, pse_type=geom.pse_type)
+    if geom.tnd:
+        aq, ak = torch.tensor([blk.a]), torch.tensor([blk.c])
+        out, mx, sm = _ops.flash_attention_score_ex(q[0], k[0], v[0], _tnd_mask(mask), aq, ak, scale, keep, blk.pre,
+                                                    blk.nxt, q.shape[2], "TND", blk.mode, seed, offset, **kw)
+        return out[None], mx[None, ..., :1], sm[None, ..., :1]
+    out, mx, sm = _ops.flash_attention_score_ex(q, k, v, mask, None, None, scale, keep, blk.pre, blk.nxt, q.shape[2],
+                                                "BSND", blk.mode, seed, offset, **kw)
+    return out, mx[..., :1].transpose(1, 2), sm[..., :1].transpose(1, 2)
+
+
+def _bwd_drop(q, k, v, dout, mx, sm, out, blk: Block, geom: Geometry, scale: float):
+    pse, qs, ks = _pse_args(geom, blk)
+    keep, seed, offset, geo = _drop_call(geom, blk)
+    mask = _mask_arg(blk, q.shape[0])
+    kw = dict(drop=geo, pse=pse, q_start_idx=qs, kv_start_idx=ks, pse_type=geom.pse_type)
+    if geom.tnd:
+        aq, ak = torch.tensor([blk.a]), torch.tensor([blk.c])
+        dq, dk, dv, _ = _ops.flash_attention_score_grad_ex(q[0], k[0], v[0], dout[0], _tnd_mask(mask), mx[0].contiguous(),
+                                                           sm[0].contiguous(), out[0].contiguous(), aq, ak, scale, keep,
+                                                           blk.pre, blk.nxt, q.shape[2], "TND", blk.mode, seed, offset,
+                                                           **kw)
+        return dq[None], dk[None], dv[None]
+    stats = [x.transpose(1, 2).contiguous() for x in (mx, sm)]
+    dq, dk, dv, _ = _ops.flash_attention_score_grad_ex(q, k, v, dout, mask, stats[0], stats[1], out.contiguous(), None,
+                                                       None, scale, keep, blk.pre, blk.nxt, q.shape[2], "BSND",
+                                                       blk.mode, seed, offset, **kw)
+    return dq, dk, dv
+
+
+def _fwd(q, k, v, blk: Block, geom: Geometry, scale: float):
     kernel_calls["fwd"] += 1
+    if geom.drop is not None:
+        return _fwd_drop(q, k, v, blk, geom, scale)
+    pse, qs, ks = _pse_args(geom, blk)
     out, mx, sm = _ops.flash_attention_score(q, k, v, pse, None, _mask_arg(blk, q.shape[0]), None, None, None, None, qs, ks,
                                              scale, 1.0, blk.pre, blk.nxt, q.shape[2], "BSND", 0, blk.mode,
                                              geom.pse_type, 0, 0)
@@ -279,8 +376,10 @@ def _fwd(q, k, v, blk: Block, geom: Geometry, scale: float):
 
 
 def _bwd(q, k, v, dout, mx, sm, out, blk: Block, geom: Geometry, scale: float):
-    pse, qs, ks = _pse_args(geom, blk)
     kernel_calls["bwd"] += 1
+    if geom.drop is not None:
+        return _bwd_drop(q, k, v, dout, mx, sm, out, blk, geom, scale)
+    pse, qs, ks = _pse_args(geom, blk)
     stats = [x.transpose(1, 2).contiguous() for x in (mx, sm)]
     dq, dk, dv, _ = _ops.flash_attention_score_grad(q, k, v, dout, pse, None, _mask_arg(blk, q.shape[0]), stats[0], stats[1],
                                                     out.contiguous(), None, None, None, None, qs, ks, scale, 1.0,
@@ -337,14 +436,21 @@ def _dsink_local(dout, out, mx, sm, sink) -> Tensor:
 
 class _Ring:
     def __init__(self, g, world: int, rank: int):
-        self.g = g
+        self.g, self.world, self.rank = g, world, rank
         self.next = dist.get_global_rank(g, (rank + 1) % world)
         self.prev = dist.get_global_rank(g, (rank - 1) % world)
 
-    def start(self, send: Tensor, recv: Tensor, kind: str):
+    def start(self, send: Tensor, recv: Tensor, kind: str, hops: int = 0):
+        """Sends to the next rank and receives from the previous one; with ``hops`` (the
+        early-stopped ring's last dK/dV transfer) sends ``hops`` ranks back and receives from
+        ``hops`` ranks ahead."""
         _stats().record(kind, send)
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.g),
-                                       dist.P2POp(dist.irecv, recv, self.prev, self.g)])
+        dst, src = self.next, self.prev
+        if hops:
+            dst = dist.get_global_rank(self.g, (self.rank - hops) % self.world)
+            src = dist.get_global_rank(self.g, (self.rank + hops) % self.world)
+        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, dst, self.g),
+                                       dist.P2POp(dist.irecv, recv, src, self.g)])
 
     @staticmethod
     def wait(reqs) -> None:
@@ -377,10 +483,31 @@ def _gather_kv(k, v, g, world, order):
 
 @dataclass
 class Layout:
-    """Where the rows live: ``positions[j]`` the global packed positions of rank j's rows (in the
-    group the K/V travel over), ``starts`` the sequences' start offsets (TND) or None."""
+    """Where the rows live: ``positions[j]`` the global packed positions of rank j's query rows (in
+    the group the K/V travel over), ``starts`` the sequences' start offsets (TND) or None;
+    ``kv_positions`` those of the key/value rows where they differ (cross-attention), else None."""
     positions: List[Tensor]
     starts: Optional[List[int]]
+    kv_positions: Optional[List[Tensor]] = None
+
+    def kv(self, j: int) -> Tensor:
+        return (self.kv_positions or self.positions)[j]
+
+    def kv_all(self) -> Tensor:
+        return torch.cat(self.kv_positions or self.positions)
+
+
+def ring_steps(geom: Geometry, lay: Layout, world: int) -> int:
+    """How many ring steps any rank has work in: 1 + the last step s at which some rank r holds
+    a block of rank (r - s)'s keys that the mask does not hide entirely. The ring stops there (no
+    transfer of K/V nobody needs; dK/dV then go home in one hop). Every rank computes the same
+    number from the global rule, without communicating."""
+    qruns = [runs(lay.positions[r], lay.starts) for r in range(world)]
+    kruns = [runs(lay.kv(r), lay.starts) for r in range(world)]
+    for st in range(world - 1, 0, -1):
+        if any(plan(geom, qruns[r], kruns[(r - st) % world]) for r in range(world)):
+            return st + 1
+    return 1
 
 
 class _BlockAttention(torch.autograd.Function):
@@ -404,17 +531,18 @@ class _BlockAttention(torch.autograd.Function):
             ring = _Ring(g, world, rank)
             cur = _pack(k, v)  # the input dtype travels; blocks are cast to fp32 for the kernel
             nxt = torch.empty_like(cur)
-            for st in range(world):
-                reqs = ring.start(cur, nxt, "kv") if st + 1 < world else []
+            steps = ring_steps(geom, lay, world)
+            for st in range(steps):
+                reqs = ring.start(cur, nxt, "kv") if st + 1 < steps else []
                 src = (rank - st) % world
-                blocks = plan(geom, qruns, runs(lay.positions[src], lay.starts))
+                blocks = plan(geom, qruns, runs(lay.kv(src), lay.starts))
                 if blocks:
                     kk, vv = _unpack(cur, k.shape, v.shape)
                     step(kk.float(), vv.float(), blocks)
                 _Ring.wait(reqs)
                 cur, nxt = nxt, cur
         else:
-            allpos = torch.cat(lay.positions)
+            allpos = lay.kv_all()
             order = torch.argsort(allpos)
             kk, vv = _gather_kv(k, v, g, world, order)
             step(kk, vv, plan(geom, qruns, runs(allpos[order], lay.starts)))
@@ -449,11 +577,12 @@ class _BlockAttention(torch.autograd.Function):
             local = torch.empty(cur.shape, dtype=torch.float32)
             acc = [torch.zeros_like(local), torch.zeros_like(local)]
             dkv_reqs = []
-            for st in range(world):
-                kv_reqs = ring.start(cur, nxt, "kv") if st + 1 < world else []
+            steps = ring_steps(geom, lay, world)
+            for st in range(steps):
+                kv_reqs = ring.start(cur, nxt, "kv") if st + 1 < steps else []
                 local.zero_()
                 src = (rank - st) % world
-                blocks = plan(geom, qruns, runs(lay.positions[src], lay.starts))
+                blocks = plan(geom, qruns, runs(lay.kv(src), lay.starts))
                 if blocks:
                     kk, vv = _unpack(cur, k.shape, v.shape)
                     lk, lv = _unpack(local, k.shape, v.shape)
@@ -465,14 +594,19 @@ class _BlockAttention(torch.autograd.Function):
                 else:
                     send.copy_(local)
                 recv = acc[0] if send is acc[1] else acc[1]
-                dkv_reqs = ring.start(send, recv, "dkv")
+                if st + 1 < steps:
+                    dkv_reqs = ring.start(send, recv, "dkv")
+                elif steps > 1:  # home in one hop: to the block's owner, from the holder of ours
+                    dkv_reqs = ring.start(send, recv, "dkv", hops=steps - 1)
+                else:
+                    recv, dkv_reqs = send, []
                 _Ring.wait(kv_reqs)
                 cur, nxt = nxt, cur
                 acc = [send, recv]
             _Ring.wait(dkv_reqs)
             dk, dv = _unpack(acc[1], k.shape, v.shape)
         else:
-            allpos = torch.cat(lay.positions)
+            allpos = lay.kv_all()
             order = torch.argsort(allpos)
             kk, vv = _gather_kv(k, v, g, world, order)
             dks, dvs = torch.zeros_like(kk), torch.zeros_like(vv)
@@ -537,14 +671,16 @@ class _HeadSlice(torch.autograd.Function):
 
 
 def attention(q, k, v, sink, geom: Geometry, scale: float, comm: str, g, world: int, rank: int, positions_of,
-              starts, inner=None):
+              starts, inner=None, kv_positions_of=None):
     """q/k/v BSND ([1, T, N, D] for packed sequences). ``positions_of(flat_rank)``: the global
-    packed positions held by a rank of the flat order (ring rank * inner size + inner rank).
-    inner = (group, size, rank) or None. Returns (out BSND, max, sum [B, S, N, 1] fp32)."""
+    packed positions held by a rank of the flat order (ring rank * inner size + inner rank);
+    ``kv_positions_of``: those of its key/value rows where they differ (cross-attention; no inner
+    group). inner = (group, size, rank) or None. Returns (out BSND, max, sum [B, S, N, 1] fp32)."""
     from .cp import _heads_to_seq, _HeadsToSeq, _SeqToHeads
 
     if inner is None or inner[1] == 1:
-        lay = Layout([positions_of(j) for j in range(world)], starts)
+        kv = [kv_positions_of(j) for j in range(world)] if kv_positions_of is not None else None
+        lay = Layout([positions_of(j) for j in range(world)], starts, kv)
         return _BlockAttention.apply(q, k, v, sink, geom, scale, comm, g, world, rank, lay)
     ig, iw, ir = inner
     n, nk = q.shape[2], k.shape[2]

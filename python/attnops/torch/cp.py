@@ -6,7 +6,8 @@ Three ways to move data (``comm=``):
 - ``"ring"``: K/V blocks travel around the ring with ``batch_isend_irecv``, double-buffered: the
   transfer of step s+1 is posted before the block of step s is computed. Partial results merge
   in fp32 by their softmax statistics (attnops.torch.merge). The backward sends K/V around again
-  and the fp32 dK/dV accumulators one hop behind them; they come home after W hops.
+  and the fp32 dK/dV accumulators one hop behind them (fixed layouts: the kernel adds each
+  block's gradients straight into them, accumulateGrads); they come home after W hops.
 - ``"allgather"`` (Llama 3 style): all-gather K/V, one kernel call per local query chunk over the
   key prefix it needs (bottom-right causal), no merge; dK/dV go back by a reduce-scatter (an
   all-to-all and a sum in rank order, so the result does not depend on the backend's reduction
@@ -29,14 +30,16 @@ single-process op draws for the global problem with the same seed; the seed is r
 broadcast to the group. With W = 1 every entry point is the plain op itself (bit
 for bit). Results are bitwise reproducible run to run at a given W: every sum has a fixed order.
 
-Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own,
-or whole sequences per rank with ``scheme="whole"``, balanced by work, no communication);
-self-attention (equal local query and key lengths); GQA/MQA; Dv != D. No mask or causal take the
-paths below, with dropout keyed by global positions (keep bits equal to the single-process op's
-for the same seed); sparse modes 0-8 (bands, prefixes, TND modes 7/8, explicit global masks),
-learnable sinks, pse (alibi slopes on global positions, dense global bias) and the
-Ulysses-inside, ring-across hybrid (``ulysses_group=``) take the block-wise path of
-attnops.torch._cp_general, without dropout for now.
+Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own;
+whole sequences per rank with ``scheme="whole"``, balanced by work, no communication; or
+``scheme="llama3"``, contiguous slices of the packed token stream, sequences cut anywhere);
+self-attention, and cross-attention shards (fixed layouts, global S1 != S2, ring or all-gather);
+GQA/MQA; Dv != D. No mask or causal take the paths below; sparse modes 0-8 (bands, prefixes, TND
+modes 7/8, explicit global masks), learnable sinks, pse (alibi slopes on global positions, dense
+global bias), the Ulysses-inside, ring-across hybrid (``ulysses_group=``), "llama3" and
+cross-attention take the block-wise path of attnops.torch._cp_general, whose ring stops after
+the last step with work. Dropout is keyed by global positions everywhere (keep bits equal to the
+single-process op's for the same seed).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from .npu import draw_seed
 from .npu import npu_fusion_attention as _plain_npu_fusion_attention
 
 INT32_MAX = _ops.INT32_MAX
-SCHEMES = ("zigzag", "contiguous")
+SCHEMES = ("zigzag", "contiguous", "llama3")
 COMMS = ("ring", "allgather", "ulysses")
 # The sequence axis of each supported layout.
 SEQ_DIM = {"BSND": 1, "BNSD": 2, "BSH": 1, "SBH": 0}
@@ -133,10 +136,17 @@ def shard_index(seq_len: int, world_size: int, rank: int, scheme: str = "zigzag"
                 cu_seqlens=None) -> Tensor:
     """Global sequence positions held by ``rank`` (int64, in local order). With ``cu_seqlens``
     (packed sequences, TND; cumulative lengths with or without a leading 0) every sequence is
-    sharded on its own and the rank holds its share of each, sequence after sequence."""
+    sharded on its own and the rank holds its share of each, sequence after sequence; with
+    scheme "llama3" the rank holds the rank-th of W equal slices of the packed token stream
+    (sequences cut at arbitrary points; T divisible by W)."""
     _check_scheme(scheme)
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank = {rank}, world_size = {world_size}: need 0 <= rank < world_size")
+    if scheme == "llama3":  # a contiguous slice of the (packed) stream: sequences cut anywhere
+        if cu_seqlens is not None:
+            _lengths(cu_seqlens, seq_len)
+        return _shard_one(seq_len, world_size, rank, "contiguous", device,
+                          "packed token count" if cu_seqlens is not None else "sequence length")
     if cu_seqlens is None:
         return _shard_one(seq_len, world_size, rank, scheme, device)
     parts, start = [], 0
@@ -235,12 +245,21 @@ def _attn(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, q_cum=Non
     return out, mx[..., :1].transpose(1, 2), sm[..., :1].transpose(1, 2)
 
 
-def _attn_grad(q, k, v, dout, mx, sm, out, causal: bool, scale: float, q_cum=None, kv_cum=None, drop=None):
+def _attn_grad(q, k, v, dout, mx, sm, out, causal: bool, scale: float, q_cum=None, kv_cum=None, drop=None,
+               acc=None):
     """fp32 (dq, dk, dv) from the global statistics mx/sm ([B,S,N,1]) and the global fp32 output;
-    q/k/v/dout in the input dtype."""
+    q/k/v/dout in the input dtype. acc: fp32 (dq, dk, dv) views (fixed layouts) that the kernel
+    adds the gradients into (accumulateGrads: no gradient tensors allocated, no separate sum);
+    then None is returned."""
     mode, nxt, mask = (3, 0, _CAUSAL_MASK) if causal else (0, INT32_MAX, None)
     keep, seed, offset, geo = drop if drop is not None else (1.0, 0, 0, None)
     f32 = torch.float32
+    if acc is not None:
+        stats = [x.transpose(1, 2).contiguous() for x in (mx, sm)]
+        _ops.flash_attention_score_grad_ex(q, k, v, dout, mask, stats[0], stats[1], out, None, None, scale, keep,
+                                           INT32_MAX, nxt, q.shape[2], "BSND", mode, seed, offset, dq=acc[0],
+                                           dk=acc[1], dv=acc[2], accumulate=True, drop=geo)
+        return None
     if q_cum is not None:
         dq, dk, dv, _ = _ops.flash_attention_score_grad_ex(q[0], k[0], v[0], dout[0], mask, mx[0].contiguous(),
                                                            sm[0].contiguous(), out[0], q_cum, kv_cum, scale, keep,
@@ -342,6 +361,12 @@ def _ring_block(scheme: str, causal: bool, rank: int, src: int, s_local: int, wo
     return second, full, False, half_cum, local_cum  # only the second local chunk sees src's chunks
 
 
+# The ring backward of fixed layouts lets the kernel add into the fp32 accumulators
+# (accumulateGrads) instead of returning per-block gradients that are then added; False: the
+# latter (kept for the before/after measurement in bench/cp_bench.py --no-accumulate).
+_RING_ACCUMULATE = True
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, scheme, g, world, rank, lengths=None, dropout=None):
@@ -388,7 +413,15 @@ class _RingAttention(torch.autograd.Function):
             kv_reqs = ring.start(cur, nxt, "kv") if step + 1 < world else []
             local.zero_()
             block = _ring_block(scheme, causal, rank, (rank - step) % world, s, world, lengths, q.device)
-            if block is not None:
+            if block is not None and _RING_ACCUMULATE and lengths is None:
+                # Fixed layouts: the kernel adds into this rank's dQ and the travelling block's dK/dV.
+                qr, kr, blk_causal, _, _ = block
+                kk, vv = _unpack(cur, k.shape, v.shape)
+                lk, lv = _unpack(local, k.shape, v.shape)
+                _attn_grad(q[:, qr], kk[:, kr], vv[:, kr], dout[:, qr], mx[:, qr], sm[:, qr], out[:, qr], blk_causal,
+                           scale, drop=_ring_drop(dropout, s, world, rank, (rank - step) % world, scheme, lengths, qr,
+                                                  kr), acc=(dq[:, qr], lk[:, kr], lv[:, kr]))
+            elif block is not None:
                 qr, kr, blk_causal, q_cum, kv_cum = block
                 kk, vv = _unpack(cur, k.shape, v.shape)
                 dq_b, dk_b, dv_b = _attn_grad(_take(q, qr), _take(kk, kr), _take(vv, kr), _take(dout, qr),
@@ -762,14 +795,16 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     (:func:`assign_sequences`), no communication.
 
     Dropout (keep_prob < 1): the keep bits are those the single-process op draws for the global
-    problem with the same (seed, offset), whatever W and comm; every rank must pass the same seed.
-    Dropout goes with no mask or causal only (not the block-wise path, nor scheme "whole").
+    problem with the same (seed, offset), whatever W, comm and scheme (the block-wise path, the
+    hybrid and scheme "whole" included); every rank must pass the same seed.
 
     Every rank of the group must call it with the same shapes and arguments."""
-    if keep_prob < 1.0 and (scheme == "whole" or _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix,
-                                                                sink, pse, pse_type, ulysses_group)):
-        raise ValueError(f"keep_prob = {keep_prob}: dropout under context parallelism goes with no mask or causal only "
-                         "(not with other sparse modes, atten_mask, prefix, sink, pse, ulysses_group or scheme 'whole' yet)")
+    if not 0.0 < keep_prob <= 1.0:
+        raise ValueError(f"keep_prob = {keep_prob}: must be in (0, 1]")
+    drop = (keep_prob, int(seed), int(offset))
+    if scheme == "llama3" and input_layout != "TND":
+        scheme = "contiguous"  # one sequence per batch row: the stream's slices are contiguous shards
+    cross = _is_cross(query, key, input_layout)
     if scheme == "whole":
         if atten_mask is not None and sparse_mode in (None, 0, 1, 5):
             raise ValueError("atten_mask: an explicit mask is not supported with scheme 'whole' (use sparse modes "
@@ -777,18 +812,16 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
         if ulysses_group is not None:
             raise ValueError("ulysses_group: given with scheme 'whole': whole sequences need no communication")
         return _whole_attention(query, key, value, head_num, input_layout, scale, causal, group, cu_seqlens,
-                                sparse_mode, pre_tokens, next_tokens, prefix, sink, pse, pse_type)
-    if _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
+                                sparse_mode, pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop)
+    if cross or (scheme == "llama3" and input_layout == "TND") or \
+            _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
         return _general_attention(query, key, value, head_num, input_layout, scale, causal, group, comm, scheme,
                                   cu_seqlens, sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse,
-                                  pse_type, ulysses_group)
+                                  pse_type, ulysses_group, drop)
     if sparse_mode is not None:
         causal = sparse_mode in (2, 3)
     g, world, rank = _group_info(group)
     checked = _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens)
-    if not 0.0 < keep_prob <= 1.0:
-        raise ValueError(f"keep_prob = {keep_prob}: must be in (0, 1]")
-    drop = (keep_prob, seed, offset)
     if input_layout == "TND":
         return _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, checked, drop)
     q, k, v = checked
@@ -805,9 +838,16 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     return _from_bsnd(out, input_layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
 
 
-def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens):
+def _is_cross(query: Tensor, key: Tensor, layout: str) -> bool:
+    """Fixed layouts: whether the key shard's sequence length differs from the query's."""
+    dim = {"BSND": 1, "BNSD": 2, "BSH": 1, "SBH": 0}.get(layout)
+    return dim is not None and query.dim() > dim and key.dim() > dim and query.shape[dim] != key.shape[dim]
+
+
+def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens, cross=False):
     """Checks the arguments, before any communication (so that every rank fails alike, whatever
-    W), and returns BSND views (q, k, v), or for TND the packed sequences' lengths."""
+    W), and returns BSND views (q, k, v), or for TND the packed sequences' lengths. cross: the
+    key/value shards may be longer or shorter than the query's (cross-attention)."""
     if comm not in COMMS:
         raise ValueError(f"comm = {comm!r}: must be one of {', '.join(COMMS)}")
     _check_scheme(scheme)
@@ -827,8 +867,9 @@ def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_
             raise ValueError("cu_seqlens: None: required for input_layout TND (the global cumulative sequence "
                              "lengths)")
         lengths = _lengths(cu_seqlens, query.shape[0] * world)
-        for i, n in enumerate(lengths):
-            _shard_one(n, world, 0, scheme, None, f"length of sequence {i}")
+        if scheme != "llama3":
+            for i, n in enumerate(lengths):
+                _shard_one(n, world, 0, scheme, None, f"length of sequence {i}")
         return lengths
     q = _bsnd(query, input_layout, head_num, "query")
     # BSH/SBH name only the query heads: K/V heads follow from the head size (GQA).
@@ -836,11 +877,14 @@ def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_
     nk = key.shape[2] // d if input_layout in ("BSH", "SBH") else 0
     k = _bsnd(key, input_layout, nk, "key")
     v = _bsnd(value, input_layout, k.shape[2], "value")
-    if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
-        raise ValueError(f"key/value: local sequence lengths {k.shape[1]}/{v.shape[1]}: must equal query's "
-                         f"{q.shape[1]} (self-attention shards)")
-    if scheme == "zigzag" and q.shape[1] % 2:
-        raise ValueError(f"query: local sequence length {q.shape[1]}: must be even for scheme 'zigzag' (two chunks)")
+    if v.shape[1] != k.shape[1] or (not cross and k.shape[1] != q.shape[1]):
+        rule = (f"must equal query's {q.shape[1]} (self-attention shards)" if not cross else
+                "must equal each other (cross-attention shards)")
+        raise ValueError(f"key/value: local sequence lengths {k.shape[1]}/{v.shape[1]}: {rule}")
+    for name, t in (("query", q), ("key", k)):
+        if scheme == "zigzag" and t.shape[1] % 2:
+            raise ValueError(f"{name}: local sequence length {t.shape[1]}: must be even for scheme 'zigzag' (two "
+                             "chunks)")
     return q, k, v
 
 
@@ -921,18 +965,16 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
         raise ValueError(f"keep_prob = {keep_prob}: must be in (0, 1]")
     # torch_npu's rule: no mask tensor, no masking (the mode and the tokens are ignored).
     mode = 1 if atten_mask is None else sparse_mode
-    if keep_prob < 1.0 and (mode not in (1, 2, 3) or sink is not None or pse is not None or ulysses_group is not None
-                            or scheme == "whole"):
-        raise ValueError(f"keep_prob = {keep_prob}: dropout under context parallelism goes with full attention or the "
-                         "causal sparse modes 2/3 only (no sink, pse, ulysses_group or scheme 'whole' yet)")
     g = _group_info(group)[0]
     seed = _shared_seed(g) if keep_prob < 1.0 else 0
     if world == 1 and scheme != "whole":
-        _checked(query, key, value, head_num, input_layout, comm, scheme, world, actual_seq_qlen)
+        _checked(query, key, value, head_num, input_layout, comm, scheme, world, actual_seq_qlen,
+                 _is_cross(query, key, input_layout))
         if keep_prob < 1.0:  # the plain op with the group's seed
-            out, mx, sm = attention(query, key, value, head_num, input_layout, scale=scale, causal=mode in (2, 3),
-                                    group=g, comm=comm, scheme=scheme, cu_seqlens=actual_seq_qlen, keep_prob=keep_prob,
-                                    seed=seed)
+            cum = [int(x) for x in actual_seq_qlen] if input_layout == "TND" else None
+            out, mx, sm = _plain_general(query, key, value, head_num, input_layout, scale, mode, pre, nxt,
+                                         atten_mask if mode in (0, 1, 5) else None, prefix if mode in (5, 6) else None,
+                                         sink, pse, pse_type, cum, (keep_prob, seed, 0))
             mx, sm = (x[..., None].expand(*x.shape, _ops.STAT_LANES).contiguous() for x in (mx, sm))
             if input_layout == "TND" and softmax_layout != "TND":
                 mx, sm = (tnd_stats_from_token_major(x, actual_seq_qlen) for x in (mx, sm))
@@ -955,6 +997,8 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
         if scheme == "whole":
             _, w, r = _group_info(group)
             local_cum = whole_cu_seqlens(actual_seq_qlen, w, r) or [0]
+        elif scheme == "llama3":
+            local_cum = llama3_cu_seqlens(actual_seq_qlen, world, _flat(group, ulysses_group)[5]) or [0]
         else:
             local_cum = _cum([n // world for n in _lengths(actual_seq_qlen, query.shape[0] * world)], query.device)
         mx, sm = (tnd_stats_from_token_major(x, local_cum) for x in (mx, sm))
@@ -1010,13 +1054,10 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
     g, _, _, _, world, _ = _flat(group, ulysses_group)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p = {dropout_p}: must be in [0, 1)")
-    if dropout_p > 0.0 and (tuple(window_size) != (-1, -1) or alibi_slopes is not None or ulysses_group is not None):
-        raise ValueError(f"dropout_p = {dropout_p}: dropout under context parallelism does not go with window_size, "
-                         "alibi_slopes or ulysses_group yet")
     if softcap != 0.0:
         raise ValueError(f"softcap = {softcap}: not supported under context parallelism, must be 0.0")
     if world == 1 and dropout_p == 0.0:
-        _checked(q, k, v, q.shape[2], "BSND", comm, scheme, world, None)
+        _checked(q, k, v, q.shape[2], "BSND", comm, scheme, world, None, _is_cross(q, k, "BSND"))
         return _plain_flash_attn_func(q, k, v, 0.0, softmax_scale, causal, window_size, 0.0, alibi_slopes,
                                       return_attn_probs=return_attn_probs)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
@@ -1045,10 +1086,6 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     g, _, _, _, world, _ = _flat(group, ulysses_group)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p = {dropout_p}: must be in [0, 1)")
-    if dropout_p > 0.0 and (tuple(window_size) != (-1, -1) or alibi_slopes is not None or ulysses_group is not None
-                            or scheme == "whole"):
-        raise ValueError(f"dropout_p = {dropout_p}: dropout under context parallelism does not go with window_size, "
-                         "alibi_slopes, ulysses_group or scheme 'whole' yet")
     if softcap != 0.0 or block_table is not None:
         raise ValueError(f"softcap = {softcap}, block_table: not supported under context parallelism (must be 0.0, "
                          "None)")
@@ -1115,9 +1152,17 @@ def _plain_rule_args(sparse_mode: int, atten_mask):
 
 
 def _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens, atten_mask,
-                   prefix, sink, pse, pse_type, cum):
-    """One process: the plain op with every argument (bit for bit); statistics [B,N,S] / [T,N]."""
+                   prefix, sink, pse, pse_type, cum, drop=(1.0, 0, 0)):
+    """One process: the plain op with every argument (bit for bit); statistics [B,N,S] / [T,N].
+    drop: (keep_prob, seed, offset)."""
     mode, mask = _plain_rule_args(sparse_mode, atten_mask)
+    if drop[0] < 1.0:  # the op itself with the caller's seed (npu_fusion_attention draws its own)
+        c = torch.tensor([int(x) for x in cum], dtype=torch.int64) if layout == "TND" else None
+        pl = None if prefix is None else [int(x) for x in (prefix.tolist() if isinstance(prefix, Tensor) else prefix)]
+        out, mx, sm = _ops.flash_attention_score(query, key, value, pse, None, mask, c, c, sink, pl, None, None,
+                                                 float(scale), float(drop[0]), pre_tokens, next_tokens, head_num,
+                                                 layout, 0, mode, pse_type, drop[1], drop[2])
+        return out, mx[..., 0], sm[..., 0]
     extra = dict(actual_seq_qlen=cum, actual_seq_kvlen=cum, softmax_layout="TND") if layout == "TND" else {}
     out, mx, sm = _plain_npu_fusion_attention(query, key, value, head_num, layout, pse=pse, atten_mask=mask,
                                               scale=scale, pre_tockens=pre_tokens, next_tockens=next_tokens,
@@ -1132,14 +1177,19 @@ def _check_sink(sink, heads: int) -> None:
 
 
 def _general_attention(query, key, value, head_num, layout, scale, causal, group, comm, scheme, cu_seqlens,
-                       sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
+                       sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group,
+                       drop=(1.0, 0, 0)):
     from . import _cp_general as gen
 
     g, world, rank, inner, fw, fr = _flat(group, ulysses_group)
     if inner is not None and comm not in ("ring", "allgather"):
         raise ValueError(f"comm = {comm!r} with ulysses_group: the hybrid runs Ulysses inside ulysses_group and "
                          "'ring' or 'allgather' across group")
-    checked = _checked(query, key, value, head_num, layout, comm, scheme, fw, cu_seqlens)
+    cross = _is_cross(query, key, layout)
+    if cross and (inner is not None or comm == "ulysses"):
+        raise ValueError(f"comm = {comm!r}{' with ulysses_group' if inner is not None else ''}: cross-attention "
+                         "shards (query and key lengths differ) take comm 'ring' or 'allgather' without ulysses_group")
+    checked = _checked(query, key, value, head_num, layout, comm, scheme, fw, cu_seqlens, cross)
     if sparse_mode is None:
         sparse_mode = 3 if causal else 1
     if layout == "TND":
@@ -1152,19 +1202,27 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
         lengths, cum, starts = None, None, None
         q, k, v = checked
         batch, heads, seq_len = q.shape[0], q.shape[2], q.shape[1] * fw
+    kv_len = k.shape[1] * fw if cross else seq_len
     _check_sink(sink, heads)
     geom = gen.geometry(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, pse, pse_type, batch=batch,
-                        heads=heads, seq_len=seq_len, lengths=lengths)
+                        heads=heads, seq_len=seq_len, lengths=lengths, kv_len=kv_len)
     if fw == 1:
         return _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens,
-                              atten_mask, prefix, sink, pse, pse_type, cum)
+                              atten_mask, prefix, sink, pse, pse_type, cum, drop)
+    if drop[0] < 1.0:
+        geom.drop = gen.DropSpec(drop[0], drop[1], drop[2], heads, 0, seq_len, kv_len,
+                                 cum.cpu() if cum is not None else None)
 
     def positions_of(flat_rank):
         return shard_index(seq_len, fw, flat_rank, scheme, query.device, cu_seqlens=cum)
 
+    def kv_positions_of(flat_rank):
+        return shard_index(kv_len, fw, flat_rank, scheme, query.device)
+
     if comm == "ulysses":
         inner, g, world, rank, comm = (g, world, rank), None, 1, 0, "allgather"
-    out, mx, sm = gen.attention(q, k, v, sink, geom, scale, comm, g, world, rank, positions_of, starts, inner)
+    out, mx, sm = gen.attention(q, k, v, sink, geom, scale, comm, g, world, rank, positions_of, starts, inner,
+                                kv_positions_of if cross else None)
     if layout == "TND":
         return out[0], mx[0, ..., 0], sm[0, ..., 0]
     return _from_bsnd(out, layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
@@ -1172,6 +1230,20 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
 
 # ---------------------------------------------------------------------------------------------
 # Whole-sequence spreading of packed sequences (TND, scheme="whole")
+
+
+def llama3_cu_seqlens(cu_seqlens, world_size: int, rank: int) -> list:
+    """Cumulative lengths (no leading 0) of the pieces of packed sequences that ``rank``'s slice of
+    the stream holds under scheme "llama3" (the stream cut into W equal slices; a sequence cut by
+    a slice boundary contributes a piece to each side; empty pieces left out)."""
+    cum = _cum_list(cu_seqlens)
+    total = cum[-1] if cum else 0
+    if world_size < 1 or not 0 <= rank < world_size or total % world_size:
+        raise ValueError(f"world_size = {world_size}, rank = {rank}: need 0 <= rank < world_size dividing the packed "
+                         f"token count {total}")
+    a, b = rank * total // world_size, (rank + 1) * total // world_size
+    ends = sorted({min(max(x, a), b) for x in cum} | {b})
+    return [e - a for e in ends if e > a]
 
 
 def _cum_list(cu_seqlens) -> list:
@@ -1249,8 +1321,32 @@ def unshard_whole(x: Tensor, group=None, *, cu_seqlens, seq_dim: int = 0) -> Ten
     return full.index_select(0, torch.argsort(torch.cat(idx))).movedim(0, seq_dim)
 
 
+class _WholeDropAttention(torch.autograd.Function):
+    """A rank's whole sequences with dropout keyed by their global sequence (TND): the op through
+    the extended entry points, local sequence i drawing the bits of global sequence seq_index[i]."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sink, args, kw):
+        mask, cum, scale, keep, pre, nxt, heads, mode, seed, offset = args
+        out, mx, sm = _ops.flash_attention_score_ex(q, k, v, mask, cum, cum, scale, keep, pre, nxt, heads, "TND", mode,
+                                                    seed, offset, sink=sink, **kw)
+        ctx.save_for_backward(q, k, v, out, mx, sm, sink)
+        ctx.cfg = (args, kw)
+        ctx.mark_non_differentiable(mx, sm)
+        return out, mx, sm
+
+    @staticmethod
+    def backward(ctx, dout, _dmx, _dsm):
+        q, k, v, out, mx, sm, sink = ctx.saved_tensors
+        (mask, cum, scale, keep, pre, nxt, heads, mode, seed, offset), kw = ctx.cfg
+        dq, dk, dv, dsink = _ops.flash_attention_score_grad_ex(q, k, v, dout.to(q.dtype).contiguous(), mask, mx, sm, out,
+                                                               cum, cum, scale, keep, pre, nxt, heads, "TND", mode,
+                                                               seed, offset, sink=sink, **kw)
+        return dq, dk, dv, (dsink if sink is not None else None), None, None
+
+
 def _whole_attention(query, key, value, head_num, layout, scale, causal, group, cu_seqlens, sparse_mode,
-                     pre_tokens, next_tokens, prefix, sink, pse, pse_type):
+                     pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop=(1.0, 0, 0)):
     """Whole sequences per rank: each rank attends within its own sequences, no communication."""
     g, world, rank = _group_info(group)
     if layout != "TND":
@@ -1280,9 +1376,22 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
         from ._cp_general import ReplicatedGrad
 
         sink = ReplicatedGrad.apply(sink, g, world)  # dsink of every rank's sequences, on every rank
+    mine = [i for i, r in enumerate(owner) if r == rank]
     if not local_cum:
         local_cum = [0]  # no sequence here: one empty one, so the op still runs (and autograd connects)
+        mine = [0]  # (drawing no bits)
         if prefix is not None:
             prefix = [0]
+    if drop[0] < 1.0 and world > 1:
+        mode, mask = _plain_rule_args(sparse_mode, None)
+        c = torch.tensor(local_cum, dtype=torch.int64)
+        geo = _ops.DropoutGeometry(head_num=query.shape[1], actual_seq_qlen=torch.tensor(cum, dtype=torch.int64),
+                                   actual_seq_kvlen=torch.tensor(cum, dtype=torch.int64),
+                                   seq_index=torch.tensor(mine, dtype=torch.int64))
+        kw = dict(drop=geo, pse=pse, pse_type=pse_type, prefix=prefix)
+        out, mx, sm = _WholeDropAttention.apply(query, key, value, sink,
+                                                (mask, c, scale, drop[0], pre_tokens, next_tokens, head_num, mode,
+                                                 drop[1], drop[2]), kw)
+        return out, mx[..., 0], sm[..., 0]
     return _plain_general(query, key, value, head_num, "TND", scale, sparse_mode, pre_tokens, next_tokens, None,
-                          prefix, sink, pse, pse_type, local_cum)
+                          prefix, sink, pse, pse_type, local_cum, drop)
