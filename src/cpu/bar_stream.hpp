@@ -59,6 +59,7 @@ constexpr int64_t kW = 16;                        // fp32 lanes of a V::F
 // share of two cores would do; below it the output may still be read back from cache.
 constexpr uint64_t kStreamOutputBytes = 32u << 20;
 constexpr int64_t kPrefetchBytes = 4096;            // software prefetch distance
+constexpr int64_t kMaxPrefetchRows = 129;           // sources prefetched for the next token (N <= 128)
 
 inline int64_t elementBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
@@ -195,6 +196,49 @@ ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t
     dotY = combine<V>(dy);
 }
 
+// Two accumulators over fixed 32-column groups (column h goes to accumulator (h / 16) % 2),
+// combined as a0 + a1, then the lanes in ascending order.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE float combine2(const typename V::F a[2]) {
+    alignas(64) float lanes[kW];
+    V::store(lanes, V::add(a[0], a[1]));
+    float s = 0.0f;
+    for (float x : lanes) s += x;
+    return s;
+}
+
+// The forward's pass over an fp16/bf16 row (or its fp32 gather, DT = F32: the same values, so
+// the same bits): x = the row in fp32, sumSquares = x . x and dotU = u . x in fp32. The element
+// type is a template argument so the loop carries no per-vector dtype test, and two column
+// groups (eight ymm accumulators on AVX2) keep every accumulator in a register: the generic
+// loadWithDots spilled two of its sixteen on AVX2.
+template <class V, DType DT>
+ATTNOPS_BAR_STREAM_INLINE void halfRowStats(const void* __restrict src, int64_t h, const float* __restrict u,
+                                            float* __restrict x, float& sumSquares, float& dotU) {
+    typename V::F ss[2], cu[2];
+    for (int q = 0; q < 2; ++q) ss[q] = cu[q] = V::zero();
+    constexpr int64_t bytes = DT == DType::F32 ? 4 : 2;
+    int64_t e = 0;
+    for (; e + 4 * kW <= h; e += 4 * kW) {
+        prefetchAhead(src, e, bytes);
+        for (int j = 0; j < 4; ++j) {
+            const typename V::F xv = loadFull<V>(src, e + j * kW, DT);
+            V::store(x + e + j * kW, xv);
+            ss[j % 2] = V::fmadd(xv, xv, ss[j % 2]);
+            cu[j % 2] = V::fmadd(V::load(u + e + j * kW), xv, cu[j % 2]);
+        }
+    }
+    for (; e < h; e += kW) {
+        const int q = int(e / kW) % 2;
+        const typename V::F xv = load16<V>(src, e, DT, h - e);
+        V::store(x + e, xv);
+        ss[q] = V::fmadd(xv, xv, ss[q]);
+        cu[q] = V::fmadd(loadPadded<V>(u, e, h - e), xv, cu[q]);
+    }
+    sumSquares = combine2<V>(ss);
+    dotU = combine2<V>(cu);
+}
+
 // The lanes of an fp64 accumulator summed in lane order.
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE double sumLanes(const typename V::D& d) {
@@ -221,16 +265,21 @@ ATTNOPS_BAR_STREAM_INLINE double sumLanes(const typename V::D& d) {
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE void loadWithStats(const Sources& s, int64_t t, int64_t i, const float* __restrict u,
                                              float* __restrict x, double& sumSquares, double& dotU) {
+    const int64_t h = s.hidden;
+    DType dtype;
+    const void* src = sourceRow(s, t, i, x, dtype);
     if ((i < s.blocks ? s.blockRes : s.partial).dtype != DType::F32) {
         float ss = 0.0f, c = 0.0f;
-        loadWithDots<V>(s, t, i, nullptr, u, x, ss, c);
+        if (dtype == DType::BF16)
+            halfRowStats<V, DType::BF16>(src, h, u, x, ss, c);
+        else if (dtype == DType::F16)
+            halfRowStats<V, DType::F16>(src, h, u, x, ss, c);
+        else
+            halfRowStats<V, DType::F32>(src, h, u, x, ss, c);
         sumSquares = ss;
         dotU = c;
         return;
     }
-    const int64_t h = s.hidden;
-    DType dtype;
-    const void* src = sourceRow(s, t, i, x, dtype);
     typename V::D ss = V::zeroD(), cu = V::zeroD();
     const int64_t bytes = elementBytes(dtype);
     for (int64_t e = 0; e < h; e += kW) {
@@ -284,20 +333,51 @@ ATTNOPS_BAR_STREAM_INLINE bool storesDirect(const MutView3& out, int64_t t, int6
     return dst != nullptr && (!stream || reinterpret_cast<uintptr_t>(dst) % uintptr_t(kW * elementBytes(out.dtype)) == 0);
 }
 
-// The forward's online softmax: acc = acc * decay_i + weight_i * x_i per source, in source order,
-// then acc / l. When the token's rows fit in the tile, the scores come first and one pass over the
-// columns accumulates every source in registers (per column the same operations in the same
-// order as accumulating source by source, so the same bits, without storing acc once per source).
+// Prefetches the rows of token t's sources that pass 2 of the previous token reads no more: the
+// lines of columns [e, e + cols) of every contiguous source row, so that while the cached rows
+// are weighted and stored (no memory traffic of their own) the next token's rows are already on
+// their way, and its pass 1 finds them in L2 (a hint: it may run past a row's end).
+ATTNOPS_BAR_STREAM_INLINE void prefetchColumns(const char* const* rows, int64_t count, int64_t rowBytes, int64_t e,
+                                               int64_t cols) {
+    for (int64_t i = 0; i < count; ++i) {
+        if (rows[i] == nullptr) continue;
+        const char* p = rows[i] + e * rowBytes;
+        for (int64_t line = 0; line < cols * rowBytes; line += 64) __builtin_prefetch(p + line, 0, 3);
+    }
+}
+
+// The next token's source rows for prefetchColumns (nullptr: not contiguous, or no next token).
+inline int64_t nextRows(const Sources& s, int64_t t, int64_t t1, const char** rows, int64_t& rowBytes) {
+    const int64_t k = std::min<int64_t>(s.blocks + 1, kMaxPrefetchRows);
+    rowBytes = elementBytes(s.partial.dtype);
+    for (int64_t i = 0; i < k; ++i) {
+        const View3& v = i < s.blocks ? s.blockRes : s.partial;
+        rows[i] = t + 1 < t1 ? static_cast<const char*>(contiguousRow(v, t + 1, i < s.blocks ? i : 0)) : nullptr;
+    }
+    return k;
+}
+
+// The forward. Each source's scores come from one read of its row (fp32 statistics for fp16/bf16
+// rows, fp64 for fp32 rows: see loadWithStats) and an fp64 softmax.
+// When the token's rows fit in the tile, the probabilities are known before any row is weighted:
+// o = sum_i p_i x_i with p_i = exp(s_i - m) / l in fp64 rounded once to fp32 (the probs this
+// forward saves), accumulated in source order in registers over 64-column blocks: one fused
+// multiply-add per element and source (the online form took a multiply and a fused multiply-add
+// and stored an accumulator per 16 columns: bf16 on AMD EPYC Zen 3 spent as long per token in
+// this pass, with no memory traffic, as in the pass that reads the rows). The next token's rows
+// are prefetched during this pass. Otherwise (rows re-read) the online softmax: acc = acc *
+// decay_i + weight_i * x_i per source, then acc / l.
 template <class V>
 ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float* u, int64_t t0, int64_t t1,
                                              void* scratchBase) {
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1;
     const scratch::ForwardTile sc(s, scratchBase);
-    float *acc = sc.acc, *inv = sc.inv, *decay = sc.decay, *weight = sc.weight;
+    float *acc = sc.acc, *inv = sc.inv, *weight = sc.weight;
     double* score = sc.score;
     const double invH = h > 0 ? 1.0 / double(h) : 0.0;
     const bool stream = outputBytes(p.hidden, uint64_t(s.tokens) * uint64_t(h)) > kStreamOutputBytes;
+    const char* next[kMaxPrefetchRows];
     for (int64_t t = t0; t < t1; ++t) {
         // The softmax in fp64 (see loadWithStats); the accumulation of the rows in fp32.
         double m = -std::numeric_limits<double>::infinity(), l = 0.0;
@@ -313,34 +393,56 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
             const double mNew = (score[i] > m || score[i] != score[i]) ? score[i] : m;
             const double decayI = m == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(m - mNew);
             const double weightI = std::exp(score[i] - mNew);
-            decay[i] = float(decayI);
-            weight[i] = float(weightI);
             if (!sc.cached) {
-                const typename V::F va = V::set1(decay[i]), vw = V::set1(weight[i]);
+                const typename V::F va = V::set1(float(decayI)), vw = V::set1(float(weightI));
                 for (int64_t e = 0; e < h; e += kW)
                     V::store(acc + e, V::fmadd(V::load(acc + e), va, V::mul(vw, V::load(x + e))));
             }
             l = l * decayI + weightI;
             m = mNew;
         }
-        const typename V::F invL = V::set1(float(1.0 / l));
-        const bool direct = sc.cached && storesDirect(p.hidden, t, 0, stream);
-        for (int64_t e = 0; e < h; e += kW) {
-            typename V::F a = sc.cached ? V::zero() : V::load(acc + e);
-            if (sc.cached)
-                for (int64_t i = 0; i < k; ++i)
-                    a = V::fmadd(a, V::set1(decay[i]), V::mul(V::set1(weight[i]), V::load(sc.row(i) + e)));
-            a = V::mul(a, invL);
-            if (direct)
-                store16<V>(contiguousRow(p.hidden, t, 0), e, p.hidden.dtype, a, h - e, stream);
-            else
-                V::store(acc + e, a);
+        // weight[i] = p_i, the probability saved for the backward.
+        for (int64_t i = 0; i < k; ++i) weight[i] = float(std::exp(score[i] - m) / l);
+        if (sc.cached) {
+            void* dst = contiguousRow(p.hidden, t, 0);
+            const bool direct = storesDirect(p.hidden, t, 0, stream);
+            int64_t rowBytes = 0;
+            const int64_t prefetchRows = nextRows(s, t, t1, next, rowBytes);
+            int64_t e = 0;
+            for (; e + 4 * kW <= h; e += 4 * kW) {
+                prefetchColumns(next, prefetchRows, rowBytes, e, 4 * kW);
+                typename V::F o[4];
+                for (int j = 0; j < 4; ++j) o[j] = V::zero();
+                for (int64_t i = 0; i < k; ++i) {
+                    const typename V::F w = V::set1(weight[i]);
+                    const float* x = sc.row(i) + e;
+                    for (int j = 0; j < 4; ++j) o[j] = V::fmadd(w, V::load(x + j * kW), o[j]);
+                }
+                for (int j = 0; j < 4; ++j) {
+                    if (direct)
+                        storeFull<V>(dst, e + j * kW, p.hidden.dtype, o[j], stream);
+                    else
+                        V::store(acc + e + j * kW, o[j]);
+                }
+            }
+            for (; e < h; e += kW) {
+                typename V::F o = V::zero();
+                for (int64_t i = 0; i < k; ++i) o = V::fmadd(V::set1(weight[i]), V::load(sc.row(i) + e), o);
+                if (direct)
+                    store16<V>(dst, e, p.hidden.dtype, o, h - e, stream);
+                else
+                    V::store(acc + e, o);
+            }
+            if (!direct) storeRow<V>(p.hidden, t, 0, h, acc, stream);
+        } else {
+            const typename V::F invL = V::set1(float(1.0 / l));
+            for (int64_t e = 0; e < h; e += kW) V::store(acc + e, V::mul(V::load(acc + e), invL));
+            storeRow<V>(p.hidden, t, 0, h, acc, stream);
         }
-        if (!direct) storeRow<V>(p.hidden, t, 0, h, acc, stream);
         if (p.saveStats)
             for (int64_t i = 0; i < k; ++i) {
                 p.invNorm.store(t, i, 0, inv[i]);
-                p.probs.store(t, i, 0, float(std::exp(score[i] - m) / l));
+                p.probs.store(t, i, 0, weight[i]);
             }
     }
     if (stream) V::fence();  // non-temporal stores are visible before the driver's join
