@@ -30,6 +30,7 @@
 // and a trait V with, over V::F (16 fp32 lanes) and V::H (16 bf16/fp16 lanes, 32 bytes):
 //   zero, set1, load/store (64-byte aligned), loadu/storeu, add, mul, fmadd(a, b, c) = a*b + c
 //   and fnmadd(a, b, c) = c - a*b (both fused); loadH/storeH (unaligned); widenBf16, widenF16;
+//   loadWidenBf16, loadWidenF16 (16 values from memory, unaligned, widened);
 //   narrowBf16 (to nearest even, NaN kept quiet: cpu::floatToBf16), narrowF16 (to nearest even);
 //   streamF (64-byte aligned), streamH (32-byte aligned): non-temporal stores; fence: orders them;
 //   and over V::D (16 fp64 lanes): zeroD, fmaddD(a, b, c) = c + double(a) * double(b) per lane,
@@ -67,8 +68,8 @@ inline int64_t elementBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE typename V::F loadFull(const void* row, int64_t index, DType dtype) {
     if (dtype == DType::F32) return V::loadu(static_cast<const float*>(row) + index);
-    const typename V::H h = V::loadH(static_cast<const uint16_t*>(row) + index);
-    return dtype == DType::BF16 ? V::widenBf16(h) : V::widenF16(h);
+    const uint16_t* p = static_cast<const uint16_t*>(row) + index;
+    return dtype == DType::BF16 ? V::loadWidenBf16(p) : V::loadWidenF16(p);
 }
 
 // Elements [index, index + min(remaining, 16)) of a contiguous row as fp32, the other lanes 0.
