@@ -113,17 +113,6 @@ ATTNOPS_BAR_STREAM_INLINE void store16(void* row, int64_t index, DType dtype, ty
     std::memcpy(static_cast<char*>(row) + index * elementBytes(dtype), lanes, size_t(remaining * elementBytes(dtype)));
 }
 
-// Four accumulators over fixed 64-column groups (column h goes to accumulator (h / 16) % 4),
-// combined as (a0 + a1) + (a2 + a3), then the lanes in ascending order.
-template <class V>
-ATTNOPS_BAR_STREAM_INLINE float combine(const typename V::F a[4]) {
-    alignas(64) float lanes[kW];
-    V::store(lanes, V::add(V::add(a[0], a[1]), V::add(a[2], a[3])));
-    float s = 0.0f;
-    for (float x : lanes) s += x;
-    return s;
-}
-
 // Where row i of token t starts, as a contiguous row (nullptr: its hidden stride is not 1, or
 // the tensor is empty and may have a NULL base, which takes no offset).
 inline const void* contiguousRow(const View3& v, int64_t t, int64_t row) {
@@ -140,16 +129,6 @@ inline void* contiguousRow(const MutView3& v, int64_t t, int64_t row) {
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE typename V::F loadPadded(const float* y, int64_t e, int64_t remaining) {
     return remaining >= kW ? V::load(y + e) : load16<V>(y, e, DType::F32, remaining);
-}
-
-// x[e..e+16) = the row's elements as fp32; dz += z * x (z = nullptr: x itself), dy += y * x.
-template <class V>
-ATTNOPS_BAR_STREAM_INLINE void loadStep(const void* src, DType dtype, const float* z, const float* y, float* x,
-                                        int64_t e, int64_t remaining, typename V::F& dz, typename V::F& dy) {
-    const typename V::F xv = load16<V>(src, e, dtype, remaining);
-    V::store(x + e, xv);
-    dz = V::fmadd(z == nullptr ? xv : loadPadded<V>(z, e, remaining), xv, dz);
-    dy = V::fmadd(loadPadded<V>(y, e, remaining), xv, dy);
 }
 
 // Where source i of token t starts as a contiguous row of `dtype`; a strided hidden axis is
@@ -174,29 +153,6 @@ ATTNOPS_BAR_STREAM_INLINE void prefetchAhead(const void* src, int64_t e, int64_t
     for (int64_t line = 0; line < 4 * kW * bytes; line += 64) __builtin_prefetch(ahead + line, 0, 3);
 }
 
-// Loads source i of token t into x (fp32) and returns z . x (z = nullptr: x . x) and y . x in
-// fp32, reading the row once (the backward's pass, and the forward's for fp16/bf16 rows).
-template <class V>
-ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
-                                            const float* __restrict y, float* __restrict x, float& dotZ, float& dotY) {
-    const int64_t h = s.hidden;
-    DType dtype;
-    const void* src = sourceRow(s, t, i, x, dtype);
-    // Accumulators in registers: column group q = (e / 16) % 4 goes to dz[q] and dy[q]; the
-    // 64-column main loop names them so the compiler keeps them out of memory.
-    typename V::F dz[4], dy[4];
-    for (int q = 0; q < 4; ++q) dz[q] = dy[q] = V::zero();
-    int64_t e = 0;
-    const int64_t bytes = elementBytes(dtype);
-    for (; e + 4 * kW <= h; e += 4 * kW) {
-        prefetchAhead(src, e, bytes);
-        for (int q = 0; q < 4; ++q) loadStep<V>(src, dtype, z, y, x, e + q * kW, kW, dz[q], dy[q]);
-    }
-    for (int q = 0; e < h; e += kW, ++q) loadStep<V>(src, dtype, z, y, x, e, h - e, dz[q], dy[q]);
-    dotZ = combine<V>(dz);
-    dotY = combine<V>(dy);
-}
-
 // Two accumulators over fixed 32-column groups (column h goes to accumulator (h / 16) % 2),
 // combined as a0 + a1, then the lanes in ascending order.
 template <class V>
@@ -208,16 +164,16 @@ ATTNOPS_BAR_STREAM_INLINE float combine2(const typename V::F a[2]) {
     return s;
 }
 
-// The forward's pass over an fp16/bf16 row (or its fp32 gather, DT = F32: the same values, so
-// the same bits): x = the row in fp32, sumSquares = x . x and dotU = u . x in fp32. The element
-// type is a template argument so the loop carries no per-vector dtype test, and two column
-// groups (eight ymm accumulators on AVX2) keep every accumulator in a register: the generic
-// loadWithDots spilled two of its sixteen on AVX2.
+// One read of a row (fp16/bf16, or fp32: DT): x = the row in fp32, dotZ = z . x (z = nullptr:
+// x . x) and dotY = y . x in fp32 (the backward's pass, and the forward's for fp16/bf16 rows).
+// The element type is a template argument, so the loop carries no per-vector dtype test, and two
+// column groups (eight ymm accumulators on AVX2) keep every accumulator in a register (four
+// groups spilled on AVX2). z and y are padded to whole vectors.
 template <class V, DType DT>
-ATTNOPS_BAR_STREAM_INLINE void halfRowStats(const void* __restrict src, int64_t h, const float* __restrict u,
-                                            float* __restrict x, float& sumSquares, float& dotU) {
-    typename V::F ss[2], cu[2];
-    for (int q = 0; q < 2; ++q) ss[q] = cu[q] = V::zero();
+ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* __restrict z,
+                                       const float* __restrict y, float* x, float& dotZ, float& dotY) {
+    typename V::F dz[2], dy[2];
+    for (int q = 0; q < 2; ++q) dz[q] = dy[q] = V::zero();
     constexpr int64_t bytes = DT == DType::F32 ? 4 : 2;
     int64_t e = 0;
     for (; e + 4 * kW <= h; e += 4 * kW) {
@@ -225,19 +181,33 @@ ATTNOPS_BAR_STREAM_INLINE void halfRowStats(const void* __restrict src, int64_t 
         for (int j = 0; j < 4; ++j) {
             const typename V::F xv = loadFull<V>(src, e + j * kW, DT);
             V::store(x + e + j * kW, xv);
-            ss[j % 2] = V::fmadd(xv, xv, ss[j % 2]);
-            cu[j % 2] = V::fmadd(V::load(u + e + j * kW), xv, cu[j % 2]);
+            dz[j % 2] = V::fmadd(z == nullptr ? xv : V::load(z + e + j * kW), xv, dz[j % 2]);
+            dy[j % 2] = V::fmadd(V::load(y + e + j * kW), xv, dy[j % 2]);
         }
     }
     for (; e < h; e += kW) {
         const int q = int(e / kW) % 2;
         const typename V::F xv = load16<V>(src, e, DT, h - e);
         V::store(x + e, xv);
-        ss[q] = V::fmadd(xv, xv, ss[q]);
-        cu[q] = V::fmadd(loadPadded<V>(u, e, h - e), xv, cu[q]);
+        dz[q] = V::fmadd(z == nullptr ? xv : loadPadded<V>(z, e, h - e), xv, dz[q]);
+        dy[q] = V::fmadd(loadPadded<V>(y, e, h - e), xv, dy[q]);
     }
-    sumSquares = combine2<V>(ss);
-    dotU = combine2<V>(cu);
+    dotZ = combine2<V>(dz);
+    dotY = combine2<V>(dy);
+}
+
+// Loads source i of token t into x (fp32) with rowDots (a strided row is gathered into x first).
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
+                                            const float* __restrict y, float* x, float& dotZ, float& dotY) {
+    DType dtype;
+    const void* src = sourceRow(s, t, i, x, dtype);
+    if (dtype == DType::BF16)
+        rowDots<V, DType::BF16>(src, s.hidden, z, y, x, dotZ, dotY);
+    else if (dtype == DType::F16)
+        rowDots<V, DType::F16>(src, s.hidden, z, y, x, dotZ, dotY);
+    else
+        rowDots<V, DType::F32>(src, s.hidden, z, y, x, dotZ, dotY);
 }
 
 // The lanes of an fp64 accumulator summed in lane order.
@@ -266,21 +236,16 @@ ATTNOPS_BAR_STREAM_INLINE double sumLanes(const typename V::D& d) {
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE void loadWithStats(const Sources& s, int64_t t, int64_t i, const float* __restrict u,
                                              float* __restrict x, double& sumSquares, double& dotU) {
-    const int64_t h = s.hidden;
-    DType dtype;
-    const void* src = sourceRow(s, t, i, x, dtype);
     if ((i < s.blocks ? s.blockRes : s.partial).dtype != DType::F32) {
         float ss = 0.0f, c = 0.0f;
-        if (dtype == DType::BF16)
-            halfRowStats<V, DType::BF16>(src, h, u, x, ss, c);
-        else if (dtype == DType::F16)
-            halfRowStats<V, DType::F16>(src, h, u, x, ss, c);
-        else
-            halfRowStats<V, DType::F32>(src, h, u, x, ss, c);
+        loadWithDots<V>(s, t, i, nullptr, u, x, ss, c);
         sumSquares = ss;
         dotU = c;
         return;
     }
+    const int64_t h = s.hidden;
+    DType dtype;
+    const void* src = sourceRow(s, t, i, x, dtype);
     typename V::D ss = V::zeroD(), cu = V::zeroD();
     const int64_t bytes = elementBytes(dtype);
     for (int64_t e = 0; e < h; e += kW) {
@@ -449,6 +414,57 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
     if (stream) V::fence();  // non-temporal stores are visible before the driver's join
 }
 
+// Source row i's gradient over columns [0, h): dv = p_i dy + coefU u - coefV x, written to dst as
+// OUT (non-temporal when STREAM; dst then starts on a vector boundary) or, when dst is nullptr,
+// over x (no longer needed) for storeRow; and du += coefU x. The element type and the store kind
+// are template arguments, so the loop carries no per-vector tests. `ahead` and `ahead2` (nullptr:
+// none), the next token's rows of `aheadBytes`-byte elements, are prefetched line by line at the
+// pace of this row: while this pass writes, the next token's reads are already on their way.
+template <class V, DType OUT, bool STREAM>
+ATTNOPS_BAR_STREAM_INLINE void gradRow(void* dst, int64_t h, float* x, const float* __restrict dy,
+                                       const float* __restrict u, float* __restrict du, float pi, float coefU,
+                                       float coefV, const char* ahead, const char* ahead2, int64_t aheadBytes) {
+    const typename V::F vp = V::set1(pi), vu = V::set1(coefU), vv = V::set1(coefV);
+    int64_t e = 0;
+    for (; e + 2 * kW <= h; e += 2 * kW) {
+        for (int64_t line = 0; line < 2 * kW * aheadBytes; line += 64) {
+            if (ahead != nullptr) __builtin_prefetch(ahead + e * aheadBytes + line, 0, 3);
+            if (ahead2 != nullptr) __builtin_prefetch(ahead2 + e * aheadBytes + line, 0, 3);
+        }
+        for (int j = 0; j < 2; ++j) {
+            const int64_t f = e + j * kW;
+            const typename V::F xv = V::load(x + f);
+            V::storeu(du + f, V::fmadd(vu, xv, V::loadu(du + f)));
+            const typename V::F dv = V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + f), V::mul(vp, V::load(dy + f))));
+            if (dst != nullptr)
+                storeFull<V>(dst, f, OUT, dv, STREAM);
+            else
+                V::store(x + f, dv);
+        }
+    }
+    for (; e < h; e += kW) {
+        const typename V::F xv = V::load(x + e);
+        store16<V>(du, e, DType::F32, V::fmadd(vu, xv, load16<V>(du, e, DType::F32, h - e)), h - e, false);
+        const typename V::F dv = V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e))));
+        if (dst != nullptr)
+            store16<V>(dst, e, OUT, dv, h - e, STREAM);
+        else
+            V::store(x + e, dv);
+    }
+}
+
+template <class V, bool STREAM>
+ATTNOPS_BAR_STREAM_INLINE void gradRowAs(DType out, void* dst, int64_t h, float* x, const float* dy, const float* u,
+                                         float* du, float pi, float coefU, float coefV, const char* ahead,
+                                         const char* ahead2, int64_t aheadBytes) {
+    if (out == DType::BF16)
+        gradRow<V, DType::BF16, STREAM>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+    else if (out == DType::F16)
+        gradRow<V, DType::F16, STREAM>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+    else
+        gradRow<V, DType::F32, STREAM>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+}
+
 template <class V>
 ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const float* u, int64_t t0, int64_t t1,
                                               float* du, void* scratchBase) {
@@ -459,6 +475,7 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
     float *dy = sc.dy, *a = sc.a, *c = sc.c;
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     const bool stream = outputBytes(p.gradBlockRes, uint64_t(s.tokens) * uint64_t(k) * uint64_t(h)) > kStreamOutputBytes;
+    const int64_t aheadBytes = elementBytes(s.partial.dtype);
     for (int64_t t = t0; t < t1; ++t) {
         loadGradRow<V>(p.gradHidden, t, h, dy);
         // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once. a-bar in double: when
@@ -478,21 +495,21 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
             const float pi = p.probs.load(t, i, 0), ri = p.invNorm.load(t, i, 0);
             const float ds = float(double(pi) * (double(a[i]) - abar));
             const float coefU = ds * ri, coefV = ds * ri * ri * ri * c[i] * invH;
-            const typename V::F vp = V::set1(pi), vu = V::set1(coefU), vv = V::set1(coefV);
             const MutView3& out = i < n ? p.gradBlockRes : p.gradPartial;
-            void* dst = contiguousRow(out, t, i < n ? i : 0);
-            const bool direct = storesDirect(out, t, i < n ? i : 0, stream);
-            for (int64_t e = 0; e < h; e += kW) {
-                const typename V::F xv = V::load(x + e);
-                store16<V>(du, e, DType::F32, V::fmadd(vu, xv, load16<V>(du, e, DType::F32, h - e)), h - e, false);
-                const typename V::F dv =
-                    V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e))));
-                if (direct)
-                    store16<V>(dst, e, out.dtype, dv, h - e, stream);
-                else
-                    V::store(x + e, dv);  // x (no longer needed) becomes dv_i
+            const int64_t row = i < n ? i : 0;
+            void* dst = storesDirect(out, t, row, stream) ? contiguousRow(out, t, row) : nullptr;
+            // The next token's row i, and with row 0 its gradHidden row (bytes of the main dtype).
+            const char* ahead = nullptr;
+            const char* ahead2 = nullptr;
+            if (t + 1 < t1) {
+                ahead = static_cast<const char*>(contiguousRow(i < n ? s.blockRes : s.partial, t + 1, row));
+                if (i == 0) ahead2 = static_cast<const char*>(contiguousRow(p.gradHidden, t + 1, 0));
             }
-            if (!direct) storeRow<V>(out, t, i < n ? i : 0, h, x, stream);
+            if (stream)
+                gradRowAs<V, true>(out.dtype, dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+            else
+                gradRowAs<V, false>(out.dtype, dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+            if (dst == nullptr) storeRow<V>(out, t, row, h, x, stream);
         }
     }
     if (stream) V::fence();
