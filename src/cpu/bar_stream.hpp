@@ -168,8 +168,8 @@ ATTNOPS_BAR_STREAM_INLINE float combine2(const typename V::F a[2]) {
 // x . x) and dotY = y . x in fp32 (the backward's pass, and the forward's for fp16/bf16 rows).
 // The element type is a template argument, so the loop carries no per-vector dtype test, and two
 // column groups (eight ymm accumulators on AVX2) keep every accumulator in a register (four
-// groups spilled on AVX2). z and y are padded to whole vectors.
-template <class V, DType DT>
+// groups spilled on AVX2). z and y are padded to whole vectors; SQUARE: z is x (z unused).
+template <class V, DType DT, bool SQUARE>
 ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* __restrict z,
                                        const float* __restrict y, float* x, float& dotZ, float& dotY) {
     typename V::F dz[2], dy[2];
@@ -181,7 +181,7 @@ ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* 
         for (int j = 0; j < 4; ++j) {
             const typename V::F xv = loadFull<V>(src, e + j * kW, DT);
             V::store(x + e + j * kW, xv);
-            dz[j % 2] = V::fmadd(z == nullptr ? xv : V::load(z + e + j * kW), xv, dz[j % 2]);
+            dz[j % 2] = V::fmadd(SQUARE ? xv : V::load(z + e + j * kW), xv, dz[j % 2]);
             dy[j % 2] = V::fmadd(V::load(y + e + j * kW), xv, dy[j % 2]);
         }
     }
@@ -189,11 +189,22 @@ ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* 
         const int q = int(e / kW) % 2;
         const typename V::F xv = load16<V>(src, e, DT, h - e);
         V::store(x + e, xv);
-        dz[q] = V::fmadd(z == nullptr ? xv : loadPadded<V>(z, e, h - e), xv, dz[q]);
+        dz[q] = V::fmadd(SQUARE ? xv : loadPadded<V>(z, e, h - e), xv, dz[q]);
         dy[q] = V::fmadd(loadPadded<V>(y, e, h - e), xv, dy[q]);
     }
     dotZ = combine2<V>(dz);
     dotY = combine2<V>(dy);
+}
+
+template <class V, bool SQUARE>
+ATTNOPS_BAR_STREAM_INLINE void rowDotsAs(DType dtype, const void* src, int64_t h, const float* z, const float* y,
+                                         float* x, float& dotZ, float& dotY) {
+    if (dtype == DType::BF16)
+        rowDots<V, DType::BF16, SQUARE>(src, h, z, y, x, dotZ, dotY);
+    else if (dtype == DType::F16)
+        rowDots<V, DType::F16, SQUARE>(src, h, z, y, x, dotZ, dotY);
+    else
+        rowDots<V, DType::F32, SQUARE>(src, h, z, y, x, dotZ, dotY);
 }
 
 // Loads source i of token t into x (fp32) with rowDots (a strided row is gathered into x first).
@@ -202,12 +213,10 @@ ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t
                                             const float* __restrict y, float* x, float& dotZ, float& dotY) {
     DType dtype;
     const void* src = sourceRow(s, t, i, x, dtype);
-    if (dtype == DType::BF16)
-        rowDots<V, DType::BF16>(src, s.hidden, z, y, x, dotZ, dotY);
-    else if (dtype == DType::F16)
-        rowDots<V, DType::F16>(src, s.hidden, z, y, x, dotZ, dotY);
+    if (z == nullptr)
+        rowDotsAs<V, true>(dtype, src, s.hidden, z, y, x, dotZ, dotY);
     else
-        rowDots<V, DType::F32>(src, s.hidden, z, y, x, dotZ, dotY);
+        rowDotsAs<V, false>(dtype, src, s.hidden, z, y, x, dotZ, dotY);
 }
 
 // The lanes of an fp64 accumulator summed in lane order.
@@ -417,10 +426,10 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
 // Source row i's gradient over columns [0, h): dv = p_i dy + coefU u - coefV x, written to dst as
 // OUT (non-temporal when STREAM; dst then starts on a vector boundary) or, when dst is nullptr,
 // over x (no longer needed) for storeRow; and du += coefU x. The element type and the store kind
-// are template arguments, so the loop carries no per-vector tests. `ahead` and `ahead2` (nullptr:
+// are template arguments (DIRECT: dst is not nullptr), so the loop carries no per-vector tests. `ahead` and `ahead2` (nullptr:
 // none), the next token's rows of `aheadBytes`-byte elements, are prefetched line by line at the
 // pace of this row: while this pass writes, the next token's reads are already on their way.
-template <class V, DType OUT, bool STREAM>
+template <class V, DType OUT, bool STREAM, bool DIRECT>
 ATTNOPS_BAR_STREAM_INLINE void gradRow(void* dst, int64_t h, float* x, const float* __restrict dy,
                                        const float* __restrict u, float* __restrict du, float pi, float coefU,
                                        float coefV, const char* ahead, const char* ahead2, int64_t aheadBytes) {
@@ -436,7 +445,7 @@ ATTNOPS_BAR_STREAM_INLINE void gradRow(void* dst, int64_t h, float* x, const flo
             const typename V::F xv = V::load(x + f);
             V::storeu(du + f, V::fmadd(vu, xv, V::loadu(du + f)));
             const typename V::F dv = V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + f), V::mul(vp, V::load(dy + f))));
-            if (dst != nullptr)
+            if (DIRECT)
                 storeFull<V>(dst, f, OUT, dv, STREAM);
             else
                 V::store(x + f, dv);
@@ -446,7 +455,7 @@ ATTNOPS_BAR_STREAM_INLINE void gradRow(void* dst, int64_t h, float* x, const flo
         const typename V::F xv = V::load(x + e);
         store16<V>(du, e, DType::F32, V::fmadd(vu, xv, load16<V>(du, e, DType::F32, h - e)), h - e, false);
         const typename V::F dv = V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e))));
-        if (dst != nullptr)
+        if (DIRECT)
             store16<V>(dst, e, OUT, dv, h - e, STREAM);
         else
             V::store(x + e, dv);
@@ -457,12 +466,14 @@ template <class V, bool STREAM>
 ATTNOPS_BAR_STREAM_INLINE void gradRowAs(DType out, void* dst, int64_t h, float* x, const float* dy, const float* u,
                                          float* du, float pi, float coefU, float coefV, const char* ahead,
                                          const char* ahead2, int64_t aheadBytes) {
-    if (out == DType::BF16)
-        gradRow<V, DType::BF16, STREAM>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+    if (dst == nullptr)  // through x and storeRow: the element type does not matter here
+        gradRow<V, DType::F32, STREAM, false>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+    else if (out == DType::BF16)
+        gradRow<V, DType::BF16, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
     else if (out == DType::F16)
-        gradRow<V, DType::F16, STREAM>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+        gradRow<V, DType::F16, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
     else
-        gradRow<V, DType::F32, STREAM>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+        gradRow<V, DType::F32, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
 }
 
 template <class V>
