@@ -318,10 +318,10 @@ ATTNOPS_BAR_STREAM_INLINE bool storesDirect(const MutView3& out, int64_t t, int6
     return dst != nullptr && (!stream || reinterpret_cast<uintptr_t>(dst) % uintptr_t(kW * elementBytes(out.dtype)) == 0);
 }
 
-// Prefetches the rows of token t's sources that pass 2 of the previous token reads no more: the
-// lines of columns [e, e + cols) of every contiguous source row, so that while the cached rows
-// are weighted and stored (no memory traffic of their own) the next token's rows are already on
-// their way, and its pass 1 finds them in L2 (a hint: it may run past a row's end).
+// Prefetches the lines of columns [e, e + cols) of the next token's source rows (rows[i]; nullptr:
+// skipped), so that while the current token's cached rows are weighted and stored (no memory
+// traffic of their own) the next token's rows are already on their way, and its first pass
+// finds them in L2 (a hint: it may run past a row's end).
 ATTNOPS_BAR_STREAM_INLINE void prefetchColumns(const char* const* rows, int64_t count, int64_t rowBytes, int64_t e,
                                                int64_t cols) {
     for (int64_t i = 0; i < count; ++i) {
@@ -349,9 +349,9 @@ inline int64_t nextRows(const Sources& s, int64_t t, int64_t t1, const char** ro
 // forward saves), accumulated in source order in registers over 64-column blocks: one fused
 // multiply-add per element and source (the online form took a multiply and a fused multiply-add
 // and stored an accumulator per 16 columns: bf16 on AMD EPYC Zen 3 spent as long per token in
-// this pass, with no memory traffic, as in the pass that reads the rows). The next token's rows
-// are prefetched during this pass. Otherwise (rows re-read) the online softmax: acc = acc *
-// decay_i + weight_i * x_i per source, then acc / l.
+// this pass, with no memory traffic, as in the pass that reads the rows: callgrind instruction
+// counts). The next token's rows are prefetched during this pass. Otherwise (rows re-read) the
+// online softmax: acc = acc * decay_i + weight_i * x_i per source, then acc / l.
 template <class V>
 ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float* u, int64_t t0, int64_t t1,
                                              void* scratchBase) {
