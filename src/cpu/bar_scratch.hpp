@@ -33,14 +33,14 @@ struct Forward {
 };
 
 // The stream kernels' forward: the token's rows [N+1][H] (one row when they do not fit), acc [H],
-// per source the fp64 score [N+1] and inv, decay and weight [N+1] (the online softmax's factors).
+// per source the fp64 score [N+1], inv and weight [N+1] (the probabilities).
 struct ForwardTile {
     bool cached;
     int64_t rowFloats;
     float* tile;
     float* acc;
     double* score;
-    float *inv, *decay, *weight;
+    float *inv, *weight;
     ForwardTile(const Sources& s, void* base)
         : cached(tileFits(s)),
           rowFloats(alignUp(s.hidden)),
@@ -48,12 +48,11 @@ struct ForwardTile {
           acc(tile + (cached ? s.blocks + 1 : 1) * rowFloats),
           score(reinterpret_cast<double*>(acc + rowFloats)),
           inv(reinterpret_cast<float*>(score + alignUp(s.blocks + 1))),
-          decay(inv + alignUp(s.blocks + 1)),
-          weight(decay + alignUp(s.blocks + 1)) {}
+          weight(inv + alignUp(s.blocks + 1)) {}
     float* row(int64_t i) const { return tile + (cached ? i : 0) * rowFloats; }
     static uint64_t bytes(const ForwardParams& p) {
         const int64_t rows = tileFits(p.src) ? p.src.blocks + 1 : 1;
-        return uint64_t((rows + 1) * alignUp(p.src.hidden) + 5 * alignUp(p.src.blocks + 1)) * sizeof(float);
+        return uint64_t((rows + 1) * alignUp(p.src.hidden) + 4 * alignUp(p.src.blocks + 1)) * sizeof(float);
     }
 };
 

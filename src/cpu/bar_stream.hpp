@@ -4,9 +4,17 @@
 //   - each source row is read from memory once per token, converted to fp32 as it is loaded
 //     while its two dot products (forward: v . v and u . v; backward: dy . v and u . v) are
 //     accumulated in the same pass; the fp32 copy stays in L1/L2 for the rest of the token's work;
-//   - the forward keeps the token's rows (when they fit, like the backward) and accumulates all of
-//     them in registers in one pass over the columns: no fp32 accumulator row is stored and
-//     reloaded once per source (bf16 on AMD EPYC Zen 3: 41-45% -> 47-51% of DRAM read);
+//   - the forward keeps the token's rows (when they fit, like the backward), takes the softmax
+//     once every score is known, and accumulates o = sum_i p_i x_i in registers over 64-column
+//     blocks: one fused multiply-add per element and source, no accumulator row stored per source;
+//   - the per-element loops take the element type, the store kind and the dot kind as template
+//     arguments, so they carry no per-vector tests, and keep every accumulator in a register
+//     (instructions per element on AMD EPYC Zen 3, T=128 N=8 H=4096, callgrind: bf16 forward
+//     2.5 -> 1.5, backward 5.6 -> 3.3; fp16 2.1 -> 1.25 and 4.0 -> 2.2; fp32 3.6 -> 3.2 and
+//     3.6 -> 2.2);
+//   - while a token's cached rows are weighted (forward) or its gradient rows written (backward),
+//     the next token's rows are prefetched at the same pace, so its first pass finds them in L2
+//     and the memory stream does not pause during the passes that read no new rows;
 //   - the backward writes each gradient row in the same loop that accumulates du; one row at a
 //     time: interleaving the rows' stores (du kept in registers) halved the bf16 backward on
 //     AMD EPYC Zen 3 (AVX2), as each row's partial non-temporal lines compete for write-combining;
@@ -18,9 +26,10 @@
 //     AVX-512 machine (on Zen 3 no distance, 0 to 16 KiB, made a difference).
 // Rows whose hidden stride is not 1 are gathered through the generic row conversion first.
 //
-// Every reduction over H has a fixed order (the backward's: four 16-lane fp32 accumulators over
-// fixed 64-column groups; the forward's on fp32 rows: one 16-lane fp64 accumulator per dot, see
-// loadWithStats), so results are the same on every run and for any thread count. The trait gives
+// Every reduction over H has a fixed order (the backward's and the forward's on fp16/bf16 rows:
+// two 16-lane fp32 accumulators over fixed 32-column groups; the forward's on fp32 rows: one
+// 16-lane fp64 accumulator per dot, see loadWithStats), so results are the same on every run and
+// for any thread count. The trait gives
 // every ISA the same 16 lanes (AVX2 as two 8-lane halves) and the same fused operations, so
 // stream-avx2 and stream-avx512 give the same bits.
 //
@@ -30,6 +39,7 @@
 // and a trait V with, over V::F (16 fp32 lanes) and V::H (16 bf16/fp16 lanes, 32 bytes):
 //   zero, set1, load/store (64-byte aligned), loadu/storeu, add, mul, fmadd(a, b, c) = a*b + c
 //   and fnmadd(a, b, c) = c - a*b (both fused); loadH/storeH (unaligned); widenBf16, widenF16;
+//   loadWidenBf16, loadWidenF16 (16 values from memory, unaligned, widened);
 //   narrowBf16 (to nearest even, NaN kept quiet: cpu::floatToBf16), narrowF16 (to nearest even);
 //   streamF (64-byte aligned), streamH (32-byte aligned): non-temporal stores; fence: orders them;
 //   and over V::D (16 fp64 lanes): zeroD, fmaddD(a, b, c) = c + double(a) * double(b) per lane,
@@ -59,6 +69,7 @@ constexpr int64_t kW = 16;                        // fp32 lanes of a V::F
 // share of two cores would do; below it the output may still be read back from cache.
 constexpr uint64_t kStreamOutputBytes = 32u << 20;
 constexpr int64_t kPrefetchBytes = 4096;            // software prefetch distance
+constexpr int64_t kMaxPrefetchRows = 129;           // sources prefetched for the next token (N <= 128)
 
 inline int64_t elementBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
@@ -66,8 +77,8 @@ inline int64_t elementBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE typename V::F loadFull(const void* row, int64_t index, DType dtype) {
     if (dtype == DType::F32) return V::loadu(static_cast<const float*>(row) + index);
-    const typename V::H h = V::loadH(static_cast<const uint16_t*>(row) + index);
-    return dtype == DType::BF16 ? V::widenBf16(h) : V::widenF16(h);
+    const uint16_t* p = static_cast<const uint16_t*>(row) + index;
+    return dtype == DType::BF16 ? V::loadWidenBf16(p) : V::loadWidenF16(p);
 }
 
 // Elements [index, index + min(remaining, 16)) of a contiguous row as fp32, the other lanes 0.
@@ -111,17 +122,6 @@ ATTNOPS_BAR_STREAM_INLINE void store16(void* row, int64_t index, DType dtype, ty
     std::memcpy(static_cast<char*>(row) + index * elementBytes(dtype), lanes, size_t(remaining * elementBytes(dtype)));
 }
 
-// Four accumulators over fixed 64-column groups (column h goes to accumulator (h / 16) % 4),
-// combined as (a0 + a1) + (a2 + a3), then the lanes in ascending order.
-template <class V>
-ATTNOPS_BAR_STREAM_INLINE float combine(const typename V::F a[4]) {
-    alignas(64) float lanes[kW];
-    V::store(lanes, V::add(V::add(a[0], a[1]), V::add(a[2], a[3])));
-    float s = 0.0f;
-    for (float x : lanes) s += x;
-    return s;
-}
-
 // Where row i of token t starts, as a contiguous row (nullptr: its hidden stride is not 1, or
 // the tensor is empty and may have a NULL base, which takes no offset).
 inline const void* contiguousRow(const View3& v, int64_t t, int64_t row) {
@@ -138,16 +138,6 @@ inline void* contiguousRow(const MutView3& v, int64_t t, int64_t row) {
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE typename V::F loadPadded(const float* y, int64_t e, int64_t remaining) {
     return remaining >= kW ? V::load(y + e) : load16<V>(y, e, DType::F32, remaining);
-}
-
-// x[e..e+16) = the row's elements as fp32; dz += z * x (z = nullptr: x itself), dy += y * x.
-template <class V>
-ATTNOPS_BAR_STREAM_INLINE void loadStep(const void* src, DType dtype, const float* z, const float* y, float* x,
-                                        int64_t e, int64_t remaining, typename V::F& dz, typename V::F& dy) {
-    const typename V::F xv = load16<V>(src, e, dtype, remaining);
-    V::store(x + e, xv);
-    dz = V::fmadd(z == nullptr ? xv : loadPadded<V>(z, e, remaining), xv, dz);
-    dy = V::fmadd(loadPadded<V>(y, e, remaining), xv, dy);
 }
 
 // Where source i of token t starts as a contiguous row of `dtype`; a strided hidden axis is
@@ -172,27 +162,70 @@ ATTNOPS_BAR_STREAM_INLINE void prefetchAhead(const void* src, int64_t e, int64_t
     for (int64_t line = 0; line < 4 * kW * bytes; line += 64) __builtin_prefetch(ahead + line, 0, 3);
 }
 
-// Loads source i of token t into x (fp32) and returns z . x (z = nullptr: x . x) and y . x in
-// fp32, reading the row once (the backward's pass, and the forward's for fp16/bf16 rows).
+// Two accumulators over fixed 32-column groups (column h goes to accumulator (h / 16) % 2),
+// combined as a0 + a1, then the lanes in ascending order.
 template <class V>
-ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
-                                            const float* __restrict y, float* __restrict x, float& dotZ, float& dotY) {
-    const int64_t h = s.hidden;
-    DType dtype;
-    const void* src = sourceRow(s, t, i, x, dtype);
-    // Accumulators in registers: column group q = (e / 16) % 4 goes to dz[q] and dy[q]; the
-    // 64-column main loop names them so the compiler keeps them out of memory.
-    typename V::F dz[4], dy[4];
-    for (int q = 0; q < 4; ++q) dz[q] = dy[q] = V::zero();
+ATTNOPS_BAR_STREAM_INLINE float combine2(const typename V::F a[2]) {
+    alignas(64) float lanes[kW];
+    V::store(lanes, V::add(a[0], a[1]));
+    float s = 0.0f;
+    for (float x : lanes) s += x;
+    return s;
+}
+
+// One read of a row (fp16/bf16, or fp32: DT): x = the row in fp32, dotZ = z . x (z = nullptr:
+// x . x) and dotY = y . x in fp32 (the backward's pass, and the forward's for fp16/bf16 rows).
+// The element type is a template argument, so the loop carries no per-vector dtype test, and two
+// column groups (eight ymm accumulators on AVX2) keep every accumulator in a register (four
+// groups spilled on AVX2). z and y are padded to whole vectors; SQUARE: z is x (z unused).
+template <class V, DType DT, bool SQUARE>
+ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* __restrict z,
+                                       const float* __restrict y, float* x, float& dotZ, float& dotY) {
+    typename V::F dz[2], dy[2];
+    for (int q = 0; q < 2; ++q) dz[q] = dy[q] = V::zero();
+    constexpr int64_t bytes = DT == DType::F32 ? 4 : 2;
     int64_t e = 0;
-    const int64_t bytes = elementBytes(dtype);
     for (; e + 4 * kW <= h; e += 4 * kW) {
         prefetchAhead(src, e, bytes);
-        for (int q = 0; q < 4; ++q) loadStep<V>(src, dtype, z, y, x, e + q * kW, kW, dz[q], dy[q]);
+        for (int j = 0; j < 4; ++j) {
+            const typename V::F xv = loadFull<V>(src, e + j * kW, DT);
+            V::store(x + e + j * kW, xv);
+            dz[j % 2] = V::fmadd(SQUARE ? xv : V::load(z + e + j * kW), xv, dz[j % 2]);
+            dy[j % 2] = V::fmadd(V::load(y + e + j * kW), xv, dy[j % 2]);
+        }
     }
-    for (int q = 0; e < h; e += kW, ++q) loadStep<V>(src, dtype, z, y, x, e, h - e, dz[q], dy[q]);
-    dotZ = combine<V>(dz);
-    dotY = combine<V>(dy);
+    for (; e < h; e += kW) {
+        const int q = int(e / kW) % 2;
+        const typename V::F xv = load16<V>(src, e, DT, h - e);
+        V::store(x + e, xv);
+        dz[q] = V::fmadd(SQUARE ? xv : loadPadded<V>(z, e, h - e), xv, dz[q]);
+        dy[q] = V::fmadd(loadPadded<V>(y, e, h - e), xv, dy[q]);
+    }
+    dotZ = combine2<V>(dz);
+    dotY = combine2<V>(dy);
+}
+
+template <class V, bool SQUARE>
+ATTNOPS_BAR_STREAM_INLINE void rowDotsAs(DType dtype, const void* src, int64_t h, const float* z, const float* y,
+                                         float* x, float& dotZ, float& dotY) {
+    if (dtype == DType::BF16)
+        rowDots<V, DType::BF16, SQUARE>(src, h, z, y, x, dotZ, dotY);
+    else if (dtype == DType::F16)
+        rowDots<V, DType::F16, SQUARE>(src, h, z, y, x, dotZ, dotY);
+    else
+        rowDots<V, DType::F32, SQUARE>(src, h, z, y, x, dotZ, dotY);
+}
+
+// Loads source i of token t into x (fp32) with rowDots (a strided row is gathered into x first).
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE void loadWithDots(const Sources& s, int64_t t, int64_t i, const float* __restrict z,
+                                            const float* __restrict y, float* x, float& dotZ, float& dotY) {
+    DType dtype;
+    const void* src = sourceRow(s, t, i, x, dtype);
+    if (z == nullptr)
+        rowDotsAs<V, true>(dtype, src, s.hidden, z, y, x, dotZ, dotY);
+    else
+        rowDotsAs<V, false>(dtype, src, s.hidden, z, y, x, dotZ, dotY);
 }
 
 // The lanes of an fp64 accumulator summed in lane order.
@@ -217,7 +250,8 @@ ATTNOPS_BAR_STREAM_INLINE double sumLanes(const typename V::D& d) {
 // tests/python/test_block_attention_residuals.py). Only fp32 rows take this path: on fp16/bf16
 // rows the conversions and fp64 FMAs no longer hide under the (halved) memory stream (bf16
 // forward on AMD EPYC Zen 3: 53-75% of DRAM read with fp32 dots, 35-42% with fp64 ones), and
-// ulps of fp32 statistics are far below what those dtypes resolve, so they keep the fp32 dots.
+// ulps of fp32 statistics are far below what those dtypes resolve, so they keep the fp32 dots
+// (rowDots).
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE void loadWithStats(const Sources& s, int64_t t, int64_t i, const float* __restrict u,
                                              float* __restrict x, double& sumSquares, double& dotU) {
@@ -284,20 +318,51 @@ ATTNOPS_BAR_STREAM_INLINE bool storesDirect(const MutView3& out, int64_t t, int6
     return dst != nullptr && (!stream || reinterpret_cast<uintptr_t>(dst) % uintptr_t(kW * elementBytes(out.dtype)) == 0);
 }
 
-// The forward's online softmax: acc = acc * decay_i + weight_i * x_i per source, in source order,
-// then acc / l. When the token's rows fit in the tile, the scores come first and one pass over the
-// columns accumulates every source in registers (per column the same operations in the same
-// order as accumulating source by source, so the same bits, without storing acc once per source).
+// Prefetches the lines of columns [e, e + cols) of the next token's source rows (rows[i]; nullptr:
+// skipped), so that while the current token's cached rows are weighted and stored (no memory
+// traffic of their own) the next token's rows are already on their way, and its first pass
+// finds them in L2 (a hint: it may run past a row's end).
+ATTNOPS_BAR_STREAM_INLINE void prefetchColumns(const char* const* rows, int64_t count, int64_t rowBytes, int64_t e,
+                                               int64_t cols) {
+    for (int64_t i = 0; i < count; ++i) {
+        if (rows[i] == nullptr) continue;
+        const char* p = rows[i] + e * rowBytes;
+        for (int64_t line = 0; line < cols * rowBytes; line += 64) __builtin_prefetch(p + line, 0, 3);
+    }
+}
+
+// The next token's source rows for prefetchColumns (nullptr: not contiguous, or no next token).
+inline int64_t nextRows(const Sources& s, int64_t t, int64_t t1, const char** rows, int64_t& rowBytes) {
+    const int64_t k = std::min<int64_t>(s.blocks + 1, kMaxPrefetchRows);
+    rowBytes = elementBytes(s.partial.dtype);
+    for (int64_t i = 0; i < k; ++i) {
+        const View3& v = i < s.blocks ? s.blockRes : s.partial;
+        rows[i] = t + 1 < t1 ? static_cast<const char*>(contiguousRow(v, t + 1, i < s.blocks ? i : 0)) : nullptr;
+    }
+    return k;
+}
+
+// The forward. Each source's scores come from one read of its row (fp32 statistics for fp16/bf16
+// rows, fp64 for fp32 rows: see loadWithStats) and an fp64 softmax.
+// When the token's rows fit in the tile, the probabilities are known before any row is weighted:
+// o = sum_i p_i x_i with p_i = exp(s_i - m) / l in fp64 rounded once to fp32 (the probs this
+// forward saves), accumulated in source order in registers over 64-column blocks: one fused
+// multiply-add per element and source (the online form took a multiply and a fused multiply-add
+// and stored an accumulator per 16 columns: bf16 on AMD EPYC Zen 3 spent as long per token in
+// this pass, with no memory traffic, as in the pass that reads the rows: callgrind instruction
+// counts). The next token's rows are prefetched during this pass. Otherwise (rows re-read) the
+// online softmax: acc = acc * decay_i + weight_i * x_i per source, then acc / l.
 template <class V>
 ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float* u, int64_t t0, int64_t t1,
                                              void* scratchBase) {
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1;
     const scratch::ForwardTile sc(s, scratchBase);
-    float *acc = sc.acc, *inv = sc.inv, *decay = sc.decay, *weight = sc.weight;
+    float *acc = sc.acc, *inv = sc.inv, *weight = sc.weight;
     double* score = sc.score;
     const double invH = h > 0 ? 1.0 / double(h) : 0.0;
     const bool stream = outputBytes(p.hidden, uint64_t(s.tokens) * uint64_t(h)) > kStreamOutputBytes;
+    const char* next[kMaxPrefetchRows];
     for (int64_t t = t0; t < t1; ++t) {
         // The softmax in fp64 (see loadWithStats); the accumulation of the rows in fp32.
         double m = -std::numeric_limits<double>::infinity(), l = 0.0;
@@ -313,37 +378,112 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
             const double mNew = (score[i] > m || score[i] != score[i]) ? score[i] : m;
             const double decayI = m == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(m - mNew);
             const double weightI = std::exp(score[i] - mNew);
-            decay[i] = float(decayI);
-            weight[i] = float(weightI);
             if (!sc.cached) {
-                const typename V::F va = V::set1(decay[i]), vw = V::set1(weight[i]);
+                const typename V::F va = V::set1(float(decayI)), vw = V::set1(float(weightI));
                 for (int64_t e = 0; e < h; e += kW)
                     V::store(acc + e, V::fmadd(V::load(acc + e), va, V::mul(vw, V::load(x + e))));
             }
             l = l * decayI + weightI;
             m = mNew;
         }
-        const typename V::F invL = V::set1(float(1.0 / l));
-        const bool direct = sc.cached && storesDirect(p.hidden, t, 0, stream);
-        for (int64_t e = 0; e < h; e += kW) {
-            typename V::F a = sc.cached ? V::zero() : V::load(acc + e);
-            if (sc.cached)
-                for (int64_t i = 0; i < k; ++i)
-                    a = V::fmadd(a, V::set1(decay[i]), V::mul(V::set1(weight[i]), V::load(sc.row(i) + e)));
-            a = V::mul(a, invL);
-            if (direct)
-                store16<V>(contiguousRow(p.hidden, t, 0), e, p.hidden.dtype, a, h - e, stream);
-            else
-                V::store(acc + e, a);
+        // weight[i] = p_i, the probability saved for the backward.
+        for (int64_t i = 0; i < k; ++i) weight[i] = float(std::exp(score[i] - m) / l);
+        if (sc.cached) {
+            void* dst = contiguousRow(p.hidden, t, 0);
+            const bool direct = storesDirect(p.hidden, t, 0, stream);
+            int64_t rowBytes = 0;
+            const int64_t prefetchRows = nextRows(s, t, t1, next, rowBytes);
+            int64_t e = 0;
+            for (; e + 4 * kW <= h; e += 4 * kW) {
+                prefetchColumns(next, prefetchRows, rowBytes, e, 4 * kW);
+                typename V::F o[4];
+                for (int j = 0; j < 4; ++j) o[j] = V::zero();
+                for (int64_t i = 0; i < k; ++i) {
+                    const typename V::F w = V::set1(weight[i]);
+                    const float* x = sc.row(i) + e;
+                    for (int j = 0; j < 4; ++j) o[j] = V::fmadd(w, V::load(x + j * kW), o[j]);
+                }
+                for (int j = 0; j < 4; ++j) {
+                    if (direct)
+                        storeFull<V>(dst, e + j * kW, p.hidden.dtype, o[j], stream);
+                    else
+                        V::store(acc + e + j * kW, o[j]);
+                }
+            }
+            for (; e < h; e += kW) {
+                typename V::F o = V::zero();
+                for (int64_t i = 0; i < k; ++i) o = V::fmadd(V::set1(weight[i]), V::load(sc.row(i) + e), o);
+                if (direct)
+                    store16<V>(dst, e, p.hidden.dtype, o, h - e, stream);
+                else
+                    V::store(acc + e, o);
+            }
+            if (!direct) storeRow<V>(p.hidden, t, 0, h, acc, stream);
+        } else {
+            const typename V::F invL = V::set1(float(1.0 / l));
+            for (int64_t e = 0; e < h; e += kW) V::store(acc + e, V::mul(V::load(acc + e), invL));
+            storeRow<V>(p.hidden, t, 0, h, acc, stream);
         }
-        if (!direct) storeRow<V>(p.hidden, t, 0, h, acc, stream);
         if (p.saveStats)
             for (int64_t i = 0; i < k; ++i) {
                 p.invNorm.store(t, i, 0, inv[i]);
-                p.probs.store(t, i, 0, float(std::exp(score[i] - m) / l));
+                p.probs.store(t, i, 0, weight[i]);
             }
     }
     if (stream) V::fence();  // non-temporal stores are visible before the driver's join
+}
+
+// Source row i's gradient over columns [0, h): dv = p_i dy + coefU u - coefV x, written to dst as
+// OUT (non-temporal when STREAM; dst then starts on a vector boundary) or, when dst is nullptr,
+// over x (no longer needed) for storeRow; and du += coefU x. The element type and the store kind
+// are template arguments (DIRECT: dst is not nullptr), so the loop carries no per-vector tests. `ahead` and `ahead2` (nullptr:
+// none), the next token's rows of `aheadBytes`-byte elements, are prefetched line by line at the
+// pace of this row: while this pass writes, the next token's reads are already on their way.
+template <class V, DType OUT, bool STREAM, bool DIRECT>
+ATTNOPS_BAR_STREAM_INLINE void gradRow(void* dst, int64_t h, float* x, const float* __restrict dy,
+                                       const float* __restrict u, float* __restrict du, float pi, float coefU,
+                                       float coefV, const char* ahead, const char* ahead2, int64_t aheadBytes) {
+    const typename V::F vp = V::set1(pi), vu = V::set1(coefU), vv = V::set1(coefV);
+    int64_t e = 0;
+    for (; e + 2 * kW <= h; e += 2 * kW) {
+        for (int64_t line = 0; line < 2 * kW * aheadBytes; line += 64) {
+            if (ahead != nullptr) __builtin_prefetch(ahead + e * aheadBytes + line, 0, 3);
+            if (ahead2 != nullptr) __builtin_prefetch(ahead2 + e * aheadBytes + line, 0, 3);
+        }
+        for (int j = 0; j < 2; ++j) {
+            const int64_t f = e + j * kW;
+            const typename V::F xv = V::load(x + f);
+            V::storeu(du + f, V::fmadd(vu, xv, V::loadu(du + f)));
+            const typename V::F dv = V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + f), V::mul(vp, V::load(dy + f))));
+            if (DIRECT)
+                storeFull<V>(dst, f, OUT, dv, STREAM);
+            else
+                V::store(x + f, dv);
+        }
+    }
+    for (; e < h; e += kW) {
+        const typename V::F xv = V::load(x + e);
+        store16<V>(du, e, DType::F32, V::fmadd(vu, xv, load16<V>(du, e, DType::F32, h - e)), h - e, false);
+        const typename V::F dv = V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e))));
+        if (DIRECT)
+            store16<V>(dst, e, OUT, dv, h - e, STREAM);
+        else
+            V::store(x + e, dv);
+    }
+}
+
+template <class V, bool STREAM>
+ATTNOPS_BAR_STREAM_INLINE void gradRowAs(DType out, void* dst, int64_t h, float* x, const float* dy, const float* u,
+                                         float* du, float pi, float coefU, float coefV, const char* ahead,
+                                         const char* ahead2, int64_t aheadBytes) {
+    if (dst == nullptr)  // through x and storeRow: the element type does not matter here
+        gradRow<V, DType::F32, STREAM, false>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+    else if (out == DType::BF16)
+        gradRow<V, DType::BF16, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+    else if (out == DType::F16)
+        gradRow<V, DType::F16, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+    else
+        gradRow<V, DType::F32, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
 }
 
 template <class V>
@@ -356,6 +496,7 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
     float *dy = sc.dy, *a = sc.a, *c = sc.c;
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     const bool stream = outputBytes(p.gradBlockRes, uint64_t(s.tokens) * uint64_t(k) * uint64_t(h)) > kStreamOutputBytes;
+    const int64_t aheadBytes = elementBytes(s.partial.dtype);
     for (int64_t t = t0; t < t1; ++t) {
         loadGradRow<V>(p.gradHidden, t, h, dy);
         // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once. a-bar in double: when
@@ -375,21 +516,21 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
             const float pi = p.probs.load(t, i, 0), ri = p.invNorm.load(t, i, 0);
             const float ds = float(double(pi) * (double(a[i]) - abar));
             const float coefU = ds * ri, coefV = ds * ri * ri * ri * c[i] * invH;
-            const typename V::F vp = V::set1(pi), vu = V::set1(coefU), vv = V::set1(coefV);
             const MutView3& out = i < n ? p.gradBlockRes : p.gradPartial;
-            void* dst = contiguousRow(out, t, i < n ? i : 0);
-            const bool direct = storesDirect(out, t, i < n ? i : 0, stream);
-            for (int64_t e = 0; e < h; e += kW) {
-                const typename V::F xv = V::load(x + e);
-                store16<V>(du, e, DType::F32, V::fmadd(vu, xv, load16<V>(du, e, DType::F32, h - e)), h - e, false);
-                const typename V::F dv =
-                    V::fnmadd(vv, xv, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e))));
-                if (direct)
-                    store16<V>(dst, e, out.dtype, dv, h - e, stream);
-                else
-                    V::store(x + e, dv);  // x (no longer needed) becomes dv_i
+            const int64_t row = i < n ? i : 0;
+            void* dst = storesDirect(out, t, row, stream) ? contiguousRow(out, t, row) : nullptr;
+            // The next token's row i, and with row 0 its gradHidden row (bytes of the main dtype).
+            const char* ahead = nullptr;
+            const char* ahead2 = nullptr;
+            if (t + 1 < t1) {
+                ahead = static_cast<const char*>(contiguousRow(i < n ? s.blockRes : s.partial, t + 1, row));
+                if (i == 0) ahead2 = static_cast<const char*>(contiguousRow(p.gradHidden, t + 1, 0));
             }
-            if (!direct) storeRow<V>(out, t, i < n ? i : 0, h, x, stream);
+            if (stream)
+                gradRowAs<V, true>(out.dtype, dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+            else
+                gradRowAs<V, false>(out.dtype, dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
+            if (dst == nullptr) storeRow<V>(out, t, row, h, x, stream);
         }
     }
     if (stream) V::fence();

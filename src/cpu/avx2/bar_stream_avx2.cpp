@@ -49,14 +49,28 @@ struct Avx2 {
         const __m256i lo = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), hi = _mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1));
         return {_mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16))};
     }
+    // Loads 16 bf16/fp16 values and widens them: each half with one memory-operand vpmovzxwd or
+    // vcvtph2ps (loading the 32 bytes and extracting the high half took three more instructions).
+    ATTNOPS_AVX2_FN F loadWidenBf16(const uint16_t* p) {
+        const __m256i lo = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        const __m256i hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+        return {_mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16))};
+    }
+    ATTNOPS_AVX2_FN F loadWidenF16(const uint16_t* p) {
+        return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+    }
     ATTNOPS_AVX2_FN F widenF16(H h) {
         return {_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
     }
     // Rounds like cpu::floatToBf16: to nearest even, NaN kept quiet. Each lane's result is below
     // 2^16, so the signed-saturating pack keeps it; the pack interleaves 64-bit blocks of its two
     // inputs, which the permute puts back in order.
+    // Without a NaN among the 16 lanes (one compare tells), the rounding alone: five integer
+    // operations per 8 lanes instead of nine (the bf16 backward narrows every value it writes).
     ATTNOPS_AVX2_FN H narrowBf16(F v) {
-        const __m256i lo = bf16Bits(v.lo), hi = bf16Bits(v.hi);
+        const bool noNan = _mm256_movemask_ps(_mm256_cmp_ps(v.lo, v.hi, _CMP_UNORD_Q)) == 0;
+        const __m256i lo = noNan ? bf16BitsFinite(v.lo) : bf16Bits(v.lo), hi = noNan ? bf16BitsFinite(v.hi) : bf16Bits(v.hi);
         return _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
     }
     ATTNOPS_AVX2_FN H narrowF16(F v) {
@@ -86,6 +100,12 @@ struct Avx2 {
     }
 
 private:
+    // bf16Bits for lanes that hold no NaN: round to nearest even.
+    ATTNOPS_AVX2_FN __m256i bf16BitsFinite(__m256 v) {
+        const __m256i bits = _mm256_castps_si256(v);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+        return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    }
     // The bf16 bits of 8 floats, one per 32-bit lane (the high half is 0).
     ATTNOPS_AVX2_FN __m256i bf16Bits(__m256 v) {
         const __m256i bits = _mm256_castps_si256(v);

@@ -44,6 +44,8 @@ struct Avx512 {
     ATTNOPS_AVX512_FN void streamH(uint16_t* p, H h) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h); }
     ATTNOPS_AVX512_FN F widenBf16(H h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
     ATTNOPS_AVX512_FN F widenF16(H h) { return _mm512_cvtph_ps(h); }
+    ATTNOPS_AVX512_FN F loadWidenBf16(const uint16_t* p) { return widenBf16(loadH(p)); }
+    ATTNOPS_AVX512_FN F loadWidenF16(const uint16_t* p) { return widenF16(loadH(p)); }
     // Rounds like cpu::floatToBf16: to nearest even, NaN kept quiet.
     ATTNOPS_AVX512_FN H narrowBf16(F v) {
         const __m512i bits = _mm512_castps_si512(v);
