@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+import cp_harness
 from reference import ABS_TOL, from_bnsd, to_bnsd
 
 B, N, NK, D, DV = 2, 12, 4, 8, 6   # GQA (3 query heads per K/V head), Dv != D
@@ -248,20 +247,7 @@ def worker(rank, world, store, out_dir, which):
 
 
 def run_world(world, tmp_path, which="default"):
-    """Runs `worker` on `world` processes; fails (naming the ranks) past the deadline."""
-    ctx = mp.start_processes(worker, args=(world, str(tmp_path / "store"), str(tmp_path), which), nprocs=world,
-                             start_method="spawn", join=False)
-    deadline = time.monotonic() + DEADLINE_S
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"W={world}: ranks {alive} still running after {DEADLINE_S} s (deadlock?)")
-    failures = []
-    for rank in range(world):
-        failures += torch.load(tmp_path / f"rank{rank}.pt")
-    assert not failures, "\n".join(failures[:40]) + (f"\n... {len(failures)} failures" if len(failures) > 40 else "")
+    cp_harness.run_world(worker, world, tmp_path, which, DEADLINE_S)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])

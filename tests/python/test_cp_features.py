@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+import cp_harness
 from reference import ABS_TOL
 from test_context_parallel import bits
 import test_context_parallel_masks as masks
@@ -410,26 +409,7 @@ def worker(rank, world, store, out_dir, which):
 
 
 def run_world(world, tmp_path, which="default"):
-    ctx = mp.start_processes(worker, args=(world, str(tmp_path / "store"), str(tmp_path), which), nprocs=world,
-                             start_method="spawn", join=False)
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        while not ctx.join(timeout=5):
-            if time.monotonic() > deadline:
-                alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
-                for p in ctx.processes:
-                    p.kill()
-                pytest.fail(f"W={world}: ranks {alive} still running after {DEADLINE_S} s (deadlock?)")
-    except mp.ProcessRaisedException:
-        pass  # the failure was saved by the worker
-    failures = []
-    for rank in range(world):
-        path = tmp_path / f"rank{rank}.pt"
-        if path.exists():
-            failures += torch.load(path)
-        else:
-            failures.append(f"W={world} rank {rank}: no report")
-    assert not failures, "\n".join(failures[:40]) + (f"\n... {len(failures)} failures" if len(failures) > 40 else "")
+    cp_harness.run_world(worker, world, tmp_path, which, DEADLINE_S)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
