@@ -193,7 +193,8 @@ template <class V>
 ATTNOPS_SIMD_INLINE void storeOutputRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, float m,
                                         float l, float* acc, float* __restrict tmp) {
     const DType dt = p.out.dtype;
-    if (p.sink != nullptr || p.out.stride[3] != 1 || (dt != DType::F32 && dt != DType::BF16))
+    // Dv = 0: an empty output whose data may be null (no pointer arithmetic on it).
+    if (p.dv == 0 || p.sink != nullptr || p.out.stride[3] != 1 || (dt != DType::F32 && dt != DType::BF16))
         return tile::storeRow(p, u, n1, i, m, l, acc);
     const int64_t row = p.seq.qStart[size_t(u.b)] + i, dv = p.dv;
     const int64_t at = p.out.offset(u.b, n1, row, 0);
