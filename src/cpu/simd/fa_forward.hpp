@@ -114,18 +114,7 @@ constexpr float kMaxFinite = 3.40282347e38f;
 template <class V>
 ATTNOPS_SIMD_INLINE typename V::Vec expNonPositive(typename V::Vec x) {
     const auto live = V::greater(x, V::set1(-87.3f));
-    const auto n = V::roundNearest(V::mul(x, V::set1(1.44269504088896341f)));
-    auto r = V::fnmadd(n, V::set1(0.693359375f), x);
-    r = V::fnmadd(n, V::set1(-2.12194440e-4f), r);
-    auto poly = V::set1(1.0f / 5040.0f);
-    poly = V::fmadd(poly, r, V::set1(1.0f / 720.0f));
-    poly = V::fmadd(poly, r, V::set1(1.0f / 120.0f));
-    poly = V::fmadd(poly, r, V::set1(1.0f / 24.0f));
-    poly = V::fmadd(poly, r, V::set1(1.0f / 6.0f));
-    poly = V::fmadd(poly, r, V::set1(0.5f));
-    poly = V::fmadd(poly, r, V::set1(1.0f));
-    poly = V::fmadd(poly, r, V::set1(1.0f));
-    return V::zeroUnless(live, V::ldexp(poly, n));
+    return V::zeroUnless(live, simd::expReduced<V>(x));
 }
 
 // Online softmax of a block for rows [0, rows), V::kLanes rows per vector: scales the scores in

@@ -179,15 +179,10 @@ ATTNOPS_SIMD_FN static void gemmScores(int64_t m, int64_t n, int64_t k, const fl
     if (nFull < n) gemm<V, TransA>(m, n - nFull, k, a, lda, b + nFull, ldb, c + nFull, ldc, false);
 }
 
-// exp(x) lane-wise, the algorithm of cpu::fastExp (Cody-Waite reduction, degree-7 polynomial):
-// below -87.3 gives 0 (so -inf gives 0), NaN gives NaN. V::ldexp(poly, n) = poly * 2^n.
+// The core of exp below for x in [-87.3, 88.7]: Cody-Waite reduction, degree-7 polynomial,
+// poly * 2^n. Shared with the forward's expNonPositive so both give the same bits.
 template <class V>
-ATTNOPS_SIMD_INLINE typename V::Vec exp(typename V::Vec x) {
-    const auto lo = V::set1(-87.3f), hi = V::set1(88.7f);
-    const auto nan = V::isNan(x);
-    const auto live = V::greater(x, lo);
-    const auto input = x;
-    x = V::min(x, hi);  // live lanes are > -87.3 already
+ATTNOPS_SIMD_INLINE typename V::Vec expReduced(typename V::Vec x) {
     const auto n = V::roundNearest(V::mul(x, V::set1(1.44269504088896341f)));
     auto r = V::fnmadd(n, V::set1(0.693359375f), x);
     r = V::fnmadd(n, V::set1(-2.12194440e-4f), r);
@@ -199,7 +194,19 @@ ATTNOPS_SIMD_INLINE typename V::Vec exp(typename V::Vec x) {
     poly = V::fmadd(poly, r, V::set1(0.5f));
     poly = V::fmadd(poly, r, V::set1(1.0f));
     poly = V::fmadd(poly, r, V::set1(1.0f));
-    const auto result = V::zeroUnless(live, V::ldexp(poly, n));
+    return V::ldexp(poly, n);
+}
+
+// exp(x) lane-wise, the algorithm of cpu::fastExp (Cody-Waite reduction, degree-7 polynomial):
+// below -87.3 gives 0 (so -inf gives 0), NaN gives NaN. V::ldexp(poly, n) = poly * 2^n.
+template <class V>
+ATTNOPS_SIMD_INLINE typename V::Vec exp(typename V::Vec x) {
+    const auto lo = V::set1(-87.3f), hi = V::set1(88.7f);
+    const auto nan = V::isNan(x);
+    const auto live = V::greater(x, lo);
+    const auto input = x;
+    x = V::min(x, hi);  // live lanes are > -87.3 already
+    const auto result = V::zeroUnless(live, expReduced<V>(x));
     return V::select(nan, result, input);
 }
 
