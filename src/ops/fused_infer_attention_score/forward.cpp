@@ -13,8 +13,10 @@
 namespace attnops::fia {
 
 const std::vector<const ForwardKernel*>& forwardKernels() {
-    static const std::vector<const ForwardKernel*> list = {&forwardKernelAvx512(), &forwardKernelAvx2(),
-                                                           &forwardKernelTiled(), &forwardKernelReference()};
+    // The prefill routes first: they accept only prefill shapes, which they run faster.
+    static const std::vector<const ForwardKernel*> list = {&forwardKernelAvx512Prefill(), &forwardKernelAvx2Prefill(),
+                                                           &forwardKernelAvx512(),        &forwardKernelAvx2(),
+                                                           &forwardKernelTiled(),         &forwardKernelReference()};
     return list;
 }
 

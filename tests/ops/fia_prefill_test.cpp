@@ -1,0 +1,290 @@
+// FusedInferAttentionScore's prefill route ("avx2-prefill" / "avx512-prefill",
+// cpu/simd/fia_prefill.hpp): the FlashAttentionScore forward's structure with FIA's rounding of
+// the probabilities. Checked against the double reference under the tolerance rule on prefill
+// shapes around the query tile (120 rows on AVX2) and key block edges, empty and length-1
+// sequences, GQA, sparse modes 0-4, left padding, TND with tail rows, fully masked rows, sinks,
+// lse and int8 output; which problems take the route by default and which it refuses; bit for
+// bit equality with FlashAttentionScore's own kernel where the two operators' maths coincide
+// (probabilities that the rounding leaves exact); the same bits for any thread count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "forced_impl.hpp"
+#include "problem.hpp"
+#include "problem_fia.hpp"
+#include "threads_guard.hpp"
+
+using namespace attnops;
+using namespace attnops::tools;
+using attnops::testsupport::ForcedImpl;
+
+namespace {
+
+const char* const kRoutes[] = {"avx512-prefill", "avx2-prefill"};
+
+FiaProblem prefill(const std::string& layout, attnopsDataType dt, int64_t batch, int64_t qS, int64_t kvS, int64_t heads,
+                   int64_t kvHeads, int64_t dim) {
+    FiaProblem p;
+    p.layout = layout;
+    p.dtype = dt;
+    p.batch = batch;
+    p.qSeqLen = qS;
+    p.kvSeqLen = kvS;
+    p.heads = heads;
+    p.kvHeads = kvHeads;
+    p.dim = dim;
+    return p;
+}
+
+FiaProblem packed(attnopsDataType dt, std::vector<int64_t> qLens, std::vector<int64_t> kvLens, int64_t heads, int64_t kvHeads,
+                  int64_t dim) {
+    FiaProblem p;
+    p.layout = "TND";
+    p.dtype = dt;
+    p.qLens = std::move(qLens);
+    p.kvLens = std::move(kvLens);
+    p.heads = heads;
+    p.kvHeads = kvHeads;
+    p.dim = dim;
+    return p;
+}
+
+FiaProblem mode(FiaProblem p, int64_t sparseMode, int64_t pre = kNoBand, int64_t next = kNoBand) {
+    p.sparseMode = sparseMode;
+    p.preTokens = pre;
+    p.nextTokens = next;
+    return p;
+}
+
+// Prefill problems the route must take and get right.
+std::vector<FiaProblem> routeProblems() {
+    std::vector<FiaProblem> ps;
+    ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 2, 120, 120, 4, 2, 64));  // exactly one query tile
+    ps.push_back(mode(prefill("BSND", ATTNOPS_BFLOAT16, 1, 121, 257, 4, 1, 128), 3));  // one row past it, GQA 4
+    ps.push_back(mode(prefill("BSH", ATTNOPS_FLOAT16, 3, 240, 241, 2, 2, 32), 4, 100, 10));  // band
+    ps.push_back(mode(prefill("BNSD", ATTNOPS_BFLOAT16, 1, 200, 130, 4, 2, 64), 3));  // 70 fully masked rows
+    ps.push_back(mode(prefill("BNSD", ATTNOPS_FLOAT16, 1, 130, 300, 2, 1, 64), 2));   // top-left causal
+    {
+        FiaProblem p = prefill("BNSD", ATTNOPS_BFLOAT16, 4, 130, 300, 4, 2, 64);  // empty and length-1 sequences
+        p.qLens = {0, 1, 130, 129};
+        p.kvLens = {5, 0, 300, 1};
+        ps.push_back(p);
+    }
+    {
+        FiaProblem p = mode(packed(ATTNOPS_FLOAT16, {1, 0, 150, 7, 121}, {3, 9, 150, 0, 513}, 8, 2, 64), 3);
+        p.extraQRows = 5;  // tail rows beyond the last sequence: 0, lse +inf
+        p.extraKvRows = 3;
+        ps.push_back(p);
+    }
+    ps.push_back(packed(ATTNOPS_BFLOAT16, {255, 256, 1}, {255, 257, 1023}, 2, 2, 128));  // key block edges
+    {
+        FiaProblem p = mode(prefill("BSND", ATTNOPS_BFLOAT16, 2, 125, 200, 4, 2, 64), 3);
+        p.sink = true;  // learnable sink (FIA's end of row)
+        ps.push_back(p);
+    }
+    {
+        FiaProblem p = prefill("BNSD", ATTNOPS_FLOAT16, 1, 160, 90, 2, 1, 64);
+        p.int8Out = true;  // post-quant of the output (per tensor: per channel excludes softmaxLse)
+        ps.push_back(p);
+    }
+    {
+        FiaProblem p = mode(prefill("BSND", ATTNOPS_FLOAT16, 2, 140, 120, 2, 2, 32), 3);  // left padding
+        p.qLens = {130, 125};
+        p.kvLens = {100, 117};
+        p.queryPadding = 3;
+        p.kvPadding = 2;
+        ps.push_back(p);
+    }
+    ps.push_back(prefill("BNSD", ATTNOPS_BFLOAT16, 1, 150, 70, 2, 1, 24));   // D below one vector
+    ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 1, 130, 140, 2, 1, 256));  // wide head
+    {
+        FiaProblem p = prefill("BSND", ATTNOPS_FLOAT16, 1, 150, 200, 2, 1, 64);
+        p.vDim = 32;  // Dv != D
+        ps.push_back(p);
+    }
+    return ps;
+}
+
+// Problems the route refuses (they stay with the FIA kernels): decode, short queries, paged,
+// pseShift, explicit masks, int8 key/value, shared prefix, tensor lists.
+std::vector<FiaProblem> otherProblems() {
+    std::vector<FiaProblem> ps;
+    ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 2, 1, 300, 4, 2, 64));   // decode
+    ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 2, 119, 300, 4, 2, 64)); // below one query tile
+    FiaProblem paged = prefill("BNSD", ATTNOPS_BFLOAT16, 2, 130, 300, 4, 2, 64);
+    paged.cache = "BnBsH";
+    paged.blockSize = 128;
+    ps.push_back(paged);
+    FiaProblem pse = prefill("BNSD", ATTNOPS_FLOAT16, 1, 130, 140, 2, 1, 64);
+    pse.pse = "batch";
+    ps.push_back(pse);
+    FiaProblem masked = prefill("BNSD", ATTNOPS_FLOAT16, 1, 130, 140, 2, 1, 64);
+    masked.maskKind = "random";
+    ps.push_back(masked);
+    FiaProblem int8 = prefill("BNSD", ATTNOPS_FLOAT16, 1, 130, 140, 2, 1, 64);
+    int8.int8Kv = true;
+    ps.push_back(int8);
+    FiaProblem prefix = prefill("BNSD", ATTNOPS_FLOAT16, 1, 130, 140, 2, 1, 64);
+    prefix.prefixRows = 20;
+    ps.push_back(prefix);
+    FiaProblem list = prefill("BSND", ATTNOPS_FLOAT16, 2, 130, 140, 2, 1, 64);
+    list.kvList = true;
+    ps.push_back(list);
+    return ps;
+}
+
+void expectPasses(const FiaInstance& inst) {
+    const FiaCheck r = checkFia(inst);
+    EXPECT_TRUE(r.passed) << r.firstFailure << " (error " << r.maxAbsError << ", tolerance " << r.tolerance << ", lse error "
+                          << r.maxLseError << ")";
+    EXPECT_GT(r.rows, 0);
+}
+
+// The route this CPU runs, forced on a problem it takes; "" if none runs here.
+std::string routeHere() {
+    for (const char* route : kRoutes) {
+        ForcedImpl force(route);
+        FiaInstance inst(prefill("BNSD", ATTNOPS_FLOAT16, 1, 130, 20, 1, 1, 16));
+        if (inst.run() == ATTNOPS_SUCCESS) return route;
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST(FiaPrefillRoute, MatchesReferenceAndIsTheDefaultChoice) {
+    const std::string route = routeHere();
+    if (route.empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
+    for (const FiaProblem& p : routeProblems()) {
+        SCOPED_TRACE(p.describe());
+        FiaInstance inst(p);
+        ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        EXPECT_EQ(lastImplementation(), route);
+        expectPasses(inst);
+    }
+}
+
+TEST(FiaPrefillRoute, RefusedProblemsKeepTheFiaKernels) {
+    const std::string route = routeHere();
+    if (route.empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
+    for (const FiaProblem& p : otherProblems()) {
+        SCOPED_TRACE(p.describe());
+        {
+            FiaInstance inst(p);
+            ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            EXPECT_NE(lastImplementation(), route);
+            expectPasses(inst);
+        }
+        ForcedImpl force(route.c_str());
+        FiaInstance inst(p);
+        EXPECT_EQ(inst.run(), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
+        EXPECT_NE(std::string(attnopsGetLastErrorMessage()).find(route), std::string::npos);
+    }
+}
+
+// Every implementation, forced, on a few route problems: the route and the kernels it replaces
+// agree with the reference on the same inputs.
+TEST(FiaPrefillRoute, EveryImplementationOnPrefillShapes) {
+    FiaProblem sink = mode(prefill("BSND", ATTNOPS_BFLOAT16, 1, 121, 150, 2, 1, 64), 3);
+    sink.sink = true;
+    const FiaProblem varlen = mode(packed(ATTNOPS_FLOAT16, {1, 0, 122, 7}, {3, 9, 130, 0}, 4, 2, 32), 3);
+    int ran = 0;
+    for (const FiaProblem& p : {sink, varlen})
+        for (const char* impl : {"avx512-prefill", "avx2-prefill", "avx512", "avx2", "tiled-generic", "reference"}) {
+            SCOPED_TRACE(std::string(impl) + " " + p.describe());
+            ForcedImpl force(impl);
+            FiaInstance inst(p);
+            const attnopsStatus st = inst.run();
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
+            ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            EXPECT_EQ(lastImplementation(), impl);
+            expectPasses(inst);
+            ++ran;
+        }
+    EXPECT_GE(ran, 4);  // tiled-generic and reference at least
+}
+
+// With a zero query every score is 0, every kept probability exp(0) = 1 (exact in fp16 and
+// bf16), so FIA's rounding of P changes nothing and the two operators compute the same thing:
+// the mean of the visible value rows. The route must then give FlashAttentionScore's own bits
+// (same kernel structure, same sums), and softmaxLse must be FA's max + log(sum).
+TEST(FiaPrefillRoute, SameBitsAsFlashAttentionWhereTheMathsCoincide) {
+    const std::string route = routeHere();
+    if (route.empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
+    struct Case {
+        FiaProblem fia;
+        FaProblem fa;
+    };
+    std::vector<Case> cases;
+    for (attnopsDataType dt : {ATTNOPS_FLOAT16, ATTNOPS_BFLOAT16}) {
+        cases.push_back({prefill("BNSD", dt, 2, 250, 300, 4, 2, 64), fixed("BNSD", dt, 2, 250, 300, 4, 2, 64)});
+        cases.push_back({mode(prefill("BSND", dt, 1, 130, 257, 4, 4, 128), 3),
+                         withMode(fixed("BSND", dt, 1, 130, 257, 4, 4, 128), 3)});
+        cases.push_back({mode(prefill("BSH", dt, 1, 200, 150, 4, 2, 32), 4, 60, 5),
+                         withMode(fixed("BSH", dt, 1, 200, 150, 4, 2, 32), 4, 60, 5)});
+        cases.push_back({mode(packed(dt, {130, 3, 0, 140}, {130, 50, 7, 90}, 4, 1, 64), 3),
+                         withMode(tnd(dt, {130, 3, 0, 140}, {130, 50, 7, 90}, 4, 1, 64), 3)});
+    }
+    for (Case& c : cases) {
+        SCOPED_TRACE(c.fia.describe());
+        c.fa.statLanes = 8;
+        FiaInstance fia(c.fia);
+        FaInstance fa(c.fa);
+        ASSERT_EQ(fia.query.bytes().size(), fa.query.bytes().size());
+        ASSERT_EQ(fia.key.bytes().size(), fa.key.bytes().size());
+        ASSERT_EQ(fia.value.bytes().size(), fa.value.bytes().size());
+        std::fill(fia.query.bytes().begin(), fia.query.bytes().end(), uint8_t(0));
+        fa.query.bytes() = fia.query.bytes();
+        fa.key.bytes() = fia.key.bytes();
+        fa.value.bytes() = fia.value.bytes();
+        {
+            const std::string faKernel = route.substr(0, route.find("-prefill"));  // avx2 or avx512
+            ForcedImpl force(faKernel.c_str());
+            ASSERT_EQ(fa.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        }
+        ASSERT_EQ(fia.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        EXPECT_EQ(lastImplementation(), route);
+        ASSERT_EQ(fia.attentionOut.bytes().size(), fa.attentionOut.bytes().size());
+        EXPECT_TRUE(fia.attentionOut.bytes() == fa.attentionOut.bytes());
+        // lse of row (n1, row) against FA's statistics (lane 0) of the same row.
+        const int64_t rows = fia.softmaxLse.numel();
+        ASSERT_EQ(rows * 8, fa.softmaxMax.numel());
+        int64_t differing = 0, finite = 0;
+        for (int64_t i = 0; i < rows; ++i) {
+            const float m = fa.softmaxMax.get(i * 8), l = fa.softmaxSum.get(i * 8);
+            const float want = l == 0.0f ? INFINITY : std::log(l) + m;
+            const float got = fia.softmaxLse.get(i);
+            if (std::memcmp(&want, &got, sizeof got) != 0) ++differing;
+            finite += std::isfinite(got) ? 1 : 0;
+        }
+        EXPECT_EQ(differing, 0);
+        EXPECT_GT(finite, 0);
+    }
+}
+
+// The same bits for 1, 2 and 3 worker threads (units are query blocks cut from the problem).
+TEST(FiaPrefillRoute, SameBitsForAnyThreadCount) {
+    if (routeHere().empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
+    testsupport::ThreadsGuard guard;
+    const std::vector<FiaProblem> all = routeProblems();
+    for (const FiaProblem& p : {all[5], all[6], all[8]}) {
+        SCOPED_TRACE(p.describe());
+        std::vector<uint8_t> first;
+        for (int32_t threads : {1, 2, 3}) {
+            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+            FiaInstance inst(p);
+            ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            std::vector<uint8_t> bytes = inst.attentionOut.bytes();
+            bytes.insert(bytes.end(), inst.softmaxLse.bytes().begin(), inst.softmaxLse.bytes().end());
+            if (threads == 1)
+                first = bytes;
+            else
+                EXPECT_TRUE(bytes == first) << threads << " threads";
+        }
+    }
+}
