@@ -45,6 +45,9 @@ struct Workload {
     tools::FaProblem fa;
     tools::BarProblem barProblem;
     tools::FiaProblem fiaProblem;
+    // A FusedInferAttentionScore prefill (fiaProblem) timed right after FlashAttentionScore's
+    // forward on the same shape (fa): the rate and the ratio to FA's (issue 14: >= 90%).
+    bool fiaPrefill = false;
 };
 
 // A decode step of `requests` requests with `context` cached tokens each, GQA 32/8, D 128, a
@@ -133,7 +136,7 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
     const int64_t q = o.quick ? 8 : 1;
     std::vector<Workload> w;
     auto fa = [&](std::string name, std::string what, tools::FaProblem p) {
-        w.push_back({std::move(name), std::move(what), false, false, std::move(p), {}, {}});
+        w.push_back({std::move(name), std::move(what), false, false, std::move(p), {}, {}, false});
     };
     const int64_t s4k = 4096 / q, s2k = 2048 / q;
     fa(fmt::format("bnsd-s{}-d128", s4k), fmt::format("BNSD B=1 N=16 S={} D=128, no mask", s4k), bnsd(16, 16, s4k, 128, false));
@@ -157,6 +160,21 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
        packed(tiny, 4, 1, 64));
     for (int64_t s : o.sweep)
         fa(fmt::format("sweep-s{}-d128", s), fmt::format("BNSD B=1 N=16 S={} D=128, no mask", s), bnsd(16, 16, s, 128, false));
+    {
+        Workload pf;
+        pf.fiaPrefill = true;
+        pf.fa = bnsd(16, 16, s2k, 128, false);
+        pf.fiaProblem.layout = "BNSD";
+        pf.fiaProblem.qSeqLen = pf.fiaProblem.kvSeqLen = s2k;
+        pf.fiaProblem.heads = pf.fiaProblem.kvHeads = 16;
+        pf.fiaProblem.dim = 128;
+        pf.fiaProblem.maskKind = "none";
+        pf.name = fmt::format("fia-prefill-s{}-d128", s2k);
+        pf.description = fmt::format("FIA prefill BNSD B=1 N=16 S={} D=128, no mask, softmaxLse; against the FA forward "
+                                     "on the same shape (fp16/bf16 only)",
+                                     s2k);
+        w.push_back(std::move(pf));
+    }
     auto decode = [&](int64_t requests, int64_t context, bool int8Kv) {
         Workload d;
         d.fia = true;
@@ -403,6 +421,39 @@ int runBench(const BenchOptions& o) {
                            p.int8Kv ? "i8kv" : "bf16", "fwd", r.implementation, formatMs(r.timing.median()),
                            fmt::format("{:.1f} GB/s", rate), ratioText, double(p.batch) / seconds, speedText);
                 std::fflush(stdout);
+            }
+            continue;
+        }
+        if (w.fiaPrefill) {  // forward only, fp16/bf16 (FIA has no fp32 query)
+            if (!forward) continue;
+            for (const std::string& dtype : o.dtypes) {
+                const attnopsDataType dt = dtypeOf(dtype);
+                if (dt == ATTNOPS_FLOAT32) continue;
+                const Result fa = runAttention(w, dt, false, o);
+                tools::FiaProblem p = w.fiaProblem;
+                p.dtype = dt;
+                tools::FiaInstance inst(p);
+                const Timing timing = timeCalls([&] { return inst.run(); }, o.repeat, o.warmUps);
+                const std::string implementation = tools::lastImplementation();
+                const double flops = tools::fiaForwardFlops(p), rate = flops / (timing.median() * 1e-3) / 1e9;
+                const double ratio = fa.timing.median() / timing.median();
+                doc["results"].push_back({{"workload", w.name},
+                                          {"description", w.description},
+                                          {"dtype", dtype},
+                                          {"direction", "fwd"},
+                                          {"implementation", implementation},
+                                          {"timing", timingJson(timing)},
+                                          {"medianMs", timing.median()},
+                                          {"flops", flops},
+                                          {"TFLOPs", rate / 1e3},
+                                          {"flashAttention", {{"implementation", fa.implementation}, {"medianMs", fa.timing.median()}}},
+                                          {"ratioToFlashAttention", ratio}});
+                if (table) {
+                    fmt::print("{:<28} {:<5} {:<4} {:<16} {:>11} {:>12} {:.1f}% of FA ({}, {})\n", w.name, dtype, "fwd",
+                               implementation, formatMs(timing.median()), fmt::format("{:.3f} TFLOP/s", rate / 1e3),
+                               100.0 * ratio, fa.implementation, formatMs(fa.timing.median()));
+                    std::fflush(stdout);
+                }
             }
             continue;
         }

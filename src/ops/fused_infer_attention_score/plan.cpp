@@ -77,6 +77,11 @@ std::string planKey(const Params& p, int32_t threads, const std::string& forcedK
         append(key, v);
     append(key, c.mask.explicitMask);
     append(key, p.table.data != nullptr);
+    // The prefill route (cpu/simd/fia_prefill.hpp) accepts problems by these too.
+    append(key, c.pse.form);
+    append(key, p.tree != nullptr);
+    append(key, p.decode);
+    append(key, p.probDType);
     for (const auto* lens : {&c.seq.qLen, &c.seq.kvLen}) {
         append(key, int64_t(lens->size()));
         key.append(reinterpret_cast<const char*>(lens->data()), lens->size() * sizeof(int64_t));
