@@ -100,6 +100,9 @@ std::vector<FiaProblem> routeProblems() {
         p.kvPadding = 2;
         ps.push_back(p);
     }
+    ps.push_back(mode(prefill("BSH_BNSD", ATTNOPS_BFLOAT16, 2, 130, 140, 4, 2, 64), 3));  // transposed output
+    ps.push_back(mode(packed(ATTNOPS_FLOAT16, {121, 9}, {121, 30}, 4, 2, 32), 3));
+    ps.back().layout = "NTD_TND";
     ps.push_back(prefill("BNSD", ATTNOPS_BFLOAT16, 1, 150, 70, 2, 1, 24));   // D below one vector
     ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 1, 130, 140, 2, 1, 256));  // wide head
     {

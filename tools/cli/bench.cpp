@@ -7,7 +7,9 @@
 //   Block Attention Residuals -> the DRAM read bandwidth,
 //   FusedInferAttentionScore decode -> the DRAM read bandwidth (GB/s of key/value cache read:
 //                              the compulsory traffic of a decode step), and int8 KV against bf16
-//                              KV on the same context.
+//                              KV on the same context,
+//   FusedInferAttentionScore prefill -> FlashAttentionScore's forward on the same shape, timed
+//                              just before it (fia-prefill-*: the ratio of the two rates).
 #include "bench.hpp"
 
 #include <fmt/format.h>
@@ -437,11 +439,14 @@ int runBench(const BenchOptions& o) {
                 const std::string implementation = tools::lastImplementation();
                 const double flops = tools::fiaForwardFlops(p), rate = flops / (timing.median() * 1e-3) / 1e9;
                 const double ratio = fa.timing.median() / timing.median();
+                json problem = problemJson(w);  // FA's shape (bench/compare_torch.py times SDPA on it)
+                problem["op"] = "fused-infer-attention-prefill";
                 doc["results"].push_back({{"workload", w.name},
                                           {"description", w.description},
                                           {"dtype", dtype},
                                           {"direction", "fwd"},
                                           {"implementation", implementation},
+                                          {"problem", problem},
                                           {"timing", timingJson(timing)},
                                           {"medianMs", timing.median()},
                                           {"flops", flops},
