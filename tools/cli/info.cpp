@@ -1,5 +1,6 @@
 // `attnops info`: library version, CPU features (and whether the OS grants AMX), the bf16 path
-// and why, devices, usable cores and caches.
+// and why, devices, usable cores and caches, and the FusedInferAttentionScore implementations this
+// CPU runs (the planner takes the first one that accepts a problem).
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -7,6 +8,7 @@
 
 #include "commands.hpp"
 #include "cpu/isa.hpp"
+#include "ops/fused_infer_attention_score/kernel.hpp"
 #include "peaks.hpp"
 #include "runner.hpp"
 
@@ -47,6 +49,8 @@ int runInfo(bool asJson) {
         {"amx-bf16", f.amxBf16},
         {"amx-fp16", f.amxFp16},
     };
+    std::vector<std::pair<std::string, bool>> fiaKernels;  // in the planner's order
+    for (const fia::ForwardKernel* k : fia::forwardKernels()) fiaKernels.emplace_back(k->name, k->available());
     std::vector<std::pair<std::string, std::string>> environment;
     for (const char* name : kEnvironment)
         if (const char* v = std::getenv(name)) environment.emplace_back(name, v);
@@ -58,6 +62,8 @@ int runInfo(bool asJson) {
                                   {"amxStatus", f.amxStatus},
                                   {"bf16Path", tools::bf16PathText()}};
         for (const auto& [name, has] : features) cpuJson["features"][name] = has;
+        for (const auto& [name, runs] : fiaKernels)
+            cpuJson["fusedInferAttentionScoreImplementations"].push_back({{"name", name}, {"available", runs}});
         nlohmann::json devs = nlohmann::json::array();
         for (const attnopsDeviceInfo& d : devices)
             devs.push_back({{"index", d.index},
@@ -84,6 +90,9 @@ int runInfo(bool asJson) {
     fmt::print("  AMX tile data granted by the OS: {} ({}); kernels \"amx\" {}, \"amx-emulated\" only when forced\n",
                f.amxGranted ? "yes" : "no", f.amxStatus, f.amxGranted ? "available" : "unavailable");
     fmt::print("  bf16 path: {}\n", tools::bf16PathText());
+    std::string fiaText;
+    for (const auto& [name, runs] : fiaKernels) fiaText += fmt::format(" {}{}", name, runs ? "" : " (not on this CPU)");
+    fmt::print("  FusedInferAttentionScore implementations, first that accepts a problem:{}\n", fiaText);
     if (!devices.empty()) {
         const attnopsDeviceInfo& d = devices.front();
         fmt::print("usable cores: {}\n", d.usableCores);
