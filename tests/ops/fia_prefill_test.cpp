@@ -8,6 +8,7 @@
 // (probabilities that the rounding leaves exact); the same bits for any thread count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -304,5 +305,38 @@ TEST(FiaPrefillRoute, SameBitsForAnyThreadCount) {
             else
                 EXPECT_TRUE(bytes == first) << threads << " threads";
         }
+    }
+}
+
+// A block the causal band cuts whose values are not all finite takes the row steps (masked keys
+// skipped, as the reference does) with the same rounding of P: value row 150 holds +inf in dim 0.
+// Rows 120-149 share that block but never see key 150: they must match the reference of the same
+// inputs with a finite row 150 under the tolerance rule; rows 150-199 see it and get +inf there.
+TEST(FiaPrefillRoute, RowStepsOfABlockWithNonFiniteValues) {
+    const std::string route = routeHere();
+    if (route.empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
+    const FiaProblem p = mode(prefill("BNSD", ATTNOPS_BFLOAT16, 1, 200, 200, 1, 1, 32), 3);
+    const int64_t d = 32, infKey = 150;
+    FiaInstance finite(p);  // the route on finite values: the tolerance of this problem
+    ASSERT_EQ(finite.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    const FiaCheck check = checkFia(finite);
+    ASSERT_TRUE(check.passed) << check.firstFailure;
+    FiaInstance reference(p);
+    {
+        ForcedImpl force("reference");
+        ASSERT_EQ(reference.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    }
+    FiaInstance withInf(p);
+    withInf.value.set(infKey * d, INFINITY);
+    ASSERT_EQ(withInf.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    EXPECT_EQ(lastImplementation(), route);
+    double worst = 0.0;
+    for (int64_t row = 0; row < infKey; ++row)
+        for (int64_t c = 0; c < d; ++c)
+            worst = std::max(worst, double(std::fabs(withInf.attentionOut.get(row * d + c) - reference.attentionOut.get(row * d + c))));
+    EXPECT_LE(worst, check.tolerance);
+    for (int64_t row = infKey; row < 200; ++row) {
+        EXPECT_TRUE(std::isinf(withInf.attentionOut.get(row * d))) << "row " << row;
+        EXPECT_TRUE(std::isfinite(withInf.attentionOut.get(row * d + 1))) << "row " << row;
     }
 }
