@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/isa.hpp"
@@ -90,6 +91,31 @@ TEST(FaBackwardChunks, SplitIsAFunctionOfTheProblemWithinItsBounds) {
             const fa::ForwardParams p = paramsOf(tnd(F32, {0, 1, 700, 5, 333}, {3, 1, 650, 0, 400}, 2, 1, 16));
             expectValidSplit(p, qr, "TND");
             EXPECT_EQ(chunks::chunksOf(0, chunks::chunkRows(p, qr)), 1);
+        }
+    }
+}
+
+// From kWholePairs (sequence, kv head) pairs on, each pair is one unit with no partials (their
+// traffic cost more than the cut gained there); one pair fewer is still cut.
+TEST(FaBackwardChunks, ManyPairsRunWholeFewerAreCut) {
+    static_assert(chunks::kWholePairs == 16, "the shapes below straddle kWholePairs");
+    for (const int64_t qr : kQueryBlocks) {
+        for (const auto& [what, problem] :
+             std::vector<std::pair<std::string, FaProblem>>{{"B=1 N=16", fixed("BNSD", F32, 1, 2048, 2048, 16, 16, 16)},
+              {"B=2 N=8", fixed("BNSD", F32, 2, 2048, 2048, 8, 8, 16)},
+              {"B=4 GQA 16/4", withMode(fixed("BNSD", BF16, 4, 2048, 2048, 16, 4, 16), 3)}}) {
+            const fa::ForwardParams p = paramsOf(problem);
+            expectValidSplit(p, qr, what);
+            EXPECT_GE(chunks::chunkRows(p, qr), p.seq.maxQLen) << what;
+            EXPECT_EQ(chunks::partialFloats(p, chunks::chunkRows(p, qr)), 0u) << what;
+        }
+        for (const auto& [what, problem] :
+             std::vector<std::pair<std::string, FaProblem>>{{"B=1 N=15", fixed("BNSD", F32, 1, 2048, 2048, 15, 15, 16)},
+              {"B=1 GQA 32/8", withMode(fixed("BNSD", BF16, 1, 2048, 2048, 32, 8, 16), 3)}}) {
+            const fa::ForwardParams p = paramsOf(problem);
+            expectValidSplit(p, qr, what);
+            EXPECT_LT(chunks::chunkRows(p, qr), p.seq.maxQLen) << what;
+            EXPECT_GT(chunks::partialFloats(p, chunks::chunkRows(p, qr)), 0u) << what;
         }
     }
 }

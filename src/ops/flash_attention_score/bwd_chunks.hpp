@@ -20,8 +20,14 @@
 namespace attnops::fa::chunks {
 
 // Units the split aims at, whatever the machine: enough for 32-64 cores. The number of
-// (sequence, kv head) pairs counts towards it; only problems with fewer pairs are cut.
+// (sequence, kv head) pairs counts towards it; only problems with fewer than kWholePairs pairs
+// are cut.
 constexpr int64_t kTargetUnits = 64;
+// Pairs from which every (sequence, kv head) is one unit, with no partials: with this many the
+// pairs already balance a few cores, and the partial dK/dV of a cut (written, read back and
+// added: 4 chunks of 16 heads at S = 2048, D = 128 are 128 MiB of fresh workspace) cost 8% of
+// the dense BNSD N = 16 S = 2048 fp32 backward on 2 Zen 3 cores (README, performance).
+constexpr int64_t kWholePairs = 16;
 // Fewest query rows (over the group's heads) per chunk: below that, the per-key-block loads and
 // the partial dk, dv traffic start to weigh against the chunk's five GEMMs (callgrind, AVX2, one
 // head-pair of S = 512 cut in 360 + 152 rows: 3% more instructions than one chunk).
@@ -65,7 +71,7 @@ inline int64_t chunkRows(const ForwardParams& p, int64_t queryRows) {
     constexpr int64_t kMaxRows = int64_t(1) << 40;                 // no overflow below
     if (p.group * whole >= kMaxRows) return 0;
     int64_t rows = whole;
-    if (p.seq.count * p.n2 < kTargetUnits) {
+    if (p.seq.count * p.n2 < kWholePairs) {
         int64_t sumQ = 0;
         for (int64_t b = 0; b < p.seq.count; ++b) sumQ += p.seq.qLen[size_t(b)];
         const int64_t want = ceilDiv(p.n2 * sumQ, kTargetUnits);

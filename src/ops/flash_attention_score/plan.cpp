@@ -31,9 +31,9 @@ int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1
 bool passedOver(const ForwardKernel& k, const ForwardParams&, const PlatformInfo&) {
     return k.forceOnly || (&k == &forwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
 }
-// (The fused backward is not passed over: its chunk split, bwd_chunks.hpp, gives it units for
-// every core whatever the number of (sequence, kv head) pairs, and it does 5 GEMMs where the
-// two-kind scheme does 7.)
+// (The fused backward is not passed over: its chunk split, bwd_chunks.hpp, cuts problems with
+// fewer than 16 (sequence, kv head) pairs into chunks aiming at 64 units, so that few pairs still
+// give units for several cores, and it does 5 GEMMs where the two-kind scheme does 7.)
 bool passedOver(const BackwardKernel& k, const BackwardParams&, const PlatformInfo&) {
     return k.forceOnly || (&k == &backwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
 }
