@@ -700,12 +700,14 @@ double fiaForwardFlops(const FiaProblem& p) {
 
 double fiaKvBytes(const FiaProblem& p) {
     const double element = p.int4Kv ? 0.5 : p.int8Kv ? 1.0 : double(attnopsDataTypeSize(p.dtype));
+    const double ropeElement = p.mlaFullQuant ? double(attnopsDataTypeSize(p.dtype)) : element;  // MLA full quant: a bf16 rope
     // Per-token scales (fp32) and offsets: one of each per token for K and V in mode 1.
     const double perToken = p.quantKv() ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
     double bytes = 0;
     for (int64_t b = 0; b < p.batches(); ++b)
         bytes += double(p.kvLen(b) + p.sharedPrefix()) *  // decode MLA reads the key once as key and value
-                 (double(p.kvHeads) * double(p.dim + p.ropeDim + (p.valueIsKey() ? 0 : p.vdim())) * element + perToken);
+                 (double(p.kvHeads) * (double(p.dim + (p.valueIsKey() ? 0 : p.vdim())) * element + double(p.ropeDim) * ropeElement) +
+                  perToken);
     return bytes;
 }
 
