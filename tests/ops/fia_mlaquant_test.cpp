@@ -118,7 +118,7 @@ TEST(FiaMlaQuant, IndependentOfTheSharedCode) {
         for (int64_t i = 0; i < S; ++i)
             for (int64_t n = 0; n < N; ++n) {
                 const int64_t visible = kv - S + i + 1;  // sparse mode 3: bottom-right causal
-                std::vector<double> s(size_t(visible));
+                std::vector<double> s(static_cast<size_t>(visible));
                 double mx = -INFINITY;
                 for (int64_t t = 0; t < visible; ++t) {
                     const int64_t blk = table[b * maxBlocks + t / bs], slot = t % bs;
