@@ -55,6 +55,8 @@ def expected(q, dq, q_pe, cache, rope_cache, table, sk, sv, lengths, causal=Fals
             qf = q[i, r].to(torch.float64) * dq[i, r].to(torch.float64).unsqueeze(-1)        # [N, 512]
             sc = SCALE * (qf @ k.T * sk.item() + q_pe[i, r].to(torch.float64) @ kr.T)       # [N, s]
             if causal:
+                if s - rows + r + 1 <= 0:
+                    continue  # a row that attends nothing is 0 (spec A)
                 sc[:, s - rows + r + 1:] = float("-inf")
             out[i, r] = torch.softmax(sc, -1) @ (k * sv.item())
     return out
