@@ -252,8 +252,8 @@ TEST(FiaFullQuant, BadOperands) {
                    "quantScale1.dtype");
     expectRejected(planWith(inst, [&](fia::Args& a) { a.keyAntiquantScale = scale.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
                    "keyAntiquantScale");
-    expectRejected(planWith(inst, [&](fia::Args& a) { a.dequantScaleQuery = scale.handle(); }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
-                   "dequantScaleQuery");
+    expectRejected(planWith(inst, [&](fia::Args& a) { a.dequantScaleQuery = scale.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "dequantScaleQuery");  // MLA full quantisation only (fia_mlaquant_test.cpp)
     // A float key with an int8 query, a float query with the full-quant scales.
     const FiaInstance plain([] {
         FiaProblem p = fullQuant("BSND", 2, 4, 40, 2, 1, 32);

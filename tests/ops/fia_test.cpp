@@ -349,8 +349,10 @@ TEST(FiaCheck, QuantSinkAndAttributeRules) {
     expectRejected(planWith(fi, [&](fia::Args& a) { a.learnableSink = fi.query.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
                    "learnableSink.shape");
     expectRejected(planWith(fi, [](fia::Args& a) { a.innerPrecise = 2; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "innerPrecise = 2");
-    expectRejected(planWith(fi, [](fia::Args& a) { a.queryQuantMode = 3; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
-                   "queryQuantMode = 3");
+    expectRejected(planWith(fi, [](fia::Args& a) { a.queryQuantMode = 3; }), ATTNOPS_ERROR_INVALID_ARGUMENT,
+                   "queryQuantMode = 3");  // 3 is MLA full quantisation: an int8 query only
+    expectRejected(planWith(fi, [](fia::Args& a) { a.queryQuantMode = 6; }), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION,
+                   "queryQuantMode = 6");
     FiaInstance ti(withMode(tnd({3}, {3}, 2, 2, 16), 4, -5, 10));
     expectRejected(planWith(ti, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "preTokens/nextTokens = -5/10");
 }

@@ -76,6 +76,11 @@ void validate(const FiaProblem& p) {
                                        p.int8Kv ? " of int8" : ""));
     }
     if (p.fullQuant && p.dtype != ATTNOPS_FLOAT16) throw CliError("--full-quant: the output (--dtype) is fp16");
+    if (p.fullQuant && p.mlaFullQuant) throw CliError("--full-quant and --mla-full-quant: pass one of them");
+    if (p.mlaFullQuant && (p.dtype != ATTNOPS_BFLOAT16 || p.ropeDim != 64 || p.dim != 512 || !p.paged()))
+        throw CliError("--mla-full-quant: needs --dtype bf16 (rope and output), --rope-dim 64, --dim 512 and a paged --cache");
+    if (p.mlaFullQuant && (p.int4Kv || p.combinedQuant || p.int8Out))
+        throw CliError("--mla-full-quant: not with --int4-kv, --combined-quant or --int8-out");
     if (p.fullQuant && (p.int4Kv || p.combinedQuant)) throw CliError("--full-quant: not with --int4-kv or --combined-quant");
     if (p.int8Kv && p.dtype == ATTNOPS_FLOAT32)
         throw CliError("--int8-kv: the query must be fp16 or bf16 (antiquant scales take the query dtype)");
@@ -95,7 +100,8 @@ void validate(const FiaProblem& p) {
 FiaProblem problemFromFlags(const FiaFlags& f) {
     FiaProblem p = f.problem;
     p.dtype = dtypeOf(f.dtype);
-    if (p.fullQuant) p.int8Kv = true;  // int8 key/value, no antiquant operands
+    if (p.fullQuant || p.mlaFullQuant) p.int8Kv = true;  // int8 key/value, no (full quant) or per-tensor (MLA) antiquant operands
+    p.deqScaleDType = f.deqScaleDType == "uint64" ? ATTNOPS_UINT64 : ATTNOPS_FLOAT32;
     p.quantOffset = !f.noQuantOffset;
     p.outQuantDType = dtypeOf(f.outQuantDType);
     p.outQuantOffset = !f.noOutQuantOffset;
@@ -249,6 +255,14 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
     add(cmd.add_flag("--full-quant", p.fullQuant,
                      "Full int8 quantisation: int8 query/key/value with deqScale1/quantScale1/deqScale2 (fp32), fp16 output "
                      "(prefill, not paged, D % 32 == 0; implies --int8-kv)"));
+    add(cmd.add_option("--deq-scale-dtype", f.deqScaleDType,
+                       "--full-quant: deqScale1/deqScale2 as fp32, or uint64 holding the float19 fp32 bits in the low half")
+            ->check(CLI::IsMember({"fp32", "uint64"}))
+            ->capture_default_str());
+    add(cmd.add_flag("--mla-full-quant", p.mlaFullQuant,
+                     "MLA full quantisation: int8 query with dequantScaleQuery (fp32 per token and head, queryQuantMode 3), "
+                     "int8 key/value with per-tensor fp32 key/valueAntiquantScale, bf16 rope and output (needs --dtype bf16 "
+                     "--rope-dim 64 --dim 512 and a paged --cache; implies --int8-kv)"));
     add(cmd.add_flag("--int8-out", p.int8Out, "int8 attentionOut through quantScale2 (and quantOffset2)"));
     add(cmd.add_flag("--out-quant-per-channel", p.outQuantPerChannel, "quantScale2 per channel [N1,Dv] (default: [1])"));
     add(cmd.add_option("--out-quant-dtype", f.outQuantDType, "quantScale2/quantOffset2 dtype")

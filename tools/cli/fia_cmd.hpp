@@ -23,6 +23,7 @@ struct FiaFlags {
     bool noQuantOffset = false, noShuffle = false;
     std::string outQuantDType = "fp32";  // quantScale2 / quantOffset2
     bool noOutQuantOffset = false;
+    std::string deqScaleDType = "fp32";  // --full-quant: deqScale1/deqScale2 fp32 or uint64
     std::vector<CLI::Option*> all;  // every problem flag, to reject them next to --load
 };
 

@@ -44,6 +44,7 @@ const Slot kSlots[] = {
     {"deqScale1", &FiaInstance::deqScale1, false},
     {"quantScale1", &FiaInstance::quantScale1, false},
     {"deqScale2", &FiaInstance::deqScale2, false},
+    {"dequantScaleQuery", &FiaInstance::dequantScaleQuery, false},
     {"quantScale2", &FiaInstance::quantScale2, false},
     {"quantOffset2", &FiaInstance::quantOffset2, false},
     {"keySharedPrefix", &FiaInstance::keySharedPrefix, false},
@@ -148,7 +149,7 @@ int saveFusedInferAttention(const FiaInstance& inst, const fs::path& dir) {
         {"softmaxLseFlag", p.lse},
         {"keyAntiquantMode", p.keyQuantMode},
         {"valueAntiquantMode", p.valueQuantMode},
-        {"queryQuantMode", 0},
+        {"queryQuantMode", p.mlaFullQuant ? 3 : 0},
         {"cacheFormat", p.cache},  // informative: the key's rank decides on load
         {"keyCount", inst.keyList.empty() ? size_t(1) : inst.keyList.size()},  // > 1: key_<i>.npy, value_<i>.npy
         {"tensors", tensors},
@@ -159,10 +160,13 @@ int saveFusedInferAttention(const FiaInstance& inst, const fs::path& dir) {
 
 FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     // Attributes the harness does not pass: refuse rather than silently run another call.
-    for (const char* key : {"innerPrecise", "queryQuantMode"})
-        if (attribute<int64_t>(params, key, 0) != 0)
-            throw CliError(fmt::format("params.json: \"{}\" = {} is not supported by `attnops run` (only 0)", key,
-                                       params[key].dump()));
+    if (attribute<int64_t>(params, "innerPrecise", 0) != 0)
+        throw CliError(fmt::format("params.json: \"innerPrecise\" = {} is not supported by `attnops run` (only 0)",
+                                   params["innerPrecise"].dump()));
+    const int64_t queryQuantMode = attribute<int64_t>(params, "queryQuantMode", 0);
+    if (queryQuantMode != 0 && queryQuantMode != 3)
+        throw CliError(fmt::format("params.json: \"queryQuantMode\" = {} is not supported by `attnops run` (0, or 3: MLA full quant)",
+                                   queryQuantMode));
     std::map<std::string, HostTensor> files;
     for (const Slot& slot : kSlots) {
         if (slot.output) continue;
@@ -221,8 +225,13 @@ FiaInstance loadFusedInferAttention(const fs::path& dir, const json& params) {
     const fs::path qPath = npyPath(dir, "query"), vPath = npyPath(dir, "value");
     const std::string qWhy = "inputLayout " + p.layout;
     p.dtype = query.dtype();
-    p.fullQuant = p.dtype == ATTNOPS_INT8;  // full int8 quantisation: fp16 output (or int8) and pse
+    // queryQuantMode 3: MLA full quantisation (int8 query, output in the query rope's dtype);
+    // otherwise an int8 query is full int8 quantisation: fp16 output (or int8) and pse.
+    p.mlaFullQuant = queryQuantMode == 3;
+    p.fullQuant = p.dtype == ATTNOPS_INT8 && !p.mlaFullQuant;
     if (p.fullQuant) p.dtype = ATTNOPS_FLOAT16;
+    if (p.mlaFullQuant) p.dtype = files.count("queryRope") ? files.at("queryRope").dtype() : ATTNOPS_BFLOAT16;
+    if (files.count("deqScale1")) p.deqScaleDType = files.at("deqScale1").dtype();  // fp32 or uint64, passed as given
     int64_t qRows = 0;
     if (p.tnd()) {
         qRows = dimOf(query, 3, in == "TND" ? 0 : 1, qPath, qWhy);

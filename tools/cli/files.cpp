@@ -28,6 +28,7 @@ attnopsDataType loadedDtype(NpyType t, const std::string& declared, const std::s
         // int8 KV caches and int32 block tables are tensors; int64 files are the int arrays.
         case NpyType::I8: fromFile = ATTNOPS_INT8; break;
         case NpyType::I32: fromFile = ATTNOPS_INT32; break;
+        case NpyType::U64: fromFile = ATTNOPS_UINT64; break;  // uint64 deqScale1/deqScale2 (spec 9.2)
         case NpyType::I64:
             throw CliError(fmt::format("{}: integer data ({}) where a tensor is expected", where, npyDescr(t)));
     }
@@ -53,6 +54,7 @@ NpyType npyTypeOf(attnopsDataType d) {
         case ATTNOPS_INT64: return NpyType::I64;
         case ATTNOPS_INT32: return NpyType::I32;
         case ATTNOPS_INT8: return NpyType::I8;
+        case ATTNOPS_UINT64: return NpyType::U64;  // full quant deq scales: the fp32 bits in the low half
         default: throw CliError(fmt::format("cannot save a tensor of dtype {}", attnopsDataTypeName(d)));
     }
 }

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
         "params.json: {\"op\": \"flash-attention\", \"layout\", \"headNum\" (required), \"scale\", \"keepProb\", "
         "\"preTokens\", \"nextTokens\", \"sparseMode\", \"pseType\", \"seed\", \"offset\", \"innerPrecise\" (C API "
         "defaults when absent), \"tensors\": {name: {\"dtype\", \"shape\"}}}. .npy dtypes: <f4 fp32, <f2 fp16, <u2 "
-        "bf16 bits (say \"bf16\" in params.json), |u1 or |b1 masks, <i8 or <i4 int arrays. A backward call adds "
+        "bf16 bits (say \"bf16\" in params.json), |u1 or |b1 masks, <i8 or <i4 int arrays, <u8 uint64 deq scales (fused-infer-attention full quant). A backward call adds "
         "dy, dq, dk, dv (dsink) and \"backward\": true. block-attention-residuals: partialBlock, blockRes (its "
         "logical [T,N,H] shape), projWeight, normWeight, hiddenStates, invNorm, probs, gradHiddenStates, "
         "gradPartialBlock, gradBlockRes, gradProjWeight, gradNormWeight; params.json: {\"op\": "

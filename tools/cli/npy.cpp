@@ -26,7 +26,7 @@ struct TypeEntry {
     uint64_t size;
 };
 
-constexpr std::array<TypeEntry, 8> kTypes{{
+constexpr std::array<TypeEntry, 9> kTypes{{
     {NpyType::F32, "<f4", 4},
     {NpyType::F16, "<f2", 2},
     {NpyType::U16, "<u2", 2},
@@ -35,6 +35,7 @@ constexpr std::array<TypeEntry, 8> kTypes{{
     {NpyType::I64, "<i8", 8},
     {NpyType::I32, "<i4", 4},
     {NpyType::I8, "|i1", 1},
+    {NpyType::U64, "<u8", 8},
 }};
 
 const TypeEntry& entry(NpyType type) {
@@ -56,7 +57,7 @@ NpyType parseDescr(std::string descr, const std::string& where) {
         throw NpyError(fmt::format("{}: big-endian data ('{}') is not supported; save it little-endian", where, descr));
     throw NpyError(
         fmt::format("{}: dtype '{}' is not supported (accepted: <f4 fp32, <f2 fp16, <u2 bf16 bits, |u1, |b1, "
-                    "<i8, <i4, |i1)",
+                    "<i8, <i4, |i1, <u8)",
                     where, descr));
 }
 

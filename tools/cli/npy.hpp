@@ -1,5 +1,6 @@
 // A small reader and writer of NumPy .npy files (format versions 1.0-3.0, C order only), enough
-// for the tensors attnops takes and returns: <f4, <f2, <u2 (bf16 bits), |u1, |b1, <i8, <i4, |i1.
+// for the tensors attnops takes and returns: <f4, <f2, <u2 (bf16 bits), |u1, |b1, <i8, <i4, |i1, <u8 (uint64
+// deq scales of full quantisation).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@ struct NpyError : std::runtime_error {
 };
 
 // The element types the reader accepts, by their NumPy descr.
-enum class NpyType { F32, F16, U16, U8, Bool, I64, I32, I8 };
+enum class NpyType { F32, F16, U16, U8, Bool, I64, I32, I8, U64 };
 
 const char* npyDescr(NpyType type);
 uint64_t npyItemSize(NpyType type);

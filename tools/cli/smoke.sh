@@ -145,6 +145,18 @@ expect 0 "fia decode MLA (rope, value = key) --check --save" '^check against .*P
     "$cli" run fused-infer-attention --layout BSND --batch 2 --kv-seqlens 130,7 --heads 8 --kv-heads 1 --dim 512 \
     --rope-dim 64 --dtype bf16 --cache BnBsH --block-size 64 --lse --check --save "$mdir"
 expect 0 "fia MLA --load --compare carries the rope tensors" '^compare: PASS' -- "$cli" run --load "$mdir" --compare
+udir="$work/saved-fia-fullquant-u64"
+expect 0 "fia full int8 quant with uint64 deq scales --check --save" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --full-quant --deq-scale-dtype uint64 --layout BNSD --batch 2 --q-seqlen 6 \
+    --kv-seqlen 50 --dim 32 --lse --check --save "$udir"
+expect 0 "fia uint64 deqScale1 saved as NPY <u8" '' -- grep -aq "'<u8'" "$udir/deqScale1.npy"
+expect 0 "fia uint64 deq scales round trip" '^compare: PASS' -- "$cli" run --load "$udir" --compare
+qmdir="$work/saved-fia-mla-quant"
+expect 0 "fia MLA full quant (int8 query, dequantScaleQuery) --check --save" '^check against .*PASS' -- \
+    "$cli" run fused-infer-attention --mla-full-quant --layout BSND --batch 2 --kv-seqlens 130,7 --heads 8 --kv-heads 1 \
+    --dim 512 --rope-dim 64 --dtype bf16 --cache NZ --block-size 128 --lse --check --save "$qmdir"
+expect 0 "fia MLA full quant params.json has queryQuantMode 3" '"queryQuantMode": 3' -- cat "$qmdir/params.json"
+expect 0 "fia MLA full quant round trip" '^compare: PASS' -- "$cli" run --load "$qmdir" --compare
 expect 0 "fia pseShift with a paged cache --check" '^check against .*PASS' -- \
     "$cli" run fused-infer-attention --batch 2 --q-seqlen 4 --kv-seqlens 40,9 --heads 4 --kv-heads 2 --cache BnNBsD \
     --block-size 16 --pse batch --check

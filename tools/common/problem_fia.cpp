@@ -28,7 +28,7 @@ void check(attnopsStatus status, const char* what) {
 // Input kinds, so that query, key and value of one position differ.
 enum Kind : uint64_t {
     kQuery = 1, kKey, kValue, kKeyScale, kKeyOffset, kValueScale, kValueOffset, kMask, kSink, kOutScale, kOutOffset, kPse, kQueryRope,
-    kKeyRope
+    kKeyRope, kQueryScale
 };
 constexpr int64_t kNotPassed = -1;
 
@@ -138,7 +138,7 @@ std::string FiaProblem::describe() const {
                        layout, attnopsDataTypeName(dtype), batches(), qSeqLen, kvSeqLen, fmt::join(qLens, ","), fmt::join(kvLens, ","),
                        heads, kvHeads, dim, vdim(), sparseMode, preTokens, nextTokens, maskKind, cache, blockSize, int8Kv,
                        int4Kv, keyQuantMode, valueQuantMode, combinedQuant ? " combined" : "", quantPerTensor ? " per-tensor" : "",
-                       fullQuant ? (deqScaleDType == ATTNOPS_UINT64 ? " full-quant(uint64)" : " full-quant") : "", sink,
+                       fullQuant ? (deqScaleDType == ATTNOPS_UINT64 ? " full-quant(uint64)" : " full-quant") : mlaFullQuant ? " mla-full-quant" : "", sink,
                        int8Out, int8Out ? (outQuantPerChannel ? " per-channel" : " per-tensor") : "", queryPadding, kvPadding,
                        prefixRows, prefixLen, kvList, pse, ropeDim);
 }
@@ -178,8 +178,8 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
             if (p.kvPadding != kNotPassed) kvStart[size_t(b)] = p.kvSeqLen - std::max<int64_t>(0, p.kvPadding) - p.kvLen(b);
         }
     }
-    query = HostTensor(p.fullQuant ? ATTNOPS_INT8 : p.dtype, layoutShape(in, batches, qRows, n1, d));
-    if (!p.fullQuant) fill(query, nan);
+    query = HostTensor(p.int8Query() ? ATTNOPS_INT8 : p.dtype, layoutShape(in, batches, qRows, n1, d));
+    if (!p.int8Query()) fill(query, nan);
     for (int64_t b = 0; b < batches; ++b)
         for (int64_t n = 0; n < n1 && qStart[size_t(b)] >= 0; ++n)  // padding past row 0: refused by the call
             for (int64_t i = 0; i < p.qLen(b); ++i)
@@ -198,6 +198,9 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
                                       logical(p.dataSeed, kQueryRope, b, n, i, c));
     }
 
+    // MLA full quantisation: the key rope stays in dtype (bf16) beside the int8 cache.
+    const attnopsDataType ropeType = p.mlaFullQuant ? p.dtype : kvType;
+    const int64_t ropeLanes = ropeType == ATTNOPS_INT8 ? 32 : 16;
     // Key and value: layout tensors, or paged caches with a (shuffled) block table.
     int64_t maxBlocks = 0, blockNum = 0;
     const int64_t bs = p.blockSize;
@@ -231,9 +234,9 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         value = HostTensor(kvType, shape);
         if (dr > 0) {
             std::vector<int64_t> ropeShape = shape;
-            if (p.cache == "NZ") ropeShape[2] = dr / lanes;
+            if (p.cache == "NZ") ropeShape[2] = dr / ropeLanes, ropeShape[4] = ropeLanes;
             else ropeShape.back() = p.cache == "BnBsH" ? n2 * dr : dr;
-            keyRope = HostTensor(kvType, ropeShape);
+            keyRope = HostTensor(ropeType, ropeShape);
         }
     } else if (p.kvList) {
         for (int64_t b = 0; b < batches; ++b) {
@@ -250,13 +253,13 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         vShape.back() /= kvPack;
         key = HostTensor(kvType, kShape);
         value = HostTensor(kvType, vShape);
-        if (dr > 0) keyRope = HostTensor(kvType, layoutShape(in, batches, kvRows, n2, dr));
+        if (dr > 0) keyRope = HostTensor(ropeType, layoutShape(in, batches, kvRows, n2, dr));
     }
     if (!p.quantKv() && !p.kvList) {
         fill(key, nan);
         fill(value, nan);
-        if (dr > 0) fill(keyRope, nan);
     }
+    if (dr > 0 && !p.kvList && ropeType != ATTNOPS_INT8) fill(keyRope, nan);
     const auto* table = p.paged() ? static_cast<const int32_t*>(blockTable.data()) : nullptr;
     const auto kvIndex = [&](int64_t b, int64_t m, int64_t t, int64_t c, int64_t dim) {
         if (p.kvList) return layoutIndex(in, p.kvListRows(b), n2, dim, 0, m, t, c);
@@ -264,7 +267,7 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         const int64_t blk = table[b * maxBlocks + t / bs], slot = t % bs;
         if (p.cache == "BnBsH") return ((blk * bs + slot) * n2 + m) * dim + c;
         if (p.cache == "BnNBsD") return ((blk * n2 + m) * bs + slot) * dim + c;
-        const int64_t lanes = p.int8Kv ? 32 : 16;
+        const int64_t lanes = p.int8Kv && !(p.mlaFullQuant && dim == dr) ? 32 : 16;  // MLA full quant: a bf16 rope
         return (((blk * n2 + m) * (dim / lanes) + c / lanes) * bs + slot) * lanes + c % lanes;
     };
     const auto lowBits = p.int4Kv ? logicalInt4 : logicalInt8;  // the stored integers of a quantised source
@@ -333,7 +336,24 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         quantScale1.set(0, 127.0f);
         deqScale2 = deqScale(0.01 / 127.0);
     }
-    if (p.quantKv() && !p.fullQuant) {
+    if (p.mlaFullQuant) {  // spec 9.2 MLA: per token and head query scales, per-tensor key/value scales
+        std::vector<int64_t> shape = query.shape();
+        shape.pop_back();
+        if (in == "BSH") shape.push_back(n1);
+        dequantScaleQuery = HostTensor(ATTNOPS_FLOAT32, shape);
+        for (int64_t b = 0; b < batches; ++b)
+            for (int64_t n = 0; n < n1; ++n)
+                for (int64_t i = 0; i < qRows; ++i) {
+                    if (p.tnd() && b > 0) break;  // TND: [T, N], one pass over the packed rows
+                    const int64_t at = in == "BNSD" ? (b * n1 + n) * qRows + i : in == "TND" ? i * n1 + n : (b * qRows + i) * n1 + n;
+                    dequantScaleQuery.set(at, quantScale(p.dataSeed, kQueryScale, b * n1 + n, i));
+                }
+        keyScale = HostTensor(ATTNOPS_FLOAT32, {1});
+        keyScale.set(0, quantScale(p.dataSeed, kKeyScale, 0, 0));
+        valueScale = HostTensor(ATTNOPS_FLOAT32, {1});
+        valueScale.set(0, quantScale(p.dataSeed, kValueScale, 0, 0));
+    }
+    if (p.quantKv() && !p.fullQuant && !p.mlaFullQuant) {
         // Each mode's shape (spec 9.1), values per index: mode 0 [KV_N, D] (or [1]) and 2 [KV_N] in
         // the query dtype; 1 [B, S], 3 [B, KV_N, S], 4 [blockNum, bs], 5 [blockNum, KV_N, bs] fp32.
         const auto quant = [&](int64_t mode, int64_t dim, Kind scaleKind, Kind offsetKind, HostTensor& scale, HostTensor& offset) {
@@ -519,6 +539,8 @@ fia::Args fiaArgs(const FiaInstance& inst, const FiaArrays& arrays, const attnop
     a.pseShift = handle(inst.pseShift);
     a.queryRope = handle(inst.queryRope);
     a.keyRope = handle(inst.keyRope);
+    a.dequantScaleQuery = handle(inst.dequantScaleQuery);
+    a.queryQuantMode = p.mlaFullQuant ? 3 : 0;
     a.numHeads = p.heads;
     a.scaleValue = std::isnan(p.scale) ? 1.0 / std::sqrt(double(p.dim)) : p.scale;
     a.preTokens = p.preTokens;
@@ -678,12 +700,14 @@ double fiaForwardFlops(const FiaProblem& p) {
 
 double fiaKvBytes(const FiaProblem& p) {
     const double element = p.int4Kv ? 0.5 : p.int8Kv ? 1.0 : double(attnopsDataTypeSize(p.dtype));
+    const double ropeElement = p.mlaFullQuant ? double(attnopsDataTypeSize(p.dtype)) : element;  // MLA full quant: a bf16 rope
     // Per-token scales (fp32) and offsets: one of each per token for K and V in mode 1.
     const double perToken = p.quantKv() ? 4.0 * ((p.keyQuantMode == 1) + (p.valueQuantMode == 1)) * (p.quantOffset ? 2 : 1) : 0.0;
     double bytes = 0;
     for (int64_t b = 0; b < p.batches(); ++b)
         bytes += double(p.kvLen(b) + p.sharedPrefix()) *  // decode MLA reads the key once as key and value
-                 (double(p.kvHeads) * double(p.dim + p.ropeDim + (p.valueIsKey() ? 0 : p.vdim())) * element + perToken);
+                 (double(p.kvHeads) * (double(p.dim + (p.valueIsKey() ? 0 : p.vdim())) * element + double(p.ropeDim) * ropeElement) +
+                  perToken);
     return bytes;
 }
 

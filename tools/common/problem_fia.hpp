@@ -60,6 +60,10 @@ struct FiaProblem {
     // fp32 bits in the low half). dtype is then the output's (fp16) and pseShift's.
     bool fullQuant = false;
     attnopsDataType deqScaleDType = ATTNOPS_FLOAT32;
+    // MLA full quantisation (spec 9.2, with ropeDim 64, dim 512, int8Kv, a paged cache): int8
+    // query with dequantScaleQuery (queryQuantMode 3, fp32 per token and head), per-tensor fp32
+    // key/valueAntiquantScale, rope and output in dtype (bf16).
+    bool mlaFullQuant = false;
     uint64_t dataSeed = 1;
 
     std::string inLayout() const;          // the query/key/value layout (before '_')
@@ -72,6 +76,7 @@ struct FiaProblem {
     bool paged() const { return cache != "none"; }
     int64_t vdim() const { return vDim < 0 ? dim : vDim; }
     bool quantKv() const { return int8Kv || int4Kv; }
+    bool int8Query() const { return fullQuant || mlaFullQuant; }
     int64_t batches() const { return tnd() ? int64_t(qLens.size()) : batch; }
     bool valueIsKey() const { return ropeDim > 0 && dim == 512; }  // decode MLA: the value holds the key
     int64_t qLen(int64_t b) const;   // actual (effective) query length of batch b
@@ -85,6 +90,7 @@ struct FiaInstance {
     HostTensor query, key, value, attenMask, blockTable, keyScale, keyOffset, valueScale, valueOffset, sink;
     HostTensor antiquantScale, antiquantOffset, quantScale2, quantOffset2;
     HostTensor deqScale1, quantScale1, deqScale2;  // full int8 quantisation
+    HostTensor dequantScaleQuery;                  // MLA full quantisation
     HostTensor queryPaddingSize, kvPaddingSize, keySharedPrefix, valueSharedPrefix;
     std::vector<HostTensor> keyList, valueList;  // tensor-list key/value (problem.kvList)
     std::vector<int64_t> prefixLenArg;          // actualSharedPrefixLen (empty: not passed)

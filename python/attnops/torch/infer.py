@@ -48,12 +48,14 @@ def _value_dim(value: Tensor, layout: str, kv_heads: int, paged: bool) -> int:
     return value.shape[-1]
 
 
-def _out_dtype(query: Tensor, quant_scale2: Optional[Tensor]) -> torch.dtype:
-    """attention_out's dtype (spec 13.1): int8 with quant_scale2, else the query's (fp16 for an int8
-    query: full quantisation, spec 9.2)."""
+def _out_dtype(query: Tensor, quant_scale2: Optional[Tensor], query_rope: Optional[Tensor] = None) -> torch.dtype:
+    """attention_out's dtype (spec 13.1): int8 with quant_scale2, else the query's; for an int8 query
+    (full quantisation, spec 9.2) the query rope's (MLA full quant: bf16) if given, else fp16."""
     if quant_scale2 is not None:
         return torch.int8
-    return torch.float16 if query.dtype == torch.int8 else query.dtype
+    if query.dtype == torch.int8:
+        return query_rope.dtype if query_rope is not None else torch.float16
+    return query.dtype
 
 
 _FIA_LAYOUTS = ("BSH", "BSND", "BNSD", "TND", "NTD", "BNSD_BSND", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD", "BSND_NBSD",
@@ -108,7 +110,7 @@ def fused_infer_attention_score(
             raise ValueError(f"{name}: device {t.device}: attnops runs on CPU tensors")
     out_shape, lse_shape = _fia_shapes(query, value, input_layout, num_heads, num_key_value_heads,
                                        block_table is not None)
-    out = query.new_empty(out_shape, dtype=_out_dtype(query, quant_scale2))
+    out = query.new_empty(out_shape, dtype=_out_dtype(query, quant_scale2, query_rope))
     lse = query.new_empty(lse_shape if softmax_lse_flag else (0,), dtype=torch.float32)
     _C.fused_infer_attention_score(
         query, key, value, pse_shift, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, dequant_scale1,
@@ -131,7 +133,7 @@ def _(query, key, value, pse_shift, atten_mask, actual_seq_lengths, actual_seq_l
       value_antiquant_mode, query_quant_mode, softmax_lse_flag):
     out_shape, lse_shape = _fia_shapes(query, value, input_layout, num_heads, num_key_value_heads,
                                        block_table is not None)
-    return (query.new_empty(out_shape, dtype=_out_dtype(query, quant_scale2)),
+    return (query.new_empty(out_shape, dtype=_out_dtype(query, quant_scale2, query_rope)),
             query.new_empty(lse_shape if softmax_lse_flag else (0,), dtype=torch.float32))
 
 

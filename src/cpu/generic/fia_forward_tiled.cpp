@@ -139,7 +139,11 @@ void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
         const int64_t n1 = u.n2 * c.group + g;
         for (int64_t r = 0; r < rows; ++r) {  // [q ; qRope] per row
             float* q = sc.q + (g * rows + r) * dk;
-            fa::tile::loadRows(c.q, u.b, n1, qRow0 + r, 1, c.d, q);
+            if (p.queryDequant.scale == nullptr) {
+                fa::tile::loadRows(c.q, u.b, n1, qRow0 + r, 1, c.d, q);
+            } else {  // MLA full quant: the int8 query dequantised once per row
+                for (int64_t e = 0; e < c.d; ++e) q[e] = queryElement(p, u.b, n1, qRow0 + r, e);
+            }
             if (p.ropeDim > 0) fa::tile::loadRows(p.queryRope, u.b, n1, qRow0 + r, 1, p.ropeDim, q + c.d);
         }
         for (int64_t r = g * rows; r < (g + 1) * rows; ++r) {

@@ -373,8 +373,9 @@ Params checkForward(const Args& a, int32_t device) {
     if (list && k.dtype == DType::I4)
         unsupported("keyCount = {}: tensor-list key/value with int4 (int32 containers) is not supported", a.keyCount);
     const attnopsTensor& out = requireTensorOn(a.attentionOut, "attentionOut", device);
-    rejectGiven(a.dequantScaleQuery, "dequantScaleQuery", "MLA full quantisation");
-    if (a.queryQuantMode != 0) unsupported("queryQuantMode = {}: query quantisation is not implemented yet (pass 0)", a.queryQuantMode);
+    rejectGiven(a.keyRopeAntiquantScale, "keyRopeAntiquantScale", "dequantisation of an int8 key rope");
+    if (a.queryQuantMode != 0 && a.queryQuantMode != 3)
+        unsupported("queryQuantMode = {}: only 0 and 3 (MLA full quantisation, per token and head) are implemented", a.queryQuantMode);
     if (a.antiquantMode != 0 && a.antiquantMode != 1) invalidArgument("antiquantMode", a.antiquantMode, "must be 0 or 1");
 
     // 2. Layout, dtypes, heads and head dims (spec 4, 11, 12).
@@ -392,7 +393,9 @@ Params checkForward(const Args& a, int32_t device) {
         invalidArgument("key.dtype", dtypeName(k.dtype), "must equal query.dtype ({}), or be int8 or int32 (packed int4) (dequantised)",
                         dtypeName(q.dtype));
     if (v.dtype != k.dtype) invalidArgument("value.dtype", dtypeName(v.dtype), "must equal key.dtype ({})", dtypeName(k.dtype));
-    const DType plainOut = int8Query ? DType::F16 : q.dtype;  // int8 query: fp16 unless quantScale2
+    // int8 query: fp16 unless quantScale2; MLA full quant (queryRope given): the rope's dtype.
+    const attnopsTensor* qRopeEarly = optionalTensorOn(a.queryRope, "queryRope", device);
+    const DType plainOut = int8Query ? (qRopeEarly ? qRopeEarly->dtype : DType::F16) : q.dtype;
     if (out.dtype != (a.quantScale2 ? DType::I8 : plainOut))
         invalidArgument("attentionOut.dtype", dtypeName(out.dtype), "must be {} ({})", a.quantScale2 ? "int8" : dtypeName(plainOut),
                         a.quantScale2 ? "quantScale2 is given" : int8Query ? "int8 query without quantScale2" : "query.dtype without quantScale2");
@@ -699,6 +702,10 @@ Params checkForward(const Args& a, int32_t device) {
     fq.query = q.dtype;
     fq.key = k.dtype;
     fq.out = out.dtype;
+    fq.queryTensor = &q;
+    fq.layout = p.layout;
+    fq.n1 = s.n1;
+    fq.dv = s.dv;
     if (!checkFullQuant(a, fq, device, p)) checkAntiquant(a, qs, device, p);
     checkOutputQuant(a, qs, device, p);
 
@@ -733,7 +740,7 @@ Params checkForward(const Args& a, int32_t device) {
             for (int i = 0; i < 3; ++i) p.lse.stride[i] = lse.strides[i];
         }
     }
-    p.probDType = q.dtype;
+    p.probDType = p.queryDequant.scale ? DType::BF16 : q.dtype;  // MLA full quant: the bf16 rope/output dtype
     return p;
 }
 

@@ -19,6 +19,7 @@ constexpr int64_t kMlaDecodeDim = 512;     // decode MLA: Q/K D 512, the key is 
 constexpr int64_t kMlaPrefillDim = 128;    // prefill MLA (separate rope): Q/K/V D 128
 constexpr int64_t kMaxMlaQueryRows = 16;   // decode MLA: Q_S (per batch) 1-16
 constexpr int64_t kMaxMlaHeads = 128;
+constexpr int64_t kNzHalfLanes = 16;        // NZ D0 of a 16-bit cache (int8: 32)
 constexpr int64_t kPseDecodeAlign = 16;    // decode pse: D % 16 == 0
 
 std::string dtypeName(DType d) { return attnopsDataTypeName(attnopsDataType(int(d))); }
@@ -74,10 +75,20 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
         nullArgument(qr ? "keyRope" : "queryRope", fmt::format("must be given together with {} (MLA)", qr ? "queryRope" : "keyRope"));
     if (!qr) return;
     const bool paged = p.table.data != nullptr, tnd = p.layout == fa::Layout::TND;
-    if (s.int8Kv) invalidArgument("key.dtype", "int8", "MLA (queryRope/keyRope) does not take int8 key/value (antiquant)");
-    if (qr->dtype != q.dtype)
-        invalidArgument("queryRope.dtype", dtypeName(qr->dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
-    if (kr->dtype != k.dtype) invalidArgument("keyRope.dtype", dtypeName(kr->dtype), "must equal key.dtype ({})", dtypeName(k.dtype));
+    // An int8 query is MLA full quantisation (spec 9.2): int8 key/value, bf16 rope parts.
+    const bool fullQuant = q.dtype == DType::I8;
+    if (s.int8Kv && !fullQuant)
+        invalidArgument("key.dtype", "int8", "MLA (queryRope/keyRope) takes int8 key/value only with an int8 query (MLA full quantisation)");
+    if (fullQuant) {
+        if (qr->dtype != DType::BF16)
+            invalidArgument("queryRope.dtype", dtypeName(qr->dtype), "must be bf16 with an int8 query (MLA full quantisation)");
+        if (kr->dtype != DType::BF16)
+            invalidArgument("keyRope.dtype", dtypeName(kr->dtype), "must be bf16 with an int8 query (MLA full quantisation)");
+    } else {
+        if (qr->dtype != q.dtype)
+            invalidArgument("queryRope.dtype", dtypeName(qr->dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
+        if (kr->dtype != k.dtype) invalidArgument("keyRope.dtype", dtypeName(kr->dtype), "must equal key.dtype ({})", dtypeName(k.dtype));
+    }
     if (s.d != kMlaDecodeDim && s.d != kMlaPrefillDim)
         invalidArgument("query.shape", shapeString(q), "with queryRope the query's D must be {} or {}, not {}", kMlaPrefillDim,
                         kMlaDecodeDim, s.d);
@@ -86,7 +97,11 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
     if (shapeOf(*qr) != qWant)
         invalidArgument("queryRope.shape", shapeString(*qr), "must be {} (the query's shape with D = {})", dimsText(qWant), kRopeDim);
     const bool nz = p.cache == CacheFormat::NZ;
-    const std::vector<int64_t> kWant = withHeadDim(k, paged ? p.cache == CacheFormat::BnBsH : hidden, s.n2, nz, kRopeDim);
+    std::vector<int64_t> kWant = withHeadDim(k, paged ? p.cache == CacheFormat::BnBsH : hidden, s.n2, nz, kRopeDim);
+    if (nz && kr->dtype != k.dtype) {  // a bf16 rope beside an int8 NZ key: its own 16-lane groups
+        kWant[4] = kNzHalfLanes;
+        kWant[2] = kRopeDim / kNzHalfLanes;
+    }
     if (shapeOf(*kr) != kWant)
         invalidArgument("keyRope.shape", shapeString(*kr), "must be {} (the key's shape with D = {})", dimsText(kWant), kRopeDim);
     for (const auto& [t, name] : {std::pair{a.quantScale2, "quantScale2"}, std::pair{a.quantOffset2, "quantOffset2"},

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/handles.hpp"
+#include "ops/fused_infer_attention_score/check_mlaquant.hpp"
 
 namespace attnops::fia {
 namespace {
@@ -47,11 +48,27 @@ bool checkFullQuant(const Args& a, const FullQuantShapes& s, int32_t device, Par
     const attnopsTensor* q1 = optionalTensorOn(a.quantScale1, "quantScale1", device);
     const attnopsTensor* deq2 = optionalTensorOn(a.deqScale2, "deqScale2", device);
     if (s.query != DType::I8) {
-        for (auto [t, name] : {std::pair{deq1, "deqScale1"}, std::pair{q1, "quantScale1"}, std::pair{deq2, "deqScale2"}})
+        for (auto [t, name] : {std::pair{deq1, "deqScale1"}, std::pair{q1, "quantScale1"}, std::pair{deq2, "deqScale2"},
+                               std::pair{a.dequantScaleQuery, "dequantScaleQuery"}})
             if (t) invalidArgument(name, "non-NULL", "is only used with an int8 query (full quantisation; query.dtype is {})",
                                    dtypeName(s.query));
+        if (a.queryQuantMode != 0)
+            invalidArgument("queryQuantMode", a.queryQuantMode, "must be 0 with a {} query (3 is for an int8 query with MLA)", dtypeName(s.query));
         return false;
     }
+    if (s.rope) {  // MLA full quantisation (spec 9.2, decode MLA): its own operands
+        MlaQuantShapes m;
+        m.query = s.queryTensor;
+        m.layout = s.layout;
+        m.n1 = s.n1;
+        m.d = s.d;
+        m.dv = s.dv;
+        m.key = s.key;
+        checkMlaFullQuant(a, m, device, p);
+        return true;
+    }
+    if (a.queryQuantMode != 0)
+        invalidArgument("queryQuantMode", a.queryQuantMode, "must be 0 with an int8 query without queryRope (3 is MLA full quantisation)");
     // The int8-query cases the operator defines (spec 9.2, 11, 12).
     if (s.key != DType::I8)
         invalidArgument("key.dtype", dtypeName(s.key), "must be int8 with an int8 query (full quantisation, spec 9.2)");
@@ -59,9 +76,8 @@ bool checkFullQuant(const Args& a, const FullQuantShapes& s, int32_t device, Par
         invalidArgument("query.dtype", "int8", "full quantisation needs Q_S > 1 or inputLayout TND (Q_S = 1 decode has no int8 query)");
     if (s.paged) invalidArgument("blockTable", "non-NULL", "is not supported with an int8 query (full quantisation, spec 9.2)");
     if (s.prefix) invalidArgument("keySharedPrefix", "non-NULL", "is not supported with an int8 query (full quantisation, spec 10)");
-    if (s.rope || a.dequantScaleQuery)
-        invalidArgument(s.rope ? "queryRope" : "dequantScaleQuery", "non-NULL",
-                        "MLA full quantisation (int8 query with rope) is not part of the int8 prefill path (spec 9.2)");
+    if (a.dequantScaleQuery)
+        invalidArgument("dequantScaleQuery", "non-NULL", "is only used with MLA full quantisation (an int8 query with queryRope)");
     if (s.d % kInt8DimAlign != 0)
         invalidArgument("query.shape", fmt::format("D = {}", s.d), "full quantisation needs the head dim a multiple of {}", kInt8DimAlign);
     if (s.out != DType::F16 && s.out != DType::I8)

@@ -113,6 +113,17 @@ inline int32_t fullQuantProb(const FullQuant& f, float e) {
     return y != y ? 0 : int32_t(std::min(127.0f, std::max(-128.0f, y)));
 }
 
+// MLA full quantisation (spec 9.2 "MLA full quant", queryQuantMode 3): an int8 query dequantised
+// per token and head, q_hat(b, n1, row, d) = q * dequantScaleQuery(b, n1, row) (fp32); the rope
+// parts stay unscaled and the int8 key/value go through keyQuant/valueQuant (per tensor). The
+// maths after that is section 5's, with bf16 probabilities (the rope dtype).
+struct QueryDequant {
+    const float* scale = nullptr;      // NULL: the query is not dequantised
+    int64_t stride[3] = {0, 0, 0};     // (b, n1, row), row as core.q counts it (TND: packed row)
+
+    float at(int64_t b, int64_t n1, int64_t row) const { return scale[b * stride[0] + n1 * stride[1] + row * stride[2]]; }
+};
+
 struct Params {
     // Attention core: q and out views (b, n, row, d), per-batch lengths (seq; TND: qStart is
     // the batch's first packed row; paged: kvStart 0), mask rule, scale, n1/n2/group/d/dv.
@@ -138,6 +149,7 @@ struct Params {
     fa::View4 queryRope;           // (b, n1, row, d) like core.q
     KvSource keyRope;
     bool valueIsKey = false;       // decode MLA: value == key (the value input is never read)
+    QueryDequant queryDequant;     // MLA full quant (int8 query): served by the portable kernels only
     // Tree mask (sparse mode 9, spec 6; core.mask is then mode 1 without a tensor): key j of
     // batch b is masked for row i iff j >= skv - sq and tree(b, i, j - (skv - sq)) != 0.
     const uint8_t* tree = nullptr;  // NULL: no tree mask
@@ -231,6 +243,13 @@ inline float kvElement(const Params& p, const KvSource& s, const AntiquantSpec& 
     float scale, offset;
     tokenTerm(p.table, q, b, m, t, scale, offset);
     return (x + offset) * scale;
+}
+
+// Query element (b, n1, row, d) as the maths sees it: dequantised for MLA full quant.
+inline float queryElement(const Params& p, int64_t b, int64_t n1, int64_t row, int64_t d) {
+    if (p.queryDequant.scale == nullptr) return p.core.q.load(b, n1, row, d);
+    const float x = float(static_cast<const int8_t*>(p.core.q.data)[p.core.q.offset(b, n1, row, d)]);
+    return x * p.queryDequant.at(b, n1, row);
 }
 
 // The int8 value of output element (b, n1, row, c) whose attention result is `o` (spec 9.3; NaN

@@ -25,8 +25,15 @@ void scoreRow(const Params& p, int64_t b, int64_t n1, int64_t i, std::vector<Rea
         if (!rule.keeps(i, j) || fa::explicitMasked(c, b, n1, i, j)) continue;
         if (p.tree != nullptr && treeMasked(p, b, sq, skv, i, j)) continue;
         Real dot = 0;
-        for (int64_t d = 0; d < c.d; ++d)
-            dot += Real(c.q.load(b, n1, qRow, d)) * Real(kvElement(p, p.key, p.keyQuant, b, m, j, d));
+        if (p.queryDequant.scale == nullptr) {
+            for (int64_t d = 0; d < c.d; ++d)
+                dot += Real(c.q.load(b, n1, qRow, d)) * Real(kvElement(p, p.key, p.keyQuant, b, m, j, d));
+        } else {  // MLA full quant: the int8 query's per-token scale applied once to its exact dot
+            for (int64_t d = 0; d < c.d; ++d)
+                dot += Real(static_cast<const int8_t*>(c.q.data)[c.q.offset(b, n1, qRow, d)]) *
+                       Real(kvElement(p, p.key, p.keyQuant, b, m, j, d));
+            dot *= Real(p.queryDequant.at(b, n1, qRow));
+        }
         for (int64_t d = 0; d < p.ropeDim; ++d)  // MLA: the rope parts join the dot (spec 5 step 4)
             dot += Real(p.queryRope.load(b, n1, qRow, d)) * Real(kvElement(p, p.keyRope, AntiquantSpec{}, b, m, j, d));
         // pseShift is added after the scale (spec 5 step 6; form Dense, type 0).
