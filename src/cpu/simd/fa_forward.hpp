@@ -328,16 +328,18 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
             const int64_t nk = std::min(t.keyRows, keys.hi - k0);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            // fp32 key rows: used where they are stored when no conversion is needed.
+            // Key rows are copied (fp32) or converted into the scratch even where they are stored
+            // as fp32 rows: the score GEMM reads each block once per 24-column strip, and on its
+            // first strip it ran at 74-80% of the FMA peak with the keys streamed from L3 where
+            // they are stored, against 96% from L2; copying the block first (a sequential read)
+            // brought copy + GEMM to 80-86% (Zen 3, bench/results/amd-epyc-zen3-avx2/
+            // fwd_components.cpp). Widened bf16 and fp16 keys always took this route.
             const float* kRows = sc.k;
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
                 simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, sc.qp, qr, sc.st, qr, false);
             } else {
-                if (const float* stored = simd::storedFloatRows(p.k, u.b, u.n2, kvRow0, d))
-                    kRows = stored;
-                else
-                    simd::loadRowsFast<V>(p.k, u.b, u.n2, kvRow0, nk, d, sc.k);
+                simd::loadRowsFast<V>(p.k, u.b, u.n2, kvRow0, nk, d, sc.k);
                 simd::loadRowsStrips<V>(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vs);
             }
             // Partly masked blocks go through the GEMM too when the band is vectorisable and the
