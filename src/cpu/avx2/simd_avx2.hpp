@@ -75,6 +75,15 @@ struct Avx2 {
         return _mm256_mul_ps(x, _mm256_castsi256_ps(bits));
     }
 
+    // 2^n for t = n + 1.5 * 2^23 (n integral in [-126, 127]): n sits in the low mantissa bits of
+    // t, and shifting the biased exponent n + 127 into place drops t's own exponent bits. With
+    // t = x + 1.5 * 2^23 rounded (|x| < 2^22), n is x rounded to nearest even, as roundNearest
+    // gives, without the round and convert instructions.
+    ATTNOPS_AVX2_INLINE Vec pow2OfShifted(Vec t) {
+        const __m256i biased = _mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
+    }
+
     ATTNOPS_AVX2_INLINE IVec set1i(int32_t x) { return _mm256_set1_epi32(x); }
     ATTNOPS_AVX2_INLINE IVec addi(IVec a, IVec b) { return _mm256_add_epi32(a, b); }
     ATTNOPS_AVX2_INLINE IVec subi(IVec a, IVec b) { return _mm256_sub_epi32(a, b); }

@@ -111,10 +111,21 @@ constexpr float kMaxFinite = 3.40282347e38f;
 // every x <= 0, and 0 for NaN (x > -87.3 is false for NaN; the lanes computed from it are then
 // discarded). The dropped compare, blend and min issue on the FMA pipes on Zen 3, beside the
 // GEMMs' FMAs.
+//
+// Where the trait has pow2OfShifted (AVX2), n = round(x log2(e)) comes from adding and
+// subtracting 1.5 * 2^23 (the same n, ties to even, for |x log2(e)| < 2^22, which covers every
+// live lane) and 2^n from t's bits: two additions instead of a round and a convert.
 template <class V>
 ATTNOPS_SIMD_INLINE typename V::Vec expNonPositive(typename V::Vec x) {
     const auto live = V::greater(x, V::set1(-87.3f));
-    return V::zeroUnless(live, simd::expReduced<V>(x));
+    if constexpr (requires(typename V::Vec t) { V::pow2OfShifted(t); }) {
+        const auto shifter = V::set1(12582912.0f);  // 1.5 * 2^23
+        const auto t = V::add(V::mul(x, V::set1(1.44269504088896341f)), shifter);
+        const auto n = V::sub(t, shifter);
+        return V::zeroUnless(live, V::mul(simd::expPolynomial<V>(x, n), V::pow2OfShifted(t)));
+    } else {
+        return V::zeroUnless(live, simd::expReduced<V>(x));
+    }
 }
 
 // Online softmax of a block for rows [0, rows), V::kLanes rows per vector: scales the scores in
@@ -224,6 +235,72 @@ ATTNOPS_SIMD_INLINE bool valuesFinite(const float* vs, const uint32_t* vp, int64
         return Pairs::finite(vp, nk, dv);
 }
 
+// Keys of the block [k0, k0 + nk) that some query row of [i0, i1) may keep (the hull of their
+// bands and the prefix), block-relative: [lo, hi), empty when lo = hi.
+inline KeyRange blockKeys(const SeqRule& rule, int64_t i0, int64_t i1, int64_t k0, int64_t nk, int64_t skv) {
+    const KeyRange r = keyRange(rule, i0, i1, skv);
+    const int64_t lo = std::clamp<int64_t>(r.lo - k0, 0, nk), hi = std::clamp<int64_t>(r.hi - k0, 0, nk);
+    return {lo, std::max(lo, hi)};
+}
+
+// St = K . Q^T (fp32, rows of K at k with leading dimension d) for a partly masked block on the
+// band path: a register tile whose keys no query row of its column strip keeps is not computed
+// but zeroed (softmaxBlock's band turns those scores into -inf before anything reads them), so a
+// block on the causal diagonal costs about half a block. The other scores are gemmScores' values.
+// False (nothing done) when the block is not made of whole tiles; the caller then runs gemmScores.
+template <class V>
+ATTNOPS_SIMD_FN static bool bandScores(const SeqRule& rule, int64_t skv, int64_t q0, int64_t k0, int64_t nk,
+                                       int64_t rows, int64_t d, const float* k, const float* qt, int64_t qr,
+                                       float* st) {
+    constexpr int MR = simd::ScoreTile<V>::kRows, NV = simd::ScoreTile<V>::kVectors;
+    constexpr int64_t L = V::kLanes, W = NV * L;
+    if (nk % MR != 0 || rows % W != 0) return false;
+    for (int64_t n0 = 0; n0 < rows; n0 += W) {
+        const KeyRange kept = blockKeys(rule, q0 + n0, q0 + n0 + W, k0, nk, skv);
+        const int64_t lo = kept.lo / MR * MR, hi = (kept.hi + MR - 1) / MR * MR;
+        for (int64_t m = 0; m < nk; ++m)
+            if (m < lo || m >= hi)
+                for (int64_t c = 0; c < W; c += L) V::store(st + m * qr + n0 + c, V::zero());
+        for (int64_t m0 = lo; m0 < hi; m0 += MR)
+            simd::gemmTile<V, simd::F32Dot<V>, MR, NV, false, false>(d, k + m0 * d, d, qt + n0, qr, st + m0 * qr + n0,
+                                                                     qr, V::all(), false);
+    }
+    return true;
+}
+
+// acc[rows x dv] += P . V (P = pt[key][row], V in column strips as loadRowsStrips packs it) for a
+// partly masked block on the band path: each register tile of query rows runs over the keys some
+// row of it keeps, no further. The keys skipped have probability 0 for every row of the tile and
+// finite values (the band path requires it), so each would add +-0 to the accumulator, which
+// changes nothing (the sum is never -0 unless the rescale underflowed it to -0; then the skipped
+// terms would have made it +0, and skipping keeps the reference's -0: it skips masked keys too).
+template <class V>
+ATTNOPS_SIMD_FN static void bandValues(const SeqRule& rule, int64_t skv, int64_t q0, int64_t k0, int64_t nk,
+                                       int64_t rows, int64_t dv, const float* pt, int64_t qr, const float* vs,
+                                       float* acc) {
+    constexpr int64_t W = simd::stripWidth<V>(), L = V::kLanes;
+    constexpr int MR = V::kTileRows;
+    using Dot = simd::F32Dot<V>;
+    for (int64_t c0 = 0; c0 < dv; c0 += W) {
+        const int64_t cols = std::min(W, dv - c0);
+        const int nv = int((cols + L - 1) / L);
+        const typename V::Mask last = V::tail(cols - (nv - 1) * L);
+        const float* strip = vs + (c0 / W) * nk * W;
+        for (int64_t m0 = 0; m0 < rows; m0 += MR) {
+            const int mr = int(std::min<int64_t>(MR, rows - m0));
+            const KeyRange kept = blockKeys(rule, q0 + m0, q0 + m0 + mr, k0, nk, skv);
+            if (kept.hi == kept.lo) continue;
+            const float* a = pt + kept.lo * qr + m0;
+            const float* b = strip + kept.lo * W;
+            float* c = acc + m0 * dv + c0;
+            if (cols != nv * L)
+                simd::gemmRows<V, Dot, true, true>(mr, nv, kept.hi - kept.lo, a, qr, b, W, c, dv, last, true);
+            else
+                simd::gemmRows<V, Dot, true, false>(mr, nv, kept.hi - kept.lo, a, qr, b, W, c, dv, last, true);
+        }
+    }
+}
+
 // Pairs = void: everything converted to fp32 and multiplied with fp32 FMAs. Otherwise bf16
 // inputs multiplied as bf16 pairs (Q.K^T exact products, P rounded to bf16 for P.V like the
 // naive low-precision computation of the tolerance rule).
@@ -251,29 +328,38 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
             const int64_t nk = std::min(t.keyRows, keys.hi - k0);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            // fp32 key rows: used where they are stored when no conversion is needed.
+            // Key rows are copied (fp32) or converted into the scratch even where they are stored
+            // as fp32 rows: the score GEMM reads each block once per 24-column strip, and on its
+            // first strip it ran at 74-80% of the FMA peak with the keys streamed from L3 where
+            // they are stored, against 96% from L2; copying the block first (a sequential read)
+            // brought copy + GEMM to 80-86% (Zen 3, bench/results/amd-epyc-zen3-avx2/
+            // fwd_components.cpp). Widened bf16 and fp16 keys always took this route.
             const float* kRows = sc.k;
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
                 simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, sc.qp, qr, sc.st, qr, false);
             } else {
-                if (const float* stored = simd::storedFloatRows(p.k, u.b, u.n2, kvRow0, d))
-                    kRows = stored;
-                else
-                    simd::loadRowsFast<V>(p.k, u.b, u.n2, kvRow0, nk, d, sc.k);
+                simd::loadRowsFast<V>(p.k, u.b, u.n2, kvRow0, nk, d, sc.k);
                 simd::loadRowsStrips<V>(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vs);
-                simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
             }
             // Partly masked blocks go through the GEMM too when the band is vectorisable and the
             // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
+            bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
+            if constexpr (!kPairs) {
+                banded = !full && vectorSoftmax && bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv) &&
+                         bandScores<V>(rule, skv, u.q0, k0, nk, rows, d, kRows, sc.qt, qr, sc.st);
+                if (!banded) simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
+            }
             if constexpr (kPairs) Pairs::packRowPairs(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vp);
-            if (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv)))) {
+            if (banded || (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
                 softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
                 if constexpr (kPairs) {  // acc += P . V
                     Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
                     simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, sc.acc, dv,
                                                              true);
+                } else if (banded) {
+                    bandValues<V>(rule, skv, u.q0, k0, nk, rows, dv, sc.st, qr, sc.vs, sc.acc);
                 } else {
                     simd::gemmStrips<V, true>(rows, dv, nk, sc.st, qr, sc.vs, sc.acc, dv, true);
                 }
