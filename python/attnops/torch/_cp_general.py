@@ -51,7 +51,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
-from .cp import _pack, _unpack  # cp imports this module lazily, so no cycle
+from ._cp_common import _gather_sum, _HeadsToSeq, _heads_to_seq, _pack, _Ring, _SeqToHeads, _unpack
+from ._cp_common import comm_stats
 from .merge import merge_max_sum
 
 INT32_MAX = _ops.INT32_MAX
@@ -393,25 +394,7 @@ def _rows(t: Tensor, r: int, n: int) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# Communication helpers (with the statistics of attnops.torch.cp)
-
-
-def _stats():
-    from .cp import comm_stats
-    return comm_stats
-
-
-def _gather_sum(x: Tensor, g, world: int) -> Tensor:
-    """The sum over the ranks of x, added in rank order (every rank gets the same bits)."""
-    if world == 1:
-        return x
-    parts = x.new_empty((world,) + tuple(x.shape))
-    _stats().record("allgather_dsink", x)
-    dist.all_gather_into_tensor(parts.view(-1), x.contiguous().view(-1), group=g)
-    total = parts[0].clone()
-    for j in range(1, world):
-        total += parts[j]
-    return total
+# Communication helpers (with the statistics of attnops.torch._cp_common)
 
 
 def _sink_merge(out, mx, sm, sink):
@@ -434,42 +417,16 @@ def _dsink_local(dout, out, mx, sm, sink) -> Tensor:
     return -terms.cumsum(0)[-1].float()
 
 
-class _Ring:
-    def __init__(self, g, world: int, rank: int):
-        self.g, self.world, self.rank = g, world, rank
-        self.next = dist.get_global_rank(g, (rank + 1) % world)
-        self.prev = dist.get_global_rank(g, (rank - 1) % world)
-
-    def start(self, send: Tensor, recv: Tensor, kind: str, hops: int = 0):
-        """Sends to the next rank and receives from the previous one; with ``hops`` (the
-        early-stopped ring's last dK/dV transfer) sends ``hops`` ranks back and receives from
-        ``hops`` ranks ahead."""
-        _stats().record(kind, send)
-        dst, src = self.next, self.prev
-        if hops:
-            dst = dist.get_global_rank(self.g, (self.rank - hops) % self.world)
-            src = dist.get_global_rank(self.g, (self.rank + hops) % self.world)
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, dst, self.g),
-                                       dist.P2POp(dist.irecv, recv, src, self.g)])
-
-    @staticmethod
-    def wait(reqs) -> None:
-        t0 = time.perf_counter()
-        for req in reqs:
-            req.wait()
-        _stats().wait_s += time.perf_counter() - t0
-
-
 def _gather_kv(k, v, g, world, order):
     """K and V of every rank, fp32, rows in the order ``order`` (indices into the rank-major
     concatenation)."""
     local = _pack(k, v, dtype=torch.float32)
     if world > 1:
         gathered = local.new_empty(world * local.numel())
-        _stats().record("allgather_kv", local)
+        comm_stats.record("allgather_kv", local)
         t0 = time.perf_counter()
         dist.all_gather_into_tensor(gathered, local, group=g)
-        _stats().wait_s += time.perf_counter() - t0
+        comm_stats.wait_s += time.perf_counter() - t0
         gathered = gathered.view(world, -1)
     else:
         gathered = local.view(1, -1)
@@ -618,10 +575,10 @@ class _BlockAttention(torch.autograd.Function):
             if world > 1:
                 send = torch.stack([_pack(dkr[:, j * s:(j + 1) * s], dvr[:, j * s:(j + 1) * s]) for j in range(world)])
                 recv = torch.empty_like(send)
-                _stats().record("reduce_scatter_dkv", send)
+                comm_stats.record("reduce_scatter_dkv", send)
                 t0 = time.perf_counter()
                 dist.all_to_all_single(recv, send, group=g)
-                _stats().wait_s += time.perf_counter() - t0
+                comm_stats.wait_s += time.perf_counter() - t0
                 total = recv[0].clone()
                 for j in range(1, world):
                     total += recv[j]
@@ -638,20 +595,6 @@ class _BlockAttention(torch.autograd.Function):
 # Ulysses (inner group) around it
 
 
-class ReplicatedGrad(torch.autograd.Function):
-    """Identity on a parameter every rank holds (a sink); the backward sums every rank's
-    gradient in rank order, so each rank gets the gradient of the whole sequence."""
-
-    @staticmethod
-    def forward(ctx, x, g, world):
-        ctx.cfg = (g, world)
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _gather_sum(dy.contiguous(), *ctx.cfg), None, None
-
-
 class _HeadSlice(torch.autograd.Function):
     """x[h0:h1] of a replicated per-head parameter; the backward gathers every rank's slice of
     the gradient (in head order), so each rank gets the gradient of all heads."""
@@ -665,7 +608,7 @@ class _HeadSlice(torch.autograd.Function):
     def backward(ctx, dy):
         n, g, world = ctx.cfg
         full = dy.new_empty((world,) + tuple(dy.shape))
-        _stats().record("allgather_dsink", dy)
+        comm_stats.record("allgather_dsink", dy)
         dist.all_gather_into_tensor(full.view(-1), dy.contiguous().view(-1), group=g)
         return full.reshape(n), None, None, None, None
 
@@ -676,8 +619,6 @@ def attention(q, k, v, sink, geom: Geometry, scale: float, comm: str, g, world: 
     packed positions held by a rank of the flat order (ring rank * inner size + inner rank);
     ``kv_positions_of``: those of its key/value rows where they differ (cross-attention; no inner
     group). inner = (group, size, rank) or None. Returns (out BSND, max, sum [B, S, N, 1] fp32)."""
-    from .cp import _heads_to_seq, _HeadsToSeq, _SeqToHeads
-
     if inner is None or inner[1] == 1:
         kv = [kv_positions_of(j) for j in range(world)] if kv_positions_of is not None else None
         lay = Layout([positions_of(j) for j in range(world)], starts, kv)

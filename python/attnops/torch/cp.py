@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -54,6 +53,10 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
+from . import _cp_general as gen
+# Shared with the block-wise path; CommStats and comm_stats stay importable from here (cp.comm_stats).
+from ._cp_common import CommStats, comm_stats  # noqa: F401
+from ._cp_common import ReplicatedGrad, _HeadsToSeq, _Ring, _SeqToHeads, _heads_to_seq, _pack, _unpack
 from .merge import merge_max_sum, tnd_stats_from_token_major
 from .flash_attn import _CAUSAL_MASK
 from .flash_attn import flash_attn_func as _plain_flash_attn_func
@@ -66,27 +69,6 @@ SCHEMES = ("zigzag", "contiguous", "llama3")
 COMMS = ("ring", "allgather", "ulysses")
 # The sequence axis of each supported layout.
 SEQ_DIM = {"BSND": 1, "BNSD": 2, "BSH": 1, "SBH": 0}
-
-
-class CommStats:
-    """What this process sent since the last reset: transfers by kind (one per send or
-    collective call), bytes sent by kind, and seconds spent waiting for communication to finish
-    (the part not hidden behind compute)."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.transfers: Counter = Counter()
-        self.bytes: Counter = Counter()
-        self.wait_s = 0.0
-
-    def record(self, kind: str, sent: Tensor) -> None:
-        self.transfers[kind] += 1
-        self.bytes[kind] += sent.numel() * sent.element_size()
-
-
-comm_stats = CommStats()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,42 +275,8 @@ def _add(t: Tensor, rows, value: Tensor) -> None:
         t.index_add_(1, rows, value)
 
 
-def _pack(*ts: Tensor, dtype=None) -> Tensor:
-    return torch.cat([t.reshape(-1) for t in ts]).to(dtype or ts[0].dtype)
-
-
-def _unpack(flat: Tensor, *shapes):
-    out, at = [], 0
-    for shape in shapes:
-        n = math.prod(shape)
-        out.append(flat[at:at + n].view(shape))
-        at += n
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Ring
-
-
-class _Ring:
-    """Sends to the next rank and receives from the previous one, both posted at once."""
-
-    def __init__(self, g, world: int, rank: int):
-        self.g = g
-        self.next = dist.get_global_rank(g, (rank + 1) % world)
-        self.prev = dist.get_global_rank(g, (rank - 1) % world)
-
-    def start(self, send: Tensor, recv: Tensor, kind: str):
-        comm_stats.record(kind, send)
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.g),
-                                       dist.P2POp(dist.irecv, recv, self.prev, self.g)])
-
-    @staticmethod
-    def wait(reqs) -> None:
-        t0 = time.perf_counter()
-        for req in reqs:
-            req.wait()
-        comm_stats.wait_s += time.perf_counter() - t0
 
 
 def _ring_block(scheme: str, causal: bool, rank: int, src: int, s_local: int, world: int, lengths=None,
@@ -619,53 +567,6 @@ def _varlen_drop(dropout, lengths, world: int, rank: int, scheme: str, kv_rows: 
 
 # ---------------------------------------------------------------------------------------------
 # Ulysses
-
-
-def _a2a(send: Tensor, g, kind: str) -> Tensor:
-    send = send.contiguous()
-    recv = torch.empty_like(send)
-    comm_stats.record(kind, send)
-    t0 = time.perf_counter()
-    dist.all_to_all_single(recv, send, group=g)
-    comm_stats.wait_s += time.perf_counter() - t0
-    return recv
-
-
-def _seq_to_heads(x: Tensor, g, world: int) -> Tensor:
-    """[B, S_local, N, D] (rows of this rank, all heads) -> [B, W*S_local, N/W, D] (rows of every
-    rank, rank-major; this rank's head group)."""
-    b, s, n, d = x.shape
-    recv = _a2a(x.reshape(b, s, world, n // world, d).permute(2, 0, 1, 3, 4), g, "alltoall")
-    return recv.permute(1, 0, 2, 3, 4).reshape(b, world * s, n // world, d)
-
-
-def _heads_to_seq(y: Tensor, g, world: int) -> Tensor:
-    """The inverse of _seq_to_heads."""
-    b, sw, n, d = y.shape
-    recv = _a2a(y.reshape(b, world, sw // world, n, d).permute(1, 0, 2, 3, 4), g, "alltoall")
-    return recv.permute(1, 2, 0, 3, 4).reshape(b, sw // world, world * n, d)
-
-
-class _SeqToHeads(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, g, world):
-        ctx.cfg = (g, world)
-        return _seq_to_heads(x, g, world)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _heads_to_seq(dy, *ctx.cfg), None, None
-
-
-class _HeadsToSeq(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, y, g, world):
-        ctx.cfg = (g, world)
-        return _heads_to_seq(y, g, world)
-
-    @staticmethod
-    def backward(ctx, dx):
-        return _seq_to_heads(dx, *ctx.cfg), None, None
 
 
 class _DropAttention(torch.autograd.Function):
@@ -1179,8 +1080,6 @@ def _check_sink(sink, heads: int) -> None:
 def _general_attention(query, key, value, head_num, layout, scale, causal, group, comm, scheme, cu_seqlens,
                        sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group,
                        drop=(1.0, 0, 0)):
-    from . import _cp_general as gen
-
     g, world, rank, inner, fw, fr = _flat(group, ulysses_group)
     if inner is not None and comm not in ("ring", "allgather"):
         raise ValueError(f"comm = {comm!r} with ulysses_group: the hybrid runs Ulysses inside ulysses_group and "
@@ -1373,8 +1272,6 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
         prefix = [p for p, r in zip(values, owner) if r == rank]
     _check_sink(sink, query.shape[1])
     if sink is not None and world > 1:
-        from ._cp_general import ReplicatedGrad
-
         sink = ReplicatedGrad.apply(sink, g, world)  # dsink of every rank's sequences, on every rank
     mine = [i for i, r in enumerate(owner) if r == rank]
     if not local_cum:
