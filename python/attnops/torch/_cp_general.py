@@ -115,23 +115,27 @@ class DropSpec(NamedTuple):
     q_len: int = 0
     kv_len: int = 0
     cum: Optional[Tensor] = None
+    kv_cum: Optional[Tensor] = None  # TND cross-attention: the keys' cumulative lengths (else cum)
 
 
 def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Optional[Tensor], prefix,
              pse: Optional[Tensor], pse_type: int, *, batch: int, heads: int, seq_len: int, lengths=None,
-             kv_len: Optional[int] = None) -> Geometry:
+             kv_len: Optional[int] = None, kv_lengths=None) -> Geometry:
     """The global rule of a call, validated. Self-attention (Sq = Skv: top-left and bottom-right
-    origins coincide) or, with ``kv_len`` != seq_len, cross-attention (fixed layouts; sparse modes
-    0-4, the bottom-right modes 3/4 shifted by d = Skv - Sq); ``lengths``: the packed sequences'
+    origins coincide) or, with ``kv_len`` != seq_len (fixed layouts) or ``kv_lengths`` !=
+    ``lengths`` (TND, per sequence), cross-attention: sparse modes 0-4, the bottom-right modes
+    3/4 shifted by d = Skv - Sq (per sequence for TND); ``lengths``: the packed sequences'
     lengths (TND)."""
     tnd = lengths is not None
     if sparse_mode not in range(9):
         raise ValueError(f"sparse_mode = {sparse_mode}: must be in [0, 8]")
     kv_len = seq_len if kv_len is None else kv_len
     d = kv_len - seq_len
-    if d and (sparse_mode > 4 or prefix is not None or pse is not None or tnd):
-        raise ValueError(f"sparse_mode = {sparse_mode}: cross-attention shards (query length {seq_len}, key length "
-                         f"{kv_len}) take sparse modes 0-4 with fixed layouts, without prefix or pse")
+    seq_d = [b - a for a, b in zip(lengths, kv_lengths)] if tnd and kv_lengths is not None else []
+    if (d or any(seq_d)) and (sparse_mode > 4 or prefix is not None or pse is not None):
+        what = "key lengths per sequence" if seq_d else f"query length {seq_len}, key length {kv_len}"
+        raise ValueError(f"sparse_mode = {sparse_mode}: cross-attention shards ({what}) take sparse modes 0-4, "
+                         "without prefix or pse")
     if sparse_mode in (7, 8) and not tnd:
         raise ValueError(f"sparse_mode = {sparse_mode}: modes 7 and 8 split packed sequences; they need input_layout "
                          "TND")
@@ -150,6 +154,10 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
         g.lo, g.hi = -UNBOUNDED, d
     elif sparse_mode in (2, 5, 6, 7, 8):
         g.lo, g.hi = -UNBOUNDED, 0
+    if any(seq_d) and sparse_mode in (3, 4):  # bottom-right: every sequence's band shifted by its own d
+        for s, ds in enumerate(seq_d):
+            g.seq_bands[s] = ((-UNBOUNDED, ds) if sparse_mode == 3 else
+                              (_clamp_tokens(ds - pre), _clamp_tokens(ds + nxt)))
     if sparse_mode in (7, 8):
         live = [i for i, n in enumerate(lengths) if n > 0]
         if live:
@@ -213,9 +221,12 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
 def runs(pos: Tensor, starts: Optional[List[int]]):
     """Contiguous runs of global positions ``pos`` (packed index, rows in local order):
     [sequence, start in the sequence, length, first local row]. ``starts``: the packed
-    sequences' start offsets (TND), None for one sequence per batch row."""
+    sequences' start offsets (TND), None for one sequence per batch row. Rows at position -1
+    (padding) belong to no run."""
     out = []
     for r, x in enumerate(pos.tolist()):
+        if x < 0:  # a padding row (uneven "llama3" slices): in no run, so in no block
+            continue
         s = bisect.bisect_right(starts, x) - 1 if starts else 0
         off = x - starts[s] if starts else x
         if out and out[-1][0] == s and out[-1][1] + out[-1][2] == off and out[-1][3] + out[-1][2] == r:
@@ -318,7 +329,8 @@ def _drop_call(geom: Geometry, blk: Block):
     d = geom.drop
     if geom.tnd:
         geo = _ops.DropoutGeometry(head_num=d.heads, head_offset=d.head_offset, q_row_offset=blk.q0,
-                                   kv_row_offset=blk.k0, actual_seq_qlen=d.cum, actual_seq_kvlen=d.cum,
+                                   kv_row_offset=blk.k0, actual_seq_qlen=d.cum,
+                                   actual_seq_kvlen=d.cum if d.kv_cum is None else d.kv_cum,
                                    seq_index=torch.tensor([blk.seq], dtype=torch.int64))
     else:
         geo = _ops.DropoutGeometry(head_num=d.heads, head_offset=d.head_offset, q_seq_len=d.q_len,
@@ -446,6 +458,11 @@ class Layout:
     positions: List[Tensor]
     starts: Optional[List[int]]
     kv_positions: Optional[List[Tensor]] = None
+    kv_starts: Optional[List[int]] = None  # TND cross-attention: the key sequences' starts (else starts)
+
+    @property
+    def ks(self) -> Optional[List[int]]:
+        return self.starts if self.kv_starts is None else self.kv_starts
 
     def kv(self, j: int) -> Tensor:
         return (self.kv_positions or self.positions)[j]
@@ -460,7 +477,7 @@ def ring_steps(geom: Geometry, lay: Layout, world: int) -> int:
     transfer of K/V nobody needs; dK/dV then go home in one hop). Every rank computes the same
     number from the global rule, without communicating."""
     qruns = [runs(lay.positions[r], lay.starts) for r in range(world)]
-    kruns = [runs(lay.kv(r), lay.starts) for r in range(world)]
+    kruns = [runs(lay.kv(r), lay.ks) for r in range(world)]
     for st in range(world - 1, 0, -1):
         if any(plan(geom, qruns[r], kruns[(r - st) % world]) for r in range(world)):
             return st + 1
@@ -492,7 +509,7 @@ class _BlockAttention(torch.autograd.Function):
             for st in range(steps):
                 reqs = ring.start(cur, nxt, "kv") if st + 1 < steps else []
                 src = (rank - st) % world
-                blocks = plan(geom, qruns, runs(lay.kv(src), lay.starts))
+                blocks = plan(geom, qruns, runs(lay.kv(src), lay.ks))
                 if blocks:
                     kk, vv = _unpack(cur, k.shape, v.shape)
                     step(kk.float(), vv.float(), blocks)
@@ -502,7 +519,7 @@ class _BlockAttention(torch.autograd.Function):
             allpos = lay.kv_all()
             order = torch.argsort(allpos)
             kk, vv = _gather_kv(k, v, g, world, order)
-            step(kk, vv, plan(geom, qruns, runs(allpos[order], lay.starts)))
+            step(kk, vv, plan(geom, qruns, runs(allpos[order], lay.ks)))
         if sink is not None:
             out, mx, sm = _sink_merge(out, mx, sm, sink)
         ctx.save_for_backward(q, k, v, out, mx, sm, sink)
@@ -539,7 +556,7 @@ class _BlockAttention(torch.autograd.Function):
                 kv_reqs = ring.start(cur, nxt, "kv") if st + 1 < steps else []
                 local.zero_()
                 src = (rank - st) % world
-                blocks = plan(geom, qruns, runs(lay.kv(src), lay.starts))
+                blocks = plan(geom, qruns, runs(lay.kv(src), lay.ks))
                 if blocks:
                     kk, vv = _unpack(cur, k.shape, v.shape)
                     lk, lv = _unpack(local, k.shape, v.shape)
@@ -567,7 +584,7 @@ class _BlockAttention(torch.autograd.Function):
             order = torch.argsort(allpos)
             kk, vv = _gather_kv(k, v, g, world, order)
             dks, dvs = torch.zeros_like(kk), torch.zeros_like(vv)
-            step(kk, vv, dks, dvs, plan(geom, qruns, runs(allpos[order], lay.starts)))
+            step(kk, vv, dks, dvs, plan(geom, qruns, runs(allpos[order], lay.ks)))
             # Back to rank-major rows, then every rank's share summed in rank order.
             dkr = torch.zeros_like(dks).index_copy_(1, order, dks)
             dvr = torch.zeros_like(dvs).index_copy_(1, order, dvs)
@@ -614,14 +631,15 @@ class _HeadSlice(torch.autograd.Function):
 
 
 def attention(q, k, v, sink, geom: Geometry, scale: float, comm: str, g, world: int, rank: int, positions_of,
-              starts, inner=None, kv_positions_of=None):
+              starts, inner=None, kv_positions_of=None, kv_starts=None):
     """q/k/v BSND ([1, T, N, D] for packed sequences). ``positions_of(flat_rank)``: the global
     packed positions held by a rank of the flat order (ring rank * inner size + inner rank);
-    ``kv_positions_of``: those of its key/value rows where they differ (cross-attention; no inner
-    group). inner = (group, size, rank) or None. Returns (out BSND, max, sum [B, S, N, 1] fp32)."""
+    ``kv_positions_of``: those of its key/value rows where they differ (cross-attention), with
+    ``kv_starts`` the key sequences' starts (TND cross-attention). inner = (group, size, rank) or
+    None. Returns (out BSND, max, sum [B, S, N, 1] fp32)."""
     if inner is None or inner[1] == 1:
         kv = [kv_positions_of(j) for j in range(world)] if kv_positions_of is not None else None
-        lay = Layout([positions_of(j) for j in range(world)], starts, kv)
+        lay = Layout([positions_of(j) for j in range(world)], starts, kv, kv_starts)
         return _BlockAttention.apply(q, k, v, sink, geom, scale, comm, g, world, rank, lay)
     ig, iw, ir = inner
     n, nk = q.shape[2], k.shape[2]
@@ -636,7 +654,11 @@ def attention(q, k, v, sink, geom: Geometry, scale: float, comm: str, g, world: 
     qh, kh, vh = (_SeqToHeads.apply(t, ig, iw) for t in (q, k, v))
     sink_h = _HeadSlice.apply(sink, h0, h1, ig, iw) if sink is not None else None
     # Rows after the all-to-all: the inner group's shards, rank-major.
-    lay = Layout([torch.cat([positions_of(j * iw + i) for i in range(iw)]) for j in range(world)], starts)
+    kv = None
+    if kv_positions_of is not None:  # cross-attention: the key rows' own positions, same flat order
+        kv = [torch.cat([kv_positions_of(j * iw + i) for i in range(iw)]) for j in range(world)]
+    lay = Layout([torch.cat([positions_of(j * iw + i) for i in range(iw)]) for j in range(world)], starts, kv,
+                 kv_starts)
     out, mx, sm = _BlockAttention.apply(qh, kh, vh, sink_h, geom.heads(h0, h1, n), scale, comm, g, world, rank, lay)
     stats = _heads_to_seq(torch.cat([mx, sm], 3), ig, iw)
     return _HeadsToSeq.apply(out, ig, iw).to(dtype), stats[..., :1], stats[..., 1:]
