@@ -63,7 +63,7 @@ def llama3_uneven_cases():
         c.append(kw)
 
     add((1, 3), mode=3, comm="allgather")
-    add((2, 4), mode=3, comm="ring")
+    add((2, 4), mode=3, comm="ring", steps={4: 3})  # T = 49: no sequence spans 4 slices
     add((3,), mode=1, comm="ulysses", dtype=bf16)
     add((2,), mode=4, pre=3, next=1, comm="ring", sink=True, keep=KEEP)
     add((4,), mode=3, comm="ring", hybrid=True)
@@ -242,13 +242,94 @@ def check_tnd_cross(case, world, rank, failures):
             failures.append(f"{tag}: the output with dropout equals the one without")
 
 
+def check_entry_points(case, world, rank, failures):
+    """TND cross-attention through the torch_npu- and flash-attn-style entry points: out and
+    every gradient against the plain (single-process) entry point, sharded; flash-attn's
+    softmax_lse too."""
+    from attnops.torch import cp, flash_attn_varlen_func, npu_fusion_attention
+
+    scheme = case.get("scheme", "zigzag")
+    ql, kl = tnd_cross_lengths(world, scheme)
+    g = torch.Generator().manual_seed(case["seed"])
+    q = layout_tensor("TND", 1, N, sum(ql), D, torch.float32, g)
+    k = layout_tensor("TND", 1, NK, sum(kl), D, torch.float32, g)
+    v = layout_tensor("TND", 1, NK, sum(kl), DV, torch.float32, g)
+    dout = layout_tensor("TND", 1, N, sum(ql), DV, torch.float32, g)
+    qc, kc = (torch.tensor(x).cumsum(0) for x in (ql, kl))
+    scale = 1 / math.sqrt(D)
+
+    def local(t, cum):
+        return cp.shard(t, seq_dim=0, scheme=scheme, cu_seqlens=cum.tolist())
+
+    def run(fn, q, k, v, dout, lse_of):
+        q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+        res = fn(q, k, v)
+        res[0].backward(dout)
+        return [res[0].detach(), lse_of(res), q.grad, k.grad, v.grad]
+
+    z = torch.zeros(1, dtype=torch.int32)
+    fq, fk = torch.cat([z, qc.int()]), torch.cat([z, kc.int()])
+    if case["api"] == "flash":
+        def plain(q, k, v):
+            return flash_attn_varlen_func(q, k, v, fq, fk, max(ql), max(kl), causal=True, return_attn_probs=True)
+
+        def sharded(q, k, v):
+            return cp.flash_attn_varlen_func(q, k, v, fq, fk, max(ql), max(kl), causal=True, return_attn_probs=True,
+                                             comm=case["comm"], scheme=scheme)
+        want = run(plain, q, k, v, dout, lambda r: r[1].detach())
+        lse = want[1]
+        want = [local(want[0], qc), local(lse.transpose(0, 1), qc).transpose(0, 1), local(want[2], qc),
+                local(want[3], kc), local(want[4], kc)]
+        got = run(sharded, local(q, qc), local(k, kc), local(v, kc), local(dout, qc), lambda r: r[1].detach())
+    else:
+        kw = dict(atten_mask=CAUSAL, scale=scale, sparse_mode=3, actual_seq_qlen=qc.tolist(),
+                  actual_seq_kvlen=kc.tolist(), softmax_layout="TND")
+
+        def plain(q, k, v):
+            return npu_fusion_attention(q, k, v, N, "TND", **kw)
+
+        def sharded(q, k, v):
+            return cp.npu_fusion_attention(q, k, v, N, "TND", comm=case["comm"], scheme=scheme, **kw)
+        want = run(plain, q, k, v, dout, lambda r: r[1][..., 0].detach())
+        want = [local(want[0], qc), local(want[1], qc), local(want[2], qc), local(want[3], kc), local(want[4], kc)]
+        got = run(sharded, local(q, qc), local(k, kc), local(v, kc), local(dout, qc), lambda r: r[1][..., 0].detach())
+    tag = f"{case['kind']} W={world} rank={rank} {dict((a, b) for a, b in case.items() if a not in ('w', 'kind'))}"
+    for name, a, w in zip(["out", "lse/max", "dq", "dk", "dv"], got, want):
+        if a.shape != w.shape:
+            failures.append(f"{tag}: {name} shape {list(a.shape)}, expected {list(w.shape)}")
+            continue
+        if world == 1:
+            if not torch.equal(feat.bits(a), feat.bits(w)):
+                failures.append(f"{tag}: {name} is not bit-identical to the plain entry point")
+            continue
+        a, w = a.double(), w.double()
+        finite = w[torch.isfinite(w)]
+        bound = 1e-5 * max(1.0, finite.abs().max().item() if finite.numel() else 0.0)
+        err = torch.where(a == w, torch.zeros_like(a), a - w).abs().max().item() if a.numel() else 0.0
+        if not err <= bound:
+            failures.append(f"{tag}: {name} error {err:.3e} against the plain entry point > {bound:.3e}")
+
+
+def entry_cases():
+    c = []
+
+    def add(w, **kw):
+        kw.update(seed=1000 + len(c), w=w, kind="tnd-cross-entry")
+        c.append(kw)
+
+    add((1, 2), api="flash", comm="allgather")
+    add((3,), api="npu", comm="ring")
+    add((2,), api="npu", comm="ulysses", scheme="contiguous")
+    return c
+
+
 # ---------------------------------------------------------------------------------------------
 # The runs
 
 
 def all_cases():
     return ([(check_uneven, c) for c in llama3_uneven_cases()] + [(feat.check_case, c) for c in cross_ulysses_cases()]
-            + [(check_tnd_cross, c) for c in tnd_cross_cases()])
+            + [(check_tnd_cross, c) for c in tnd_cross_cases()] + [(check_entry_points, c) for c in entry_cases()])
 
 
 def worker(rank, world, store, out_dir, which):

@@ -18,8 +18,9 @@ Alibi slopes (pseType 2/3) get qStartIdx/kvStartIdx = the block's global starts,
 that of global positions; a dense pse is sliced like the mask. Dropout: each block's call names
 the global position of its first row and key (and, packed, its global sequence, the block being
 called in TND layout), so the kernels draw the single-process op's keep bits. Cross-attention
-(S1 != S2, fixed layouts): query and key rows have positions of their own, the bottom-right
-modes' band is shifted by S2 - S1.
+(S1 != S2; TND: per-sequence lengths): query and key rows have positions (and, TND, sequence
+starts) of their own, the bottom-right modes' band is shifted by S2 - S1 (per sequence). Rows
+at position -1 are padding (uneven "llama3" slices) and belong to no block.
 
 The partial results merge in fp32 by their statistics (attnops.torch.merge). A sink enters once,
 after the last block (a block of one key whose score is the sink and whose value is 0), never once

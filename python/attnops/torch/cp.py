@@ -32,8 +32,10 @@ for bit). Results are bitwise reproducible run to run at a given W: every sum ha
 
 Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own;
 whole sequences per rank with ``scheme="whole"``, balanced by work, no communication; or
-``scheme="llama3"``, contiguous slices of the packed token stream, sequences cut anywhere);
-self-attention, and cross-attention shards (fixed layouts, global S1 != S2, ring or all-gather);
+``scheme="llama3"``, contiguous slices of the packed token stream, sequences cut anywhere, any T:
+rank r holds tokens [floor(rT/W), floor((r+1)T/W)));
+self-attention, and cross-attention shards (global S1 != S2, every comm and the hybrid; TND with
+``cu_seqlens_kv``, per-sequence query and key lengths);
 GQA/MQA; Dv != D. No mask or causal take the paths below; sparse modes 0-8 (bands, prefixes, TND
 modes 7/8, explicit global masks), learnable sinks, pse (alibi slopes on global positions, dense
 global bias), the Ulysses-inside, ring-across hybrid (``ulysses_group=``), "llama3" and
@@ -901,8 +903,9 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     sink, and pse (alibi slopes with pse_type 2/3 on global positions, or a dense global bias)
     are supported; q_start_idx/kv_start_idx are computed from the shards and must be None.
 
-    TND: actual_seq_qlen = actual_seq_kvlen = the global cumulative lengths (CANN style); the
-    statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
+    TND: actual_seq_qlen, actual_seq_kvlen = the global cumulative lengths (CANN style; when
+    they differ, cross-attention: key/value sharded by actual_seq_kvlen, every sequence on its
+    own, sparse modes 0-4); the statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
     (the rank's share of each sequence, or its whole sequences with scheme="whole"). With a group
     of one process this is the plain op."""
     _, _, _, _, world, _ = _flat(group, ulysses_group)
@@ -918,9 +921,13 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     if input_layout == "TND":
         as_list = [None if x is None else [int(y) for y in (x.tolist() if isinstance(x, Tensor) else x)]
                    for x in (actual_seq_qlen, actual_seq_kvlen)]
-        if as_list[0] is None or as_list[0] != as_list[1]:
+        if as_list[0] is None or as_list[1] is None:
             raise ValueError(f"actual_seq_qlen = {as_list[0]}, actual_seq_kvlen = {as_list[1]}: under context "
-                             "parallelism both must be given and equal (self-attention over packed sequences)")
+                             "parallelism both must be given (the global cumulative lengths)")
+    # TND cross-attention: the keys' own cumulative lengths (None: self-attention lengths).
+    kv_cum = None
+    if input_layout == "TND" and as_list[0] != as_list[1]:
+        kv_cum = as_list[1]
     if not 0.0 < keep_prob <= 1.0:
         raise ValueError(f"keep_prob = {keep_prob}: must be in (0, 1]")
     # torch_npu's rule: no mask tensor, no masking (the mode and the tokens are ignored).
@@ -929,16 +936,17 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     seed = _shared_seed(g) if keep_prob < 1.0 else 0
     if world == 1 and scheme != "whole":
         _checked(query, key, value, head_num, input_layout, comm, scheme, world, actual_seq_qlen,
-                 _is_cross(query, key, input_layout))
+                 _is_cross(query, key, input_layout) or kv_cum is not None)
         if keep_prob < 1.0:  # the plain op with the group's seed
             cum = [int(x) for x in actual_seq_qlen] if input_layout == "TND" else None
             out, mx, sm = _plain_general(query, key, value, head_num, input_layout, scale, mode, pre, nxt,
                                          atten_mask if mode in (0, 1, 5) else None, prefix if mode in (5, 6) else None,
-                                         sink, pse, pse_type, cum, (keep_prob, seed, 0))
+                                         sink, pse, pse_type, cum, (keep_prob, seed, 0), kv_cum)
             mx, sm = (x[..., None].expand(*x.shape, _ops.STAT_LANES).contiguous() for x in (mx, sm))
             if input_layout == "TND" and softmax_layout != "TND":
                 mx, sm = (tnd_stats_from_token_major(x, actual_seq_qlen) for x in (mx, sm))
-            return out, mx, sm, query.new_empty((0,)), seed, 0, _numels(query, head_num, input_layout, actual_seq_qlen)
+            return out, mx, sm, query.new_empty((0,)), seed, 0, _numels(query, head_num, input_layout, actual_seq_qlen,
+                                                                        kv_cum=kv_cum)
         return _plain_npu_fusion_attention(query, key, value, head_num, input_layout, pse=pse, atten_mask=atten_mask,
                                            scale=scale, pre_tockens=pre, next_tockens=nxt,
                                            inner_precise=inner_precise, prefix=prefix, sparse_mode=sparse_mode,
@@ -950,7 +958,7 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
                             next_tokens=nxt if mode in (0, 4, 7, 8) else INT32_MAX,
                             atten_mask=atten_mask if mode in (0, 1, 5) else None,
                             prefix=prefix if mode in (5, 6) else None, sink=sink, pse=pse, pse_type=pse_type,
-                            ulysses_group=ulysses_group, keep_prob=keep_prob, seed=seed)
+                            ulysses_group=ulysses_group, keep_prob=keep_prob, seed=seed, cu_seqlens_kv=kv_cum)
     lanes = _ops.STAT_LANES
     mx, sm = (x[..., None].expand(*x.shape, lanes).contiguous() for x in (mx, sm))
     if input_layout == "TND" and softmax_layout != "TND":
@@ -964,7 +972,7 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
         mx, sm = (tnd_stats_from_token_major(x, local_cum) for x in (mx, sm))
     if keep_prob < 1.0:
         return out, mx, sm, query.new_empty((0,)), seed, 0, _numels(query, head_num, input_layout, actual_seq_qlen,
-                                                                    world)
+                                                                    world, kv_cum)
     return out, mx, sm, query.new_empty((0,)), 0, 0, 0
 
 
@@ -992,12 +1000,14 @@ def _shared_seed(g) -> int:
     return int(seed[0])
 
 
-def _numels(query: Tensor, head_num: int, layout: str, actual_seq_qlen, world: int = 1) -> int:
+def _numels(query: Tensor, head_num: int, layout: str, actual_seq_qlen, world: int = 1, kv_cum=None) -> int:
     """Dropout bits of the global problem (torch_npu's numels output)."""
     if layout == "TND":
         cum = _cum_list(actual_seq_qlen)
+        kcum = cum if kv_cum is None else _cum_list(kv_cum)
         lens = [b - a for a, b in zip([0] + cum[:-1], cum)]
-        return head_num * sum(n * n for n in lens)
+        kv_lens = [b - a for a, b in zip([0] + kcum[:-1], kcum)]
+        return head_num * sum(n * m for n, m in zip(lens, kv_lens))
     q = _bsnd(query, layout, head_num, "query")
     s = q.shape[1] * world
     return q.shape[0] * q.shape[2] * s * s
@@ -1039,8 +1049,9 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
                            return_attn_probs: bool = False, block_table: Optional[Tensor] = None, *, group=None,
                            comm: str = "allgather", scheme: str = "zigzag", ulysses_group=None):
     """flash_attn_varlen_func over the shards of packed sequences: q/k/v [T_local, H, D], each
-    sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q = cu_seqlens_k = the
-    global cumulative lengths (int32, leading 0). Returns out
+    sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q, cu_seqlens_k: the
+    global cumulative lengths (int32, leading 0); when they differ (cross-attention) k/v are
+    sharded by cu_seqlens_k, every sequence on its own. Returns out
     [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs). window_size and
     alibi_slopes ([H]) apply per sequence, on global positions; dropout (no window or alibi) draws
     the single-process op's keep bits. scheme="whole": whole sequences per rank (:func:`shard_whole`)."""
@@ -1050,11 +1061,12 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     if softcap != 0.0 or block_table is not None:
         raise ValueError(f"softcap = {softcap}, block_table: not supported under context parallelism (must be 0.0, "
                          "None)")
-    if not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu()):
-        raise ValueError("cu_seqlens_k: differs from cu_seqlens_q: under context parallelism both must be the same "
-                         "global cumulative lengths (self-attention)")
+    # Cross-attention (TND): the keys' own global cumulative lengths, each sequence sharded on its own.
+    cross = not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu())
     if world == 1 and scheme != "whole" and dropout_p == 0.0:
-        _checked(q, k, v, q.shape[1], "TND", comm, scheme, world, cu_seqlens_q)
+        _checked(q, k, v, q.shape[1], "TND", comm, scheme, world, cu_seqlens_q, cross)
+        if cross:
+            _checked_kv_tnd(k, v, cu_seqlens_k, world, scheme, len(_lengths(cu_seqlens_q, q.shape[0])))
         return _plain_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0,
                                              softmax_scale, causal, window_size, 0.0, alibi_slopes,
                                              return_attn_probs=return_attn_probs)
@@ -1062,6 +1074,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     seed = _shared_seed(g) if dropout_p > 0.0 else 0
     out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, group=group, comm=comm, scheme=scheme,
                             cu_seqlens=cu_seqlens_q, ulysses_group=ulysses_group, keep_prob=1.0 - dropout_p, seed=seed,
+                            cu_seqlens_kv=cu_seqlens_k if cross else None,
                             **_window_args(causal, window_size, alibi_slopes))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach().transpose(0, 1), None
