@@ -4,7 +4,7 @@ processes:
   [floor(r*T/W), floor((r+1)*T/W)) (slices differ by at most one token; with T < W some ranks
   hold none), over ring, all-gather, Ulysses and the hybrid;
 - cross-attention (query and key lengths differ) with Ulysses and with the Ulysses-inside,
-  ring-across hybrid (fixed layouts);
+  ring-across hybrid (fixed layouts), and with a dense global pse [B|1, N, S1|1, S2];
 - cross-attention with TND: per-sequence query and key lengths (``cu_seqlens_kv``), every
   sequence's queries and keys sharded on their own, sparse modes 0-4 with the bottom-right
   modes shifted per sequence, over ring, all-gather, Ulysses and the hybrid, dropout included.
@@ -32,7 +32,7 @@ import cp_harness
 import test_context_parallel_masks as masks
 import test_cp_features as feat
 from test_context_parallel import layout_tensor
-from test_context_parallel_masks import CAUSAL, D, DV, INT32_MAX, N, NK, groups
+from test_context_parallel_masks import B, CAUSAL, D, DV, INT32_MAX, N, NK, groups
 
 DEADLINE_S = 600
 KEEP, SEED = feat.KEEP, feat.SEED
@@ -101,7 +101,27 @@ def cross_ulysses_cases():
     add((2,), mode=0, pre=9, next=3, comm="ulysses", kv_chunk=4, explicit=True, dtype=bf16, sink=True)
     add((4,), mode=3, comm="ring", kv_chunk=5, hybrid=True)
     add((), mode=1, comm="allgather", kv_chunk=2, hybrid=True, layout="BSH", sink=True)
+    # A dense global pse [B|1, N, S1|1, S2] with cross-attention, sliced per block.
+    add((2,), mode=3, comm="ring", kv_chunk=5, dense_pse=(B, N, True))
+    add((3,), mode=1, comm="allgather", kv_chunk=2, dense_pse=(1, N, False), layout="BNSD", keep=KEEP)
+    add((2,), mode=4, pre=4, next=2, comm="ulysses", kv_chunk=4, dense_pse=(B, N, True), dtype=bf16)
     return c
+
+
+def make_cross_pse(case, world):
+    """test_cp_features.make_cross, plus a dense global pse (pse_type 1) [b, N, S1 or 1, S2]
+    when the case names one: dense_pse = (b, N, full rows)."""
+    q, k, v, dout, lengths, s1, extra = _MAKE_CROSS(case, world)
+    if case.get("dense_pse"):
+        b, n, rows = case["dense_pse"]
+        s2 = 4 * world * case["kv_chunk"]
+        g = torch.Generator().manual_seed(case["seed"] + 1)
+        extra["pse"] = torch.randn(b, n, s1 if rows else 1, s2, generator=g, dtype=torch.float64).to(case["dtype"])
+        extra["pse_type"] = 1
+    return q, k, v, dout, lengths, s1, extra
+
+
+_MAKE_CROSS = feat.make_cross
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,6 +356,7 @@ def worker(rank, world, store, out_dir, which):
     import attnops
 
     masks.tnd_lengths = uneven_lengths  # make_inputs' packed lengths: T = 12W + 1 for the llama3 cases
+    feat.make_cross = make_cross_pse  # cross-attention inputs with a dense pse where the case names one
     attnops.set_threads(1)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,

@@ -133,10 +133,12 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
     kv_len = seq_len if kv_len is None else kv_len
     d = kv_len - seq_len
     seq_d = [b - a for a, b in zip(lengths, kv_lengths)] if tnd and kv_lengths is not None else []
-    if (d or any(seq_d)) and (sparse_mode > 4 or prefix is not None or pse is not None):
+    # A dense pse (pse_type 0/1, fixed layouts) is sliced per block like the mask, cross or not.
+    dense_pse = pse is not None and pse_type in (0, 1) and not tnd
+    if (d or any(seq_d)) and (sparse_mode > 4 or prefix is not None or (pse is not None and not dense_pse)):
         what = "key lengths per sequence" if seq_d else f"query length {seq_len}, key length {kv_len}"
         raise ValueError(f"sparse_mode = {sparse_mode}: cross-attention shards ({what}) take sparse modes 0-4, "
-                         "without prefix or pse")
+                         "without prefix or alibi pse (a dense pse, fixed layouts, is supported)")
     if sparse_mode in (7, 8) and not tnd:
         raise ValueError(f"sparse_mode = {sparse_mode}: modes 7 and 8 split packed sequences; they need input_layout "
                          "TND")
@@ -204,9 +206,11 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
                                  "(alibi slopes, pse_type 2/3, are)")
             shape = tuple(pse.shape)
             if not (len(shape) == 4 and shape[0] in (1, batch) and shape[1] == heads and shape[2] in (1, seq_len)
-                    and shape[3] == seq_len):
+                    and shape[3] == kv_len):
+                sizes = f"S = {seq_len}" if kv_len == seq_len else f"S1 = {seq_len}, S2 = {kv_len}"
+                form = "[B|1, N, S|1, S]" if kv_len == seq_len else "[B|1, N, S1|1, S2]"
                 raise ValueError(f"pse: shape {list(shape)}: with pse_type {pse_type} under context parallelism it is "
-                                 f"the global bias [B|1, N, S|1, S] with S = {seq_len} (no compressed form)")
+                                 f"the global bias {form} with {sizes} (no compressed form)")
         else:
             raise ValueError(f"pse_type = {pse_type}: must be 0, 1, 2 or 3")
         g.pse, g.pse_type = pse, pse_type
