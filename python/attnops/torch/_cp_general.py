@@ -314,7 +314,7 @@ def _pse_args(geom: Geometry, blk: Block):
         return geom.pse, [blk.q0], [blk.k0]
     p = geom.pse
     rows = p[:, :, :, blk.k0:blk.k0 + blk.c] if p.shape[2] == 1 else p[:, :, blk.q0:blk.q0 + blk.a, blk.k0:blk.k0 + blk.c]
-    return rows.contiguous(), None, None
+    return rows.float().contiguous(), None, None  # the block-wise path calls the kernels in fp32
 
 
 def _mask_arg(blk: Block, batch: int):
