@@ -437,8 +437,8 @@ def test_llama3_pieces_and_positions():
     assert cp.llama3_cu_seqlens(cum, 2, 0) == [5, 12]  # sequence 0, then the head of sequence 2
     assert cp.llama3_cu_seqlens(cum, 2, 1) == [4, 5, 12]  # its tail, sequence 3, sequence 4
     assert cp.llama3_cu_seqlens([0, 8], 4, 0) == [2]
-    with pytest.raises(ValueError, match="packed token count 10: must be divisible by 4"):
-        cp.shard_index(10, 4, 0, "llama3", cu_seqlens=[3, 10])
+    # T not divisible by W: slices [floor(rT/W), floor((r+1)T/W)) (test_cp_gaps.py).
+    assert cp.shard_index(10, 4, 1, "llama3", cu_seqlens=[3, 10]).tolist() == [2, 3, 4]
     with pytest.raises(ValueError, match="cu_seqlens = \\[3, 9\\]: must be non-decreasing cumulative lengths ending"):
         cp.shard_index(10, 2, 0, "llama3", cu_seqlens=[3, 9])
 
@@ -473,8 +473,6 @@ def test_feature_argument_errors(tmp_path):
         kv = torch.randn(1, 12, 4, 8)
         with pytest.raises(ValueError, match="sparse_mode = 6: cross-attention shards"):
             cp.attention(q, kv, kv, 4, "BSND", scale=1.0, sparse_mode=6, prefix=[2])
-        with pytest.raises(ValueError, match="comm = 'ulysses': cross-attention shards"):
-            cp.attention(q, kv, kv, 4, "BSND", scale=1.0, causal=True, comm="ulysses")
         with pytest.raises(ValueError, match="atten_mask: shape \\[8, 8\\].*S1 = 8, S2 = 12"):
             cp.attention(q, kv, kv, 4, "BSND", scale=1.0, sparse_mode=1, atten_mask=torch.zeros(8, 8, dtype=torch.bool))
         with pytest.raises(ValueError, match="key: local sequence length 3: must be even for scheme 'zigzag'"):

@@ -18,8 +18,9 @@ Alibi slopes (pseType 2/3) get qStartIdx/kvStartIdx = the block's global starts,
 that of global positions; a dense pse is sliced like the mask. Dropout: each block's call names
 the global position of its first row and key (and, packed, its global sequence, the block being
 called in TND layout), so the kernels draw the single-process op's keep bits. Cross-attention
-(S1 != S2, fixed layouts): query and key rows have positions of their own, the bottom-right
-modes' band is shifted by S2 - S1.
+(S1 != S2; TND: per-sequence lengths): query and key rows have positions (and, TND, sequence
+starts) of their own, the bottom-right modes' band is shifted by S2 - S1 (per sequence). Rows
+at position -1 are padding (uneven "llama3" slices) and belong to no block.
 
 The partial results merge in fp32 by their statistics (attnops.torch.merge). A sink enters once,
 after the last block (a block of one key whose score is the sink and whose value is 0), never once
@@ -51,7 +52,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
-from .cp import _pack, _unpack  # cp imports this module lazily, so no cycle
+from ._cp_common import _gather_sum, _HeadsToSeq, _heads_to_seq, _pack, _Ring, _SeqToHeads, _unpack
+from ._cp_common import comm_stats
 from .merge import merge_max_sum
 
 INT32_MAX = _ops.INT32_MAX
@@ -114,23 +116,29 @@ class DropSpec(NamedTuple):
     q_len: int = 0
     kv_len: int = 0
     cum: Optional[Tensor] = None
+    kv_cum: Optional[Tensor] = None  # TND cross-attention: the keys' cumulative lengths (else cum)
 
 
 def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Optional[Tensor], prefix,
              pse: Optional[Tensor], pse_type: int, *, batch: int, heads: int, seq_len: int, lengths=None,
-             kv_len: Optional[int] = None) -> Geometry:
+             kv_len: Optional[int] = None, kv_lengths=None) -> Geometry:
     """The global rule of a call, validated. Self-attention (Sq = Skv: top-left and bottom-right
-    origins coincide) or, with ``kv_len`` != seq_len, cross-attention (fixed layouts; sparse modes
-    0-4, the bottom-right modes 3/4 shifted by d = Skv - Sq); ``lengths``: the packed sequences'
+    origins coincide) or, with ``kv_len`` != seq_len (fixed layouts) or ``kv_lengths`` !=
+    ``lengths`` (TND, per sequence), cross-attention: sparse modes 0-4, the bottom-right modes
+    3/4 shifted by d = Skv - Sq (per sequence for TND); ``lengths``: the packed sequences'
     lengths (TND)."""
     tnd = lengths is not None
     if sparse_mode not in range(9):
         raise ValueError(f"sparse_mode = {sparse_mode}: must be in [0, 8]")
     kv_len = seq_len if kv_len is None else kv_len
     d = kv_len - seq_len
-    if d and (sparse_mode > 4 or prefix is not None or pse is not None or tnd):
-        raise ValueError(f"sparse_mode = {sparse_mode}: cross-attention shards (query length {seq_len}, key length "
-                         f"{kv_len}) take sparse modes 0-4 with fixed layouts, without prefix or pse")
+    seq_d = [b - a for a, b in zip(lengths, kv_lengths)] if tnd and kv_lengths is not None else []
+    # A dense pse (pse_type 0/1, fixed layouts) is sliced per block like the mask, cross or not.
+    dense_pse = pse is not None and pse_type in (0, 1) and not tnd
+    if (d or any(seq_d)) and (sparse_mode > 4 or prefix is not None or (pse is not None and not dense_pse)):
+        what = "key lengths per sequence" if seq_d else f"query length {seq_len}, key length {kv_len}"
+        raise ValueError(f"sparse_mode = {sparse_mode}: cross-attention shards ({what}) take sparse modes 0-4, "
+                         "without prefix or alibi pse (a dense pse, fixed layouts, is supported)")
     if sparse_mode in (7, 8) and not tnd:
         raise ValueError(f"sparse_mode = {sparse_mode}: modes 7 and 8 split packed sequences; they need input_layout "
                          "TND")
@@ -149,6 +157,10 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
         g.lo, g.hi = -UNBOUNDED, d
     elif sparse_mode in (2, 5, 6, 7, 8):
         g.lo, g.hi = -UNBOUNDED, 0
+    if any(seq_d) and sparse_mode in (3, 4):  # bottom-right: every sequence's band shifted by its own d
+        for s, ds in enumerate(seq_d):
+            g.seq_bands[s] = ((-UNBOUNDED, ds) if sparse_mode == 3 else
+                              (_clamp_tokens(ds - pre), _clamp_tokens(ds + nxt)))
     if sparse_mode in (7, 8):
         live = [i for i, n in enumerate(lengths) if n > 0]
         if live:
@@ -194,9 +206,11 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
                                  "(alibi slopes, pse_type 2/3, are)")
             shape = tuple(pse.shape)
             if not (len(shape) == 4 and shape[0] in (1, batch) and shape[1] == heads and shape[2] in (1, seq_len)
-                    and shape[3] == seq_len):
+                    and shape[3] == kv_len):
+                sizes = f"S = {seq_len}" if kv_len == seq_len else f"S1 = {seq_len}, S2 = {kv_len}"
+                form = "[B|1, N, S|1, S]" if kv_len == seq_len else "[B|1, N, S1|1, S2]"
                 raise ValueError(f"pse: shape {list(shape)}: with pse_type {pse_type} under context parallelism it is "
-                                 f"the global bias [B|1, N, S|1, S] with S = {seq_len} (no compressed form)")
+                                 f"the global bias {form} with {sizes} (no compressed form)")
         else:
             raise ValueError(f"pse_type = {pse_type}: must be 0, 1, 2 or 3")
         g.pse, g.pse_type = pse, pse_type
@@ -212,9 +226,12 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
 def runs(pos: Tensor, starts: Optional[List[int]]):
     """Contiguous runs of global positions ``pos`` (packed index, rows in local order):
     [sequence, start in the sequence, length, first local row]. ``starts``: the packed
-    sequences' start offsets (TND), None for one sequence per batch row."""
+    sequences' start offsets (TND), None for one sequence per batch row. Rows at position -1
+    (padding) belong to no run."""
     out = []
     for r, x in enumerate(pos.tolist()):
+        if x < 0:  # a padding row (uneven "llama3" slices): in no run, so in no block
+            continue
         s = bisect.bisect_right(starts, x) - 1 if starts else 0
         off = x - starts[s] if starts else x
         if out and out[-1][0] == s and out[-1][1] + out[-1][2] == off and out[-1][3] + out[-1][2] == r:
@@ -297,7 +314,7 @@ def _pse_args(geom: Geometry, blk: Block):
         return geom.pse, [blk.q0], [blk.k0]
     p = geom.pse
     rows = p[:, :, :, blk.k0:blk.k0 + blk.c] if p.shape[2] == 1 else p[:, :, blk.q0:blk.q0 + blk.a, blk.k0:blk.k0 + blk.c]
-    return rows.contiguous(), None, None
+    return rows.float().contiguous(), None, None  # the block-wise path calls the kernels in fp32
 
 
 def _mask_arg(blk: Block, batch: int):
@@ -317,7 +334,8 @@ def _drop_call(geom: Geometry, blk: Block):
     d = geom.drop
     if geom.tnd:
         geo = _ops.DropoutGeometry(head_num=d.heads, head_offset=d.head_offset, q_row_offset=blk.q0,
-                                   kv_row_offset=blk.k0, actual_seq_qlen=d.cum, actual_seq_kvlen=d.cum,
+                                   kv_row_offset=blk.k0, actual_seq_qlen=d.cum,
+                                   actual_seq_kvlen=d.cum if d.kv_cum is None else d.kv_cum,
                                    seq_index=torch.tensor([blk.seq], dtype=torch.int64))
     else:
         geo = _ops.DropoutGeometry(head_num=d.heads, head_offset=d.head_offset, q_seq_len=d.q_len,
@@ -393,25 +411,7 @@ def _rows(t: Tensor, r: int, n: int) -> Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# Communication helpers (with the statistics of attnops.torch.cp)
-
-
-def _stats():
-    from .cp import comm_stats
-    return comm_stats
-
-
-def _gather_sum(x: Tensor, g, world: int) -> Tensor:
-    """The sum over the ranks of x, added in rank order (every rank gets the same bits)."""
-    if world == 1:
-        return x
-    parts = x.new_empty((world,) + tuple(x.shape))
-    _stats().record("allgather_dsink", x)
-    dist.all_gather_into_tensor(parts.view(-1), x.contiguous().view(-1), group=g)
-    total = parts[0].clone()
-    for j in range(1, world):
-        total += parts[j]
-    return total
+# Communication helpers (with the statistics of attnops.torch._cp_common)
 
 
 def _sink_merge(out, mx, sm, sink):
@@ -434,42 +434,16 @@ def _dsink_local(dout, out, mx, sm, sink) -> Tensor:
     return -terms.cumsum(0)[-1].float()
 
 
-class _Ring:
-    def __init__(self, g, world: int, rank: int):
-        self.g, self.world, self.rank = g, world, rank
-        self.next = dist.get_global_rank(g, (rank + 1) % world)
-        self.prev = dist.get_global_rank(g, (rank - 1) % world)
-
-    def start(self, send: Tensor, recv: Tensor, kind: str, hops: int = 0):
-        """Sends to the next rank and receives from the previous one; with ``hops`` (the
-        early-stopped ring's last dK/dV transfer) sends ``hops`` ranks back and receives from
-        ``hops`` ranks ahead."""
-        _stats().record(kind, send)
-        dst, src = self.next, self.prev
-        if hops:
-            dst = dist.get_global_rank(self.g, (self.rank - hops) % self.world)
-            src = dist.get_global_rank(self.g, (self.rank + hops) % self.world)
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, dst, self.g),
-                                       dist.P2POp(dist.irecv, recv, src, self.g)])
-
-    @staticmethod
-    def wait(reqs) -> None:
-        t0 = time.perf_counter()
-        for req in reqs:
-            req.wait()
-        _stats().wait_s += time.perf_counter() - t0
-
-
 def _gather_kv(k, v, g, world, order):
     """K and V of every rank, fp32, rows in the order ``order`` (indices into the rank-major
     concatenation)."""
     local = _pack(k, v, dtype=torch.float32)
     if world > 1:
         gathered = local.new_empty(world * local.numel())
-        _stats().record("allgather_kv", local)
+        comm_stats.record("allgather_kv", local)
         t0 = time.perf_counter()
         dist.all_gather_into_tensor(gathered, local, group=g)
-        _stats().wait_s += time.perf_counter() - t0
+        comm_stats.wait_s += time.perf_counter() - t0
         gathered = gathered.view(world, -1)
     else:
         gathered = local.view(1, -1)
@@ -489,6 +463,11 @@ class Layout:
     positions: List[Tensor]
     starts: Optional[List[int]]
     kv_positions: Optional[List[Tensor]] = None
+    kv_starts: Optional[List[int]] = None  # TND cross-attention: the key sequences' starts (else starts)
+
+    @property
+    def ks(self) -> Optional[List[int]]:
+        return self.starts if self.kv_starts is None else self.kv_starts
 
     def kv(self, j: int) -> Tensor:
         return (self.kv_positions or self.positions)[j]
@@ -503,7 +482,7 @@ def ring_steps(geom: Geometry, lay: Layout, world: int) -> int:
     transfer of K/V nobody needs; dK/dV then go home in one hop). Every rank computes the same
     number from the global rule, without communicating."""
     qruns = [runs(lay.positions[r], lay.starts) for r in range(world)]
-    kruns = [runs(lay.kv(r), lay.starts) for r in range(world)]
+    kruns = [runs(lay.kv(r), lay.ks) for r in range(world)]
     for st in range(world - 1, 0, -1):
         if any(plan(geom, qruns[r], kruns[(r - st) % world]) for r in range(world)):
             return st + 1
@@ -535,7 +514,7 @@ class _BlockAttention(torch.autograd.Function):
             for st in range(steps):
                 reqs = ring.start(cur, nxt, "kv") if st + 1 < steps else []
                 src = (rank - st) % world
-                blocks = plan(geom, qruns, runs(lay.kv(src), lay.starts))
+                blocks = plan(geom, qruns, runs(lay.kv(src), lay.ks))
                 if blocks:
                     kk, vv = _unpack(cur, k.shape, v.shape)
                     step(kk.float(), vv.float(), blocks)
@@ -545,7 +524,7 @@ class _BlockAttention(torch.autograd.Function):
             allpos = lay.kv_all()
             order = torch.argsort(allpos)
             kk, vv = _gather_kv(k, v, g, world, order)
-            step(kk, vv, plan(geom, qruns, runs(allpos[order], lay.starts)))
+            step(kk, vv, plan(geom, qruns, runs(allpos[order], lay.ks)))
         if sink is not None:
             out, mx, sm = _sink_merge(out, mx, sm, sink)
         ctx.save_for_backward(q, k, v, out, mx, sm, sink)
@@ -582,7 +561,7 @@ class _BlockAttention(torch.autograd.Function):
                 kv_reqs = ring.start(cur, nxt, "kv") if st + 1 < steps else []
                 local.zero_()
                 src = (rank - st) % world
-                blocks = plan(geom, qruns, runs(lay.kv(src), lay.starts))
+                blocks = plan(geom, qruns, runs(lay.kv(src), lay.ks))
                 if blocks:
                     kk, vv = _unpack(cur, k.shape, v.shape)
                     lk, lv = _unpack(local, k.shape, v.shape)
@@ -610,7 +589,7 @@ class _BlockAttention(torch.autograd.Function):
             order = torch.argsort(allpos)
             kk, vv = _gather_kv(k, v, g, world, order)
             dks, dvs = torch.zeros_like(kk), torch.zeros_like(vv)
-            step(kk, vv, dks, dvs, plan(geom, qruns, runs(allpos[order], lay.starts)))
+            step(kk, vv, dks, dvs, plan(geom, qruns, runs(allpos[order], lay.ks)))
             # Back to rank-major rows, then every rank's share summed in rank order.
             dkr = torch.zeros_like(dks).index_copy_(1, order, dks)
             dvr = torch.zeros_like(dvs).index_copy_(1, order, dvs)
@@ -618,10 +597,10 @@ class _BlockAttention(torch.autograd.Function):
             if world > 1:
                 send = torch.stack([_pack(dkr[:, j * s:(j + 1) * s], dvr[:, j * s:(j + 1) * s]) for j in range(world)])
                 recv = torch.empty_like(send)
-                _stats().record("reduce_scatter_dkv", send)
+                comm_stats.record("reduce_scatter_dkv", send)
                 t0 = time.perf_counter()
                 dist.all_to_all_single(recv, send, group=g)
-                _stats().wait_s += time.perf_counter() - t0
+                comm_stats.wait_s += time.perf_counter() - t0
                 total = recv[0].clone()
                 for j in range(1, world):
                     total += recv[j]
@@ -638,20 +617,6 @@ class _BlockAttention(torch.autograd.Function):
 # Ulysses (inner group) around it
 
 
-class ReplicatedGrad(torch.autograd.Function):
-    """Identity on a parameter every rank holds (a sink); the backward sums every rank's
-    gradient in rank order, so each rank gets the gradient of the whole sequence."""
-
-    @staticmethod
-    def forward(ctx, x, g, world):
-        ctx.cfg = (g, world)
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _gather_sum(dy.contiguous(), *ctx.cfg), None, None
-
-
 class _HeadSlice(torch.autograd.Function):
     """x[h0:h1] of a replicated per-head parameter; the backward gathers every rank's slice of
     the gradient (in head order), so each rank gets the gradient of all heads."""
@@ -665,22 +630,21 @@ class _HeadSlice(torch.autograd.Function):
     def backward(ctx, dy):
         n, g, world = ctx.cfg
         full = dy.new_empty((world,) + tuple(dy.shape))
-        _stats().record("allgather_dsink", dy)
+        comm_stats.record("allgather_dsink", dy)
         dist.all_gather_into_tensor(full.view(-1), dy.contiguous().view(-1), group=g)
         return full.reshape(n), None, None, None, None
 
 
 def attention(q, k, v, sink, geom: Geometry, scale: float, comm: str, g, world: int, rank: int, positions_of,
-              starts, inner=None, kv_positions_of=None):
+              starts, inner=None, kv_positions_of=None, kv_starts=None):
     """q/k/v BSND ([1, T, N, D] for packed sequences). ``positions_of(flat_rank)``: the global
     packed positions held by a rank of the flat order (ring rank * inner size + inner rank);
-    ``kv_positions_of``: those of its key/value rows where they differ (cross-attention; no inner
-    group). inner = (group, size, rank) or None. Returns (out BSND, max, sum [B, S, N, 1] fp32)."""
-    from .cp import _heads_to_seq, _HeadsToSeq, _SeqToHeads
-
+    ``kv_positions_of``: those of its key/value rows where they differ (cross-attention), with
+    ``kv_starts`` the key sequences' starts (TND cross-attention). inner = (group, size, rank) or
+    None. Returns (out BSND, max, sum [B, S, N, 1] fp32)."""
     if inner is None or inner[1] == 1:
         kv = [kv_positions_of(j) for j in range(world)] if kv_positions_of is not None else None
-        lay = Layout([positions_of(j) for j in range(world)], starts, kv)
+        lay = Layout([positions_of(j) for j in range(world)], starts, kv, kv_starts)
         return _BlockAttention.apply(q, k, v, sink, geom, scale, comm, g, world, rank, lay)
     ig, iw, ir = inner
     n, nk = q.shape[2], k.shape[2]
@@ -695,7 +659,11 @@ def attention(q, k, v, sink, geom: Geometry, scale: float, comm: str, g, world: 
     qh, kh, vh = (_SeqToHeads.apply(t, ig, iw) for t in (q, k, v))
     sink_h = _HeadSlice.apply(sink, h0, h1, ig, iw) if sink is not None else None
     # Rows after the all-to-all: the inner group's shards, rank-major.
-    lay = Layout([torch.cat([positions_of(j * iw + i) for i in range(iw)]) for j in range(world)], starts)
+    kv = None
+    if kv_positions_of is not None:  # cross-attention: the key rows' own positions, same flat order
+        kv = [torch.cat([kv_positions_of(j * iw + i) for i in range(iw)]) for j in range(world)]
+    lay = Layout([torch.cat([positions_of(j * iw + i) for i in range(iw)]) for j in range(world)], starts, kv,
+                 kv_starts)
     out, mx, sm = _BlockAttention.apply(qh, kh, vh, sink_h, geom.heads(h0, h1, n), scale, comm, g, world, rank, lay)
     stats = _heads_to_seq(torch.cat([mx, sm], 3), ig, iw)
     return _HeadsToSeq.apply(out, ig, iw).to(dtype), stats[..., :1], stats[..., 1:]

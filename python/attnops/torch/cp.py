@@ -32,8 +32,10 @@ for bit). Results are bitwise reproducible run to run at a given W: every sum ha
 
 Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sharded on its own;
 whole sequences per rank with ``scheme="whole"``, balanced by work, no communication; or
-``scheme="llama3"``, contiguous slices of the packed token stream, sequences cut anywhere);
-self-attention, and cross-attention shards (fixed layouts, global S1 != S2, ring or all-gather);
+``scheme="llama3"``, contiguous slices of the packed token stream, sequences cut anywhere, any T:
+rank r holds tokens [floor(rT/W), floor((r+1)T/W)));
+self-attention, and cross-attention shards (global S1 != S2, every comm and the hybrid; TND with
+``cu_seqlens_kv``, per-sequence query and key lengths);
 GQA/MQA; Dv != D. No mask or causal take the paths below; sparse modes 0-8 (bands, prefixes, TND
 modes 7/8, explicit global masks), learnable sinks, pse (alibi slopes on global positions, dense
 global bias), the Ulysses-inside, ring-across hybrid (``ulysses_group=``), "llama3" and
@@ -46,7 +48,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -54,6 +55,10 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
+from . import _cp_general as gen
+# Shared with the block-wise path; CommStats and comm_stats stay importable from here (cp.comm_stats).
+from ._cp_common import CommStats, comm_stats  # noqa: F401
+from ._cp_common import ReplicatedGrad, _HeadsToSeq, _Ring, _SeqToHeads, _heads_to_seq, _pack, _unpack
 from .merge import merge_max_sum, tnd_stats_from_token_major
 from .flash_attn import _CAUSAL_MASK
 from .flash_attn import flash_attn_func as _plain_flash_attn_func
@@ -66,27 +71,6 @@ SCHEMES = ("zigzag", "contiguous", "llama3")
 COMMS = ("ring", "allgather", "ulysses")
 # The sequence axis of each supported layout.
 SEQ_DIM = {"BSND": 1, "BNSD": 2, "BSH": 1, "SBH": 0}
-
-
-class CommStats:
-    """What this process sent since the last reset: transfers by kind (one per send or
-    collective call), bytes sent by kind, and seconds spent waiting for communication to finish
-    (the part not hidden behind compute)."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.transfers: Counter = Counter()
-        self.bytes: Counter = Counter()
-        self.wait_s = 0.0
-
-    def record(self, kind: str, sent: Tensor) -> None:
-        self.transfers[kind] += 1
-        self.bytes[kind] += sent.numel() * sent.element_size()
-
-
-comm_stats = CommStats()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,16 +121,18 @@ def shard_index(seq_len: int, world_size: int, rank: int, scheme: str = "zigzag"
     """Global sequence positions held by ``rank`` (int64, in local order). With ``cu_seqlens``
     (packed sequences, TND; cumulative lengths with or without a leading 0) every sequence is
     sharded on its own and the rank holds its share of each, sequence after sequence; with
-    scheme "llama3" the rank holds the rank-th of W equal slices of the packed token stream
-    (sequences cut at arbitrary points; T divisible by W)."""
+    scheme "llama3" the rank holds the rank-th of W slices of the packed token stream,
+    [floor(r*T/W), floor((r+1)*T/W)) (sequences cut at arbitrary points; any T: when W does not
+    divide T the slices differ by at most one token, the last ranks holding the longer ones)."""
     _check_scheme(scheme)
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank = {rank}, world_size = {world_size}: need 0 <= rank < world_size")
     if scheme == "llama3":  # a contiguous slice of the (packed) stream: sequences cut anywhere
         if cu_seqlens is not None:
             _lengths(cu_seqlens, seq_len)
-        return _shard_one(seq_len, world_size, rank, "contiguous", device,
-                          "packed token count" if cu_seqlens is not None else "sequence length")
+            a, b = _llama3_slice(seq_len, world_size, rank)
+            return torch.arange(a, b, device=device)
+        return _shard_one(seq_len, world_size, rank, "contiguous", device, "sequence length")
     if cu_seqlens is None:
         return _shard_one(seq_len, world_size, rank, scheme, device)
     parts, start = [], 0
@@ -154,6 +140,12 @@ def shard_index(seq_len: int, world_size: int, rank: int, scheme: str = "zigzag"
         parts.append(_shard_one(n, world_size, rank, scheme, device, f"length of sequence {i}") + start)
         start += n
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
+
+
+def _llama3_slice(total: int, world: int, rank: int):
+    """[a, b): the tokens of the packed stream rank ``rank`` holds under scheme "llama3" (uneven
+    by at most one token when ``world`` does not divide ``total``)."""
+    return rank * total // world, (rank + 1) * total // world
 
 
 def _held(seq_len: int, world: int, scheme: str, device, cu_seqlens=None) -> Tensor:
@@ -178,8 +170,18 @@ def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_s
     """The global tensor from every rank's shard (an all-gather; every rank gets it)."""
     if scheme == "whole":
         return unshard_whole(x, group, cu_seqlens=cu_seqlens, seq_dim=seq_dim)
-    g, world, _, inner, fw, _ = _flat(group, ulysses_group)
+    g, world, _, inner, fw, fr = _flat(group, ulysses_group)
+    counts = None
     local = x.contiguous()
+    if scheme == "llama3" and cu_seqlens is not None:  # slices may differ by a token: pad to the longest
+        total = _cum_list(cu_seqlens)[-1] if len(cu_seqlens) else 0
+        counts = [b - a for a, b in (_llama3_slice(total, fw, j) for j in range(fw))]
+        if x.shape[seq_dim] != counts[fr]:
+            raise ValueError(f"x: {x.shape[seq_dim]} rows along seq_dim {seq_dim}: rank {fr} holds {counts[fr]} "
+                             f"tokens of the packed stream of {total} under scheme 'llama3'")
+        pad = list(local.shape)
+        pad[seq_dim] = max(counts) - counts[fr]
+        local = torch.cat([local, local.new_zeros(pad)], seq_dim)
     if inner is not None:  # gather inside the inner group first, then across: flat order
         inner_parts = [torch.empty_like(local) for _ in range(inner[1])]
         dist.all_gather(inner_parts, local, group=inner[0])
@@ -187,6 +189,9 @@ def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_s
     parts = [torch.empty_like(local) for _ in range(world)]
     dist.all_gather(parts, local, group=g)
     full = torch.cat(parts, seq_dim)
+    if counts is not None:
+        rows = full.shape[seq_dim] // fw
+        full = torch.cat([full.narrow(seq_dim, j * rows, n) for j, n in enumerate(counts)], seq_dim)
     return full.index_select(seq_dim, torch.argsort(_held(full.shape[seq_dim], fw, scheme, x.device, cu_seqlens)))
 
 
@@ -293,42 +298,8 @@ def _add(t: Tensor, rows, value: Tensor) -> None:
         t.index_add_(1, rows, value)
 
 
-def _pack(*ts: Tensor, dtype=None) -> Tensor:
-    return torch.cat([t.reshape(-1) for t in ts]).to(dtype or ts[0].dtype)
-
-
-def _unpack(flat: Tensor, *shapes):
-    out, at = [], 0
-    for shape in shapes:
-        n = math.prod(shape)
-        out.append(flat[at:at + n].view(shape))
-        at += n
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Ring
-
-
-class _Ring:
-    """Sends to the next rank and receives from the previous one, both posted at once."""
-
-    def __init__(self, g, world: int, rank: int):
-        self.g = g
-        self.next = dist.get_global_rank(g, (rank + 1) % world)
-        self.prev = dist.get_global_rank(g, (rank - 1) % world)
-
-    def start(self, send: Tensor, recv: Tensor, kind: str):
-        comm_stats.record(kind, send)
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, self.next, self.g),
-                                       dist.P2POp(dist.irecv, recv, self.prev, self.g)])
-
-    @staticmethod
-    def wait(reqs) -> None:
-        t0 = time.perf_counter()
-        for req in reqs:
-            req.wait()
-        comm_stats.wait_s += time.perf_counter() - t0
 
 
 def _ring_block(scheme: str, causal: bool, rank: int, src: int, s_local: int, world: int, lengths=None,
@@ -621,53 +592,6 @@ def _varlen_drop(dropout, lengths, world: int, rank: int, scheme: str, kv_rows: 
 # Ulysses
 
 
-def _a2a(send: Tensor, g, kind: str) -> Tensor:
-    send = send.contiguous()
-    recv = torch.empty_like(send)
-    comm_stats.record(kind, send)
-    t0 = time.perf_counter()
-    dist.all_to_all_single(recv, send, group=g)
-    comm_stats.wait_s += time.perf_counter() - t0
-    return recv
-
-
-def _seq_to_heads(x: Tensor, g, world: int) -> Tensor:
-    """[B, S_local, N, D] (rows of this rank, all heads) -> [B, W*S_local, N/W, D] (rows of every
-    rank, rank-major; this rank's head group)."""
-    b, s, n, d = x.shape
-    recv = _a2a(x.reshape(b, s, world, n // world, d).permute(2, 0, 1, 3, 4), g, "alltoall")
-    return recv.permute(1, 0, 2, 3, 4).reshape(b, world * s, n // world, d)
-
-
-def _heads_to_seq(y: Tensor, g, world: int) -> Tensor:
-    """The inverse of _seq_to_heads."""
-    b, sw, n, d = y.shape
-    recv = _a2a(y.reshape(b, world, sw // world, n, d).permute(1, 0, 2, 3, 4), g, "alltoall")
-    return recv.permute(1, 2, 0, 3, 4).reshape(b, sw // world, world * n, d)
-
-
-class _SeqToHeads(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, g, world):
-        ctx.cfg = (g, world)
-        return _seq_to_heads(x, g, world)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return _heads_to_seq(dy, *ctx.cfg), None, None
-
-
-class _HeadsToSeq(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, y, g, world):
-        ctx.cfg = (g, world)
-        return _heads_to_seq(y, g, world)
-
-    @staticmethod
-    def backward(ctx, dx):
-        return _seq_to_heads(dx, *ctx.cfg), None, None
-
-
 class _DropAttention(torch.autograd.Function):
     """The op over this rank's head group with dropout keyed by global positions (Ulysses with
     dropout): forward and backward through the extended entry points."""
@@ -774,7 +698,7 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
               sparse_mode: Optional[int] = None, pre_tokens: int = INT32_MAX, next_tokens: int = INT32_MAX,
               atten_mask: Optional[Tensor] = None, prefix=None, sink: Optional[Tensor] = None,
               pse: Optional[Tensor] = None, pse_type: int = 1, ulysses_group=None,
-              keep_prob: float = 1.0, seed: int = 0, offset: int = 0):
+              keep_prob: float = 1.0, seed: int = 0, offset: int = 0, cu_seqlens_kv=None):
     """Attention over the global sequence, called with this rank's shards (held as ``scheme``
     says). Differentiable in query, key and value. Returns (out in the input layout, softmax_max,
     softmax_sum), the statistics fp32 [B, N, S_local] (TND: [T_local, N], token-major) of the
@@ -783,6 +707,9 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
 
     TND (packed sequences): ``cu_seqlens`` gives the global cumulative lengths (with or without a
     leading 0); every sequence is sharded on its own (``shard(..., cu_seqlens=)``).
+    ``cu_seqlens_kv`` (TND cross-attention): the keys' global cumulative lengths, one per query
+    sequence, each key sequence sharded on its own by the same scheme (``shard(key, ...,
+    cu_seqlens=cu_seqlens_kv)``); sparse modes 0-4, the bottom-right modes 3/4 per sequence.
 
     Masks beyond ``causal`` (``sparse_mode`` 0-8 with pre_tokens/next_tokens, prefix, an explicit
     global atten_mask), a learnable ``sink`` (fp32 [N], its gradient returned whole on every rank),
@@ -805,7 +732,17 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     if scheme == "llama3" and input_layout != "TND":
         scheme = "contiguous"  # one sequence per batch row: the stream's slices are contiguous shards
     cross = _is_cross(query, key, input_layout)
+    if cu_seqlens_kv is not None:
+        if input_layout != "TND":
+            raise ValueError(f"cu_seqlens_kv: given with input_layout {input_layout}: only TND takes it")
+        if cu_seqlens is not None and _cum_list(cu_seqlens_kv) == _cum_list(cu_seqlens):
+            cu_seqlens_kv = None  # self-attention lengths
+        else:
+            cross = True
     if scheme == "whole":
+        if cu_seqlens_kv is not None:
+            raise ValueError("cu_seqlens_kv: differs from cu_seqlens with scheme 'whole': whole sequences are "
+                             "spread by the query lengths; TND cross-attention takes 'zigzag' or 'contiguous'")
         if atten_mask is not None and sparse_mode in (None, 0, 1, 5):
             raise ValueError("atten_mask: an explicit mask is not supported with scheme 'whole' (use sparse modes "
                              "2-4, 6)")
@@ -817,7 +754,7 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
             _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
         return _general_attention(query, key, value, head_num, input_layout, scale, causal, group, comm, scheme,
                                   cu_seqlens, sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse,
-                                  pse_type, ulysses_group, drop)
+                                  pse_type, ulysses_group, drop, cu_seqlens_kv)
     if sparse_mode is not None:
         causal = sparse_mode in (2, 3)
     g, world, rank = _group_info(group)
@@ -844,7 +781,7 @@ def _is_cross(query: Tensor, key: Tensor, layout: str) -> bool:
     return dim is not None and query.dim() > dim and key.dim() > dim and query.shape[dim] != key.shape[dim]
 
 
-def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens, cross=False):
+def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_seqlens, cross=False, rank=0):
     """Checks the arguments, before any communication (so that every rank fails alike, whatever
     W), and returns BSND views (q, k, v), or for TND the packed sequences' lengths. cross: the
     key/value shards may be longer or shorter than the query's (cross-attention)."""
@@ -860,12 +797,19 @@ def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 3:
                 raise ValueError(f"{name}: rank {t.dim()} for input_layout TND: must be 3 ([T_local, N, D])")
-        if key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]:
+        if not cross and (key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]):
             raise ValueError(f"key/value: local token counts {key.shape[0]}/{value.shape[0]}: must equal query's "
                              f"{query.shape[0]} (self-attention shards)")
         if cu_seqlens is None:
             raise ValueError("cu_seqlens: None: required for input_layout TND (the global cumulative sequence "
                              "lengths)")
+        if scheme == "llama3":  # slices of the stream, uneven by at most one token
+            total = _cum_list(cu_seqlens)[-1] if len(cu_seqlens) else 0
+            a, b = _llama3_slice(total, world, rank)
+            if query.shape[0] != b - a:
+                raise ValueError(f"query: {query.shape[0]} local tokens: rank {rank} of {world} holds {b - a} of the "
+                                 f"packed stream of {total} tokens under scheme 'llama3' (tokens [{a}, {b}))")
+            return _lengths(cu_seqlens, total)
         lengths = _lengths(cu_seqlens, query.shape[0] * world)
         if scheme != "llama3":
             for i, n in enumerate(lengths):
@@ -886,6 +830,24 @@ def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_
             raise ValueError(f"{name}: local sequence length {t.shape[1]}: must be even for scheme 'zigzag' (two "
                              "chunks)")
     return q, k, v
+
+
+def _checked_kv_tnd(key, value, cu_seqlens_kv, world: int, scheme: str, count: int) -> list:
+    """The key sequences' lengths of TND cross-attention shards (``cu_seqlens_kv``: the global
+    cumulative key lengths, one per query sequence), each sequence sharded on its own like the
+    queries."""
+    if scheme == "llama3":
+        raise ValueError("cu_seqlens_kv: given with scheme 'llama3': TND cross-attention shards every sequence on its "
+                         "own, use scheme 'zigzag' or 'contiguous'")
+    if value.shape[0] != key.shape[0]:
+        raise ValueError(f"key/value: local token counts {key.shape[0]}/{value.shape[0]}: must equal each other "
+                         "(cross-attention shards)")
+    kv_lengths = _lengths(cu_seqlens_kv, key.shape[0] * world)
+    if len(kv_lengths) != count:
+        raise ValueError(f"cu_seqlens_kv: {len(kv_lengths)} sequences: must be as many as the queries' {count}")
+    for i, n in enumerate(kv_lengths):
+        _shard_one(n, world, 0, scheme, None, f"key length of sequence {i}")
+    return kv_lengths
 
 
 def _attention_tnd(query, key, value, head_num, scale, causal, g, world, rank, comm, scheme, lengths,
@@ -941,8 +903,9 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     sink, and pse (alibi slopes with pse_type 2/3 on global positions, or a dense global bias)
     are supported; q_start_idx/kv_start_idx are computed from the shards and must be None.
 
-    TND: actual_seq_qlen = actual_seq_kvlen = the global cumulative lengths (CANN style); the
-    statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
+    TND: actual_seq_qlen, actual_seq_kvlen = the global cumulative lengths (CANN style; when
+    they differ, cross-attention: key/value sharded by actual_seq_kvlen, every sequence on its
+    own, sparse modes 0-4); the statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
     (the rank's share of each sequence, or its whole sequences with scheme="whole"). With a group
     of one process this is the plain op."""
     _, _, _, _, world, _ = _flat(group, ulysses_group)
@@ -958,9 +921,13 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     if input_layout == "TND":
         as_list = [None if x is None else [int(y) for y in (x.tolist() if isinstance(x, Tensor) else x)]
                    for x in (actual_seq_qlen, actual_seq_kvlen)]
-        if as_list[0] is None or as_list[0] != as_list[1]:
+        if as_list[0] is None or as_list[1] is None:
             raise ValueError(f"actual_seq_qlen = {as_list[0]}, actual_seq_kvlen = {as_list[1]}: under context "
-                             "parallelism both must be given and equal (self-attention over packed sequences)")
+                             "parallelism both must be given (the global cumulative lengths)")
+    # TND cross-attention: the keys' own cumulative lengths (None: self-attention lengths).
+    kv_cum = None
+    if input_layout == "TND" and as_list[0] != as_list[1]:
+        kv_cum = as_list[1]
     if not 0.0 < keep_prob <= 1.0:
         raise ValueError(f"keep_prob = {keep_prob}: must be in (0, 1]")
     # torch_npu's rule: no mask tensor, no masking (the mode and the tokens are ignored).
@@ -969,16 +936,17 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     seed = _shared_seed(g) if keep_prob < 1.0 else 0
     if world == 1 and scheme != "whole":
         _checked(query, key, value, head_num, input_layout, comm, scheme, world, actual_seq_qlen,
-                 _is_cross(query, key, input_layout))
+                 _is_cross(query, key, input_layout) or kv_cum is not None)
         if keep_prob < 1.0:  # the plain op with the group's seed
             cum = [int(x) for x in actual_seq_qlen] if input_layout == "TND" else None
             out, mx, sm = _plain_general(query, key, value, head_num, input_layout, scale, mode, pre, nxt,
                                          atten_mask if mode in (0, 1, 5) else None, prefix if mode in (5, 6) else None,
-                                         sink, pse, pse_type, cum, (keep_prob, seed, 0))
+                                         sink, pse, pse_type, cum, (keep_prob, seed, 0), kv_cum)
             mx, sm = (x[..., None].expand(*x.shape, _ops.STAT_LANES).contiguous() for x in (mx, sm))
             if input_layout == "TND" and softmax_layout != "TND":
                 mx, sm = (tnd_stats_from_token_major(x, actual_seq_qlen) for x in (mx, sm))
-            return out, mx, sm, query.new_empty((0,)), seed, 0, _numels(query, head_num, input_layout, actual_seq_qlen)
+            return out, mx, sm, query.new_empty((0,)), seed, 0, _numels(query, head_num, input_layout, actual_seq_qlen,
+                                                                        kv_cum=kv_cum)
         return _plain_npu_fusion_attention(query, key, value, head_num, input_layout, pse=pse, atten_mask=atten_mask,
                                            scale=scale, pre_tockens=pre, next_tockens=nxt,
                                            inner_precise=inner_precise, prefix=prefix, sparse_mode=sparse_mode,
@@ -990,7 +958,7 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
                             next_tokens=nxt if mode in (0, 4, 7, 8) else INT32_MAX,
                             atten_mask=atten_mask if mode in (0, 1, 5) else None,
                             prefix=prefix if mode in (5, 6) else None, sink=sink, pse=pse, pse_type=pse_type,
-                            ulysses_group=ulysses_group, keep_prob=keep_prob, seed=seed)
+                            ulysses_group=ulysses_group, keep_prob=keep_prob, seed=seed, cu_seqlens_kv=kv_cum)
     lanes = _ops.STAT_LANES
     mx, sm = (x[..., None].expand(*x.shape, lanes).contiguous() for x in (mx, sm))
     if input_layout == "TND" and softmax_layout != "TND":
@@ -1004,7 +972,7 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
         mx, sm = (tnd_stats_from_token_major(x, local_cum) for x in (mx, sm))
     if keep_prob < 1.0:
         return out, mx, sm, query.new_empty((0,)), seed, 0, _numels(query, head_num, input_layout, actual_seq_qlen,
-                                                                    world)
+                                                                    world, kv_cum)
     return out, mx, sm, query.new_empty((0,)), 0, 0, 0
 
 
@@ -1032,11 +1000,14 @@ def _shared_seed(g) -> int:
     return int(seed[0])
 
 
-def _numels(query: Tensor, head_num: int, layout: str, actual_seq_qlen, world: int = 1) -> int:
+def _numels(query: Tensor, head_num: int, layout: str, actual_seq_qlen, world: int = 1, kv_cum=None) -> int:
     """Dropout bits of the global problem (torch_npu's numels output)."""
     if layout == "TND":
-        lens = _lengths(actual_seq_qlen, query.shape[0] * world)
-        return head_num * sum(n * n for n in lens)
+        cum = _cum_list(actual_seq_qlen)
+        kcum = cum if kv_cum is None else _cum_list(kv_cum)
+        lens = [b - a for a, b in zip([0] + cum[:-1], cum)]
+        kv_lens = [b - a for a, b in zip([0] + kcum[:-1], kcum)]
+        return head_num * sum(n * m for n, m in zip(lens, kv_lens))
     q = _bsnd(query, layout, head_num, "query")
     s = q.shape[1] * world
     return q.shape[0] * q.shape[2] * s * s
@@ -1078,8 +1049,9 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
                            return_attn_probs: bool = False, block_table: Optional[Tensor] = None, *, group=None,
                            comm: str = "allgather", scheme: str = "zigzag", ulysses_group=None):
     """flash_attn_varlen_func over the shards of packed sequences: q/k/v [T_local, H, D], each
-    sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q = cu_seqlens_k = the
-    global cumulative lengths (int32, leading 0). Returns out
+    sequence sharded on its own (``shard(..., cu_seqlens=)``); cu_seqlens_q, cu_seqlens_k: the
+    global cumulative lengths (int32, leading 0); when they differ (cross-attention) k/v are
+    sharded by cu_seqlens_k, every sequence on its own. Returns out
     [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs). window_size and
     alibi_slopes ([H]) apply per sequence, on global positions; dropout (no window or alibi) draws
     the single-process op's keep bits. scheme="whole": whole sequences per rank (:func:`shard_whole`)."""
@@ -1089,11 +1061,12 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     if softcap != 0.0 or block_table is not None:
         raise ValueError(f"softcap = {softcap}, block_table: not supported under context parallelism (must be 0.0, "
                          "None)")
-    if not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu()):
-        raise ValueError("cu_seqlens_k: differs from cu_seqlens_q: under context parallelism both must be the same "
-                         "global cumulative lengths (self-attention)")
+    # Cross-attention (TND): the keys' own global cumulative lengths, each sequence sharded on its own.
+    cross = not torch.equal(cu_seqlens_q.cpu(), cu_seqlens_k.cpu())
     if world == 1 and scheme != "whole" and dropout_p == 0.0:
-        _checked(q, k, v, q.shape[1], "TND", comm, scheme, world, cu_seqlens_q)
+        _checked(q, k, v, q.shape[1], "TND", comm, scheme, world, cu_seqlens_q, cross)
+        if cross:
+            _checked_kv_tnd(k, v, cu_seqlens_k, world, scheme, len(_lengths(cu_seqlens_q, q.shape[0])))
         return _plain_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0,
                                              softmax_scale, causal, window_size, 0.0, alibi_slopes,
                                              return_attn_probs=return_attn_probs)
@@ -1101,6 +1074,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     seed = _shared_seed(g) if dropout_p > 0.0 else 0
     out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, group=group, comm=comm, scheme=scheme,
                             cu_seqlens=cu_seqlens_q, ulysses_group=ulysses_group, keep_prob=1.0 - dropout_p, seed=seed,
+                            cu_seqlens_kv=cu_seqlens_k if cross else None,
                             **_window_args(causal, window_size, alibi_slopes))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach().transpose(0, 1), None
@@ -1152,18 +1126,21 @@ def _plain_rule_args(sparse_mode: int, atten_mask):
 
 
 def _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens, atten_mask,
-                   prefix, sink, pse, pse_type, cum, drop=(1.0, 0, 0)):
+                   prefix, sink, pse, pse_type, cum, drop=(1.0, 0, 0), kv_cum=None):
     """One process: the plain op with every argument (bit for bit); statistics [B,N,S] / [T,N].
-    drop: (keep_prob, seed, offset)."""
+    drop: (keep_prob, seed, offset). kv_cum: the keys' cumulative lengths (TND cross-attention),
+    else cum."""
     mode, mask = _plain_rule_args(sparse_mode, atten_mask)
+    kv_cum = cum if kv_cum is None else kv_cum
     if drop[0] < 1.0:  # the op itself with the caller's seed (npu_fusion_attention draws its own)
         c = torch.tensor([int(x) for x in cum], dtype=torch.int64) if layout == "TND" else None
+        ck = torch.tensor([int(x) for x in kv_cum], dtype=torch.int64) if layout == "TND" else None
         pl = None if prefix is None else [int(x) for x in (prefix.tolist() if isinstance(prefix, Tensor) else prefix)]
-        out, mx, sm = _ops.flash_attention_score(query, key, value, pse, None, mask, c, c, sink, pl, None, None,
+        out, mx, sm = _ops.flash_attention_score(query, key, value, pse, None, mask, c, ck, sink, pl, None, None,
                                                  float(scale), float(drop[0]), pre_tokens, next_tokens, head_num,
                                                  layout, 0, mode, pse_type, drop[1], drop[2])
         return out, mx[..., 0], sm[..., 0]
-    extra = dict(actual_seq_qlen=cum, actual_seq_kvlen=cum, softmax_layout="TND") if layout == "TND" else {}
+    extra = dict(actual_seq_qlen=cum, actual_seq_kvlen=kv_cum, softmax_layout="TND") if layout == "TND" else {}
     out, mx, sm = _plain_npu_fusion_attention(query, key, value, head_num, layout, pse=pse, atten_mask=mask,
                                               scale=scale, pre_tockens=pre_tokens, next_tockens=next_tokens,
                                               prefix=prefix, sparse_mode=mode, pse_type=pse_type, sink=sink,
@@ -1178,51 +1155,68 @@ def _check_sink(sink, heads: int) -> None:
 
 def _general_attention(query, key, value, head_num, layout, scale, causal, group, comm, scheme, cu_seqlens,
                        sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group,
-                       drop=(1.0, 0, 0)):
-    from . import _cp_general as gen
-
+                       drop=(1.0, 0, 0), cu_seqlens_kv=None):
     g, world, rank, inner, fw, fr = _flat(group, ulysses_group)
     if inner is not None and comm not in ("ring", "allgather"):
         raise ValueError(f"comm = {comm!r} with ulysses_group: the hybrid runs Ulysses inside ulysses_group and "
                          "'ring' or 'allgather' across group")
-    cross = _is_cross(query, key, layout)
-    if cross and (inner is not None or comm == "ulysses"):
-        raise ValueError(f"comm = {comm!r}{' with ulysses_group' if inner is not None else ''}: cross-attention "
-                         "shards (query and key lengths differ) take comm 'ring' or 'allgather' without ulysses_group")
-    checked = _checked(query, key, value, head_num, layout, comm, scheme, fw, cu_seqlens, cross)
+    cross = _is_cross(query, key, layout) or cu_seqlens_kv is not None
+    checked = _checked(query, key, value, head_num, layout, comm, scheme, fw, cu_seqlens, cross, fr)
     if sparse_mode is None:
         sparse_mode = 3 if causal else 1
+    kv_lengths = kv_cum = kv_starts = None
     if layout == "TND":
         lengths = checked
         q, k, v = query[None], key[None], value[None]
         cum = _cum(lengths, query.device)
         starts = [0] + cum.tolist()[:-1]
         batch, heads, seq_len = 1, query.shape[1], int(sum(lengths))
+        kv_len = seq_len
+        if cu_seqlens_kv is not None:
+            kv_lengths = _checked_kv_tnd(key, value, cu_seqlens_kv, fw, scheme, len(lengths))
+            kv_cum = _cum(kv_lengths, query.device)
+            kv_starts = [0] + kv_cum.tolist()[:-1]
+            kv_len = int(sum(kv_lengths))
     else:
         lengths, cum, starts = None, None, None
         q, k, v = checked
         batch, heads, seq_len = q.shape[0], q.shape[2], q.shape[1] * fw
-    kv_len = k.shape[1] * fw if cross else seq_len
+        kv_len = k.shape[1] * fw if cross else seq_len
     _check_sink(sink, heads)
     geom = gen.geometry(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, pse, pse_type, batch=batch,
-                        heads=heads, seq_len=seq_len, lengths=lengths, kv_len=kv_len)
+                        heads=heads, seq_len=seq_len, lengths=lengths, kv_len=None if layout == "TND" else kv_len,
+                        kv_lengths=kv_lengths)
     if fw == 1:
         return _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens,
-                              atten_mask, prefix, sink, pse, pse_type, cum, drop)
+                              atten_mask, prefix, sink, pse, pse_type, cum, drop, kv_cum)
     if drop[0] < 1.0:
         geom.drop = gen.DropSpec(drop[0], drop[1], drop[2], heads, 0, seq_len, kv_len,
-                                 cum.cpu() if cum is not None else None)
+                                 cum.cpu() if cum is not None else None, kv_cum.cpu() if kv_cum is not None else None)
+
+    # "llama3" with W not dividing T: the slices differ by a token. Every rank pads its q/k/v to
+    # the longest slice (equal transfers for the ring, the all-gather and Ulysses); padded rows
+    # have position -1, which gen.runs leaves out, so they are in no block: no kernel call reads
+    # or writes them, and they are cut off the output (their gradients are then zero).
+    pad_to = -(-seq_len // fw) if layout == "TND" and scheme == "llama3" and seq_len % fw else 0
+    if pad_to:
+        local_rows = q.shape[1]
+        q, k, v = (torch.cat([t, t.new_zeros((1, pad_to - local_rows) + tuple(t.shape[2:]))], 1) for t in (q, k, v))
 
     def positions_of(flat_rank):
-        return shard_index(seq_len, fw, flat_rank, scheme, query.device, cu_seqlens=cum)
+        pos = shard_index(seq_len, fw, flat_rank, scheme, query.device, cu_seqlens=cum)
+        if pad_to:
+            pos = torch.cat([pos, pos.new_full((pad_to - pos.numel(),), -1)])
+        return pos
 
     def kv_positions_of(flat_rank):
-        return shard_index(kv_len, fw, flat_rank, scheme, query.device)
+        return shard_index(kv_len, fw, flat_rank, scheme, query.device, cu_seqlens=kv_cum)
 
     if comm == "ulysses":
         inner, g, world, rank, comm = (g, world, rank), None, 1, 0, "allgather"
     out, mx, sm = gen.attention(q, k, v, sink, geom, scale, comm, g, world, rank, positions_of, starts, inner,
-                                kv_positions_of if cross else None)
+                                kv_positions_of if cross else None, kv_starts)
+    if pad_to:
+        out, mx, sm = out[:, :local_rows], mx[:, :local_rows], sm[:, :local_rows]
     if layout == "TND":
         return out[0], mx[0, ..., 0], sm[0, ..., 0]
     return _from_bsnd(out, layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
@@ -1234,14 +1228,14 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
 
 def llama3_cu_seqlens(cu_seqlens, world_size: int, rank: int) -> list:
     """Cumulative lengths (no leading 0) of the pieces of packed sequences that ``rank``'s slice of
-    the stream holds under scheme "llama3" (the stream cut into W equal slices; a sequence cut by
-    a slice boundary contributes a piece to each side; empty pieces left out)."""
+    the stream holds under scheme "llama3" (the stream cut into W slices [floor(r*T/W),
+    floor((r+1)*T/W)); a sequence cut by a slice boundary contributes a piece to each side; empty
+    pieces left out)."""
     cum = _cum_list(cu_seqlens)
     total = cum[-1] if cum else 0
-    if world_size < 1 or not 0 <= rank < world_size or total % world_size:
-        raise ValueError(f"world_size = {world_size}, rank = {rank}: need 0 <= rank < world_size dividing the packed "
-                         f"token count {total}")
-    a, b = rank * total // world_size, (rank + 1) * total // world_size
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"world_size = {world_size}, rank = {rank}: need 0 <= rank < world_size")
+    a, b = _llama3_slice(total, world_size, rank)
     ends = sorted({min(max(x, a), b) for x in cum} | {b})
     return [e - a for e in ends if e > a]
 
@@ -1373,8 +1367,6 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
         prefix = [p for p, r in zip(values, owner) if r == rank]
     _check_sink(sink, query.shape[1])
     if sink is not None and world > 1:
-        from ._cp_general import ReplicatedGrad
-
         sink = ReplicatedGrad.apply(sink, g, world)  # dsink of every rank's sequences, on every rank
     mine = [i for i, r in enumerate(owner) if r == rank]
     if not local_cum:
