@@ -476,3 +476,47 @@ def test_gap_argument_errors(tmp_path):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1][..., 0])
     finally:
         dist.destroy_process_group()
+
+
+def _top_left_band_reference(q, k, v, q_lengths, kv_lengths, scale, pre, nxt):
+    """Double-precision attention of TND q/k/v ([T, N, D], equal head counts) with the rule's mode 0
+    band -pre <= j - i <= nxt counted from each sequence's top-left corner."""
+    out, q0, k0 = torch.zeros(q.shape[0], q.shape[1], v.shape[2], dtype=torch.float64), 0, 0
+    for sq, skv in zip(q_lengths, kv_lengths):
+        qs, ks, vs = (t.double() for t in (q[q0:q0 + sq], k[k0:k0 + skv], v[k0:k0 + skv]))
+        s = torch.einsum("ind,jnd->nij", qs, ks) * scale
+        i, j = torch.arange(sq)[:, None], torch.arange(skv)[None, :]
+        s = s.masked_fill(~((j - i >= -pre) & (j - i <= nxt)), float("-inf"))
+        out[q0:q0 + sq] = torch.einsum("nij,jnd->ind", torch.softmax(s, dim=-1), vs)
+        q0, k0 = q0 + sq, k0 + skv
+    return out
+
+
+def test_mode0_band_cross_attention_at_one_rank(tmp_path):
+    """W = 1, cross-attention, sparse mode 0 without a mask and a band: the rule's top-left band (as
+    at W > 1), with one Skv - Sq for all sequences (the plain op with a shifted mode-4 band) and
+    with per-sequence offsets (TND: the block-wise path)."""
+    from attnops.torch import cp
+
+    if dist.is_initialized():
+        pytest.skip("a process group exists in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        g = torch.Generator().manual_seed(7)
+        pre, nxt, scale = 2, 1, 0.5
+        for ql, kl in (([6, 6], [10, 10]), ([2, 6], [4, 10]), ([4, 2], [4, 10])):
+            q = torch.randn(sum(ql), 2, 8, generator=g)
+            k, v = torch.randn(sum(kl), 2, 8, generator=g), torch.randn(sum(kl), 2, 8, generator=g)
+            want = _top_left_band_reference(q, k, v, ql, kl, scale, pre, nxt)
+            qc, kc = (torch.tensor(x).cumsum(0).tolist() for x in (ql, kl))
+            got = cp.attention(q, k, v, 2, "TND", scale=scale, sparse_mode=0, pre_tokens=pre, next_tokens=nxt,
+                               cu_seqlens=qc, cu_seqlens_kv=kc)[0]
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6, msg=f"TND {ql} {kl}")
+            if len(set(ql)) == 1 and len(set(kl)) == 1:  # the same problem in BSND
+                b = len(ql)
+                got = cp.attention(q.view(b, ql[0], 2, 8), k.view(b, kl[0], 2, 8), v.view(b, kl[0], 2, 8), 2,
+                                   "BSND", scale=scale, sparse_mode=0, pre_tokens=pre, next_tokens=nxt)[0]
+                torch.testing.assert_close(got.double().reshape(want.shape), want, rtol=1e-5, atol=1e-6,
+                                           msg=f"BSND {ql} {kl}")
+    finally:
+        dist.destroy_process_group()

@@ -1148,6 +1148,22 @@ def _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_
     return out, mx[..., 0], sm[..., 0]
 
 
+def _plain_band(sparse_mode, atten_mask, cross, pre_tokens, next_tokens, seq_len, kv_len, lengths, kv_lengths):
+    """(pre_tokens, next_tokens) for the plain op that give the rule's band, or None when it has none.
+    The plain op has no mask-free top-left band: _plain_rule_args turns mode 0 without a mask into
+    mode 4 (bottom-right), the same band only when Sq = Skv. With one offset d = Skv - Sq for every
+    sequence, the top-left band -pre <= j - i <= next is mode 4's band with pre + d and next - d;
+    with per-sequence offsets (TND cross-attention) there is none, and the block-wise path, with a
+    world of one, applies the rule."""
+    if not (sparse_mode == 0 and atten_mask is None and cross):
+        return pre_tokens, next_tokens
+    offsets = {b - a for a, b in zip(lengths, kv_lengths)} if kv_lengths is not None else {kv_len - seq_len}
+    if len(offsets) != 1:
+        return None
+    d = offsets.pop()
+    return gen._clamp_tokens(pre_tokens + d), gen._clamp_tokens(next_tokens - d)
+
+
 def _check_sink(sink, heads: int) -> None:
     if sink is not None and (sink.dtype != torch.float32 or tuple(sink.shape) != (heads,)):
         raise ValueError(f"sink: shape {list(sink.shape)} dtype {sink.dtype}: must be fp32 [N] = [{heads}]")
@@ -1186,8 +1202,9 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
     geom = gen.geometry(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, pse, pse_type, batch=batch,
                         heads=heads, seq_len=seq_len, lengths=lengths, kv_len=None if layout == "TND" else kv_len,
                         kv_lengths=kv_lengths)
-    if fw == 1:
-        return _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens,
+    band = _plain_band(sparse_mode, atten_mask, cross, pre_tokens, next_tokens, seq_len, kv_len, lengths, kv_lengths)
+    if fw == 1 and band is not None:
+        return _plain_general(query, key, value, head_num, layout, scale, sparse_mode, band[0], band[1],
                               atten_mask, prefix, sink, pse, pse_type, cum, drop, kv_cum)
     if drop[0] < 1.0:
         geom.drop = gen.DropSpec(drop[0], drop[1], drop[2], heads, 0, seq_len, kv_len,
