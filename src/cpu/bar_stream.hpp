@@ -177,8 +177,9 @@ ATTNOPS_BAR_STREAM_INLINE float combine2(const typename V::F a[2]) {
 // x . x) and dotY = y . x in fp32 (the backward's pass, and the forward's for fp16/bf16 rows).
 // The element type is a template argument, so the loop carries no per-vector dtype test, and two
 // column groups (eight ymm accumulators on AVX2) keep every accumulator in a register (four
-// groups spilled on AVX2). z and y are padded to whole vectors; SQUARE: z is x (z unused).
-template <class V, DType DT, bool SQUARE>
+// groups spilled on AVX2). z and y are padded to whole vectors; SQUARE: z is x (z unused);
+// KEEP: x is stored (else x is unused: the backward's column pass reads the source row again).
+template <class V, DType DT, bool SQUARE, bool KEEP = true>
 ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* __restrict z,
                                        const float* __restrict y, float* x, float& dotZ, float& dotY) {
     typename V::F dz[2], dy[2];
@@ -189,7 +190,7 @@ ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* 
         prefetchAhead(src, e, bytes);
         for (int j = 0; j < 4; ++j) {
             const typename V::F xv = loadFull<V>(src, e + j * kW, DT);
-            V::store(x + e + j * kW, xv);
+            if (KEEP) V::store(x + e + j * kW, xv);
             dz[j % 2] = V::fmadd(SQUARE ? xv : V::load(z + e + j * kW), xv, dz[j % 2]);
             dy[j % 2] = V::fmadd(V::load(y + e + j * kW), xv, dy[j % 2]);
         }
@@ -197,7 +198,7 @@ ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* 
     for (; e < h; e += kW) {
         const int q = int(e / kW) % 2;
         const typename V::F xv = load16<V>(src, e, DT, h - e);
-        V::store(x + e, xv);
+        if (KEEP) V::store(x + e, xv);
         dz[q] = V::fmadd(SQUARE ? xv : loadPadded<V>(z, e, h - e), xv, dz[q]);
         dy[q] = V::fmadd(loadPadded<V>(y, e, h - e), xv, dy[q]);
     }
@@ -486,6 +487,123 @@ ATTNOPS_BAR_STREAM_INLINE void gradRowAs(DType out, void* dst, int64_t h, float*
         gradRow<V, DType::F32, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
 }
 
+// The backward's second pass over a token whose source rows (src[i]) and gradient rows (dst[i])
+// are all contiguous, the gradient rows starting on vector boundaries when STREAM: over 32-column
+// blocks, for each source i ascending, dv_i = p_i dy + coefU_i u - coefV_i v_i is written and
+// du += coefU_i v_i accumulated in registers. Per column, the same operations in the same order
+// as gradRow (the same bits), but:
+//   - v_i is read again from its source row (in L2 since the first pass: half the bytes of an
+//     fp32 copy for fp16/bf16, and the first pass stores no copy at all);
+//   - du is loaded and stored once per block instead of once per source;
+//   - each block writes whole 64-byte lines of a gradient row (32 columns of fp16/bf16, two
+//     lines of fp32) with consecutive stores, so the rows' non-temporal lines fill and leave
+//     the write-combining buffers one at a time (stores interleaved by half lines, 16 columns
+//     per row, halved the bf16 backward on AMD EPYC Zen 3: see the file comment);
+//   - the next token's rows (next[j], nullptr: skipped) are prefetched column block by column
+//     block, so its first pass finds them in L2.
+template <class V, DType DT, bool STREAM>
+ATTNOPS_BAR_STREAM_INLINE void gradColumns(const void* const* src, void* const* dst, int64_t k, int64_t h,
+                                           const float* __restrict dy, const float* __restrict u,
+                                           float* __restrict du, const float* __restrict pi,
+                                           const float* __restrict coefU, const float* __restrict coefV,
+                                           const char* const* next, int64_t nextCount) {
+    constexpr int64_t bytes = DT == DType::F32 ? 4 : 2;
+    int64_t e = 0;
+    for (; e + 2 * kW <= h; e += 2 * kW) {
+        prefetchColumns(next, nextCount, bytes, e, 2 * kW);
+        typename V::F d0 = V::loadu(du + e), d1 = V::loadu(du + e + kW);
+        for (int64_t i = 0; i < k; ++i) {
+            const typename V::F vp = V::set1(pi[i]), vu = V::set1(coefU[i]), vv = V::set1(coefV[i]);
+            const typename V::F x0 = loadFull<V>(src[i], e, DT), x1 = loadFull<V>(src[i], e + kW, DT);
+            d0 = V::fmadd(vu, x0, d0);
+            d1 = V::fmadd(vu, x1, d1);
+            storeFull<V>(dst[i], e, DT, V::fnmadd(vv, x0, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e)))),
+                         STREAM);
+            storeFull<V>(dst[i], e + kW, DT,
+                         V::fnmadd(vv, x1, V::fmadd(vu, V::load(u + e + kW), V::mul(vp, V::load(dy + e + kW)))), STREAM);
+        }
+        V::storeu(du + e, d0);
+        V::storeu(du + e + kW, d1);
+    }
+    for (; e < h; e += kW) {  // the last 1 to 31 columns, 16 at a time
+        const int64_t rest = h - e;
+        typename V::F d = load16<V>(du, e, DType::F32, rest);
+        for (int64_t i = 0; i < k; ++i) {
+            const typename V::F vp = V::set1(pi[i]), vu = V::set1(coefU[i]), vv = V::set1(coefV[i]);
+            const typename V::F x = load16<V>(src[i], e, DT, rest);
+            d = V::fmadd(vu, x, d);
+            store16<V>(dst[i], e, DT, V::fnmadd(vv, x, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e)))), rest,
+                       STREAM);
+        }
+        store16<V>(du, e, DType::F32, d, rest, false);
+    }
+}
+
+// The backward of one token through gradColumns; false (nothing done) when a source or gradient
+// row is not contiguous, a streamed gradient row does not start on a vector boundary, or the
+// token has more than kMaxPrefetchRows sources: then backwardTokens' row-by-row passes.
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE bool backwardTokenByColumns(const BackwardParams& p, const float* u, int64_t t, int64_t t1,
+                                                      const float* dy, float* du, bool stream) {
+    const Sources& s = p.src;
+    const int64_t h = s.hidden, k = s.blocks + 1, n = s.blocks;
+    if (k > kMaxPrefetchRows) return false;
+    const void* src[kMaxPrefetchRows];
+    void* dst[kMaxPrefetchRows];
+    const char* next[kMaxPrefetchRows + 1];
+    for (int64_t i = 0; i < k; ++i) {
+        const View3& v = i < n ? s.blockRes : s.partial;
+        const MutView3& out = i < n ? p.gradBlockRes : p.gradPartial;
+        const int64_t row = i < n ? i : 0;
+        src[i] = contiguousRow(v, t, row);
+        if (src[i] == nullptr || !storesDirect(out, t, row, stream)) return false;
+        dst[i] = contiguousRow(out, t, row);
+        next[i] = t + 1 < t1 ? static_cast<const char*>(contiguousRow(v, t + 1, row)) : nullptr;
+    }
+    next[k] = t + 1 < t1 ? static_cast<const char*>(contiguousRow(p.gradHidden, t + 1, 0)) : nullptr;
+    // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once (no fp32 copy kept).
+    // a-bar in double: when one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps.
+    float a[kMaxPrefetchRows], c[kMaxPrefetchRows], pi[kMaxPrefetchRows], coefU[kMaxPrefetchRows],
+        coefV[kMaxPrefetchRows];
+    const DType dtype = s.partial.dtype;
+    double abar = 0.0;
+    for (int64_t i = 0; i < k; ++i) {
+        if (dtype == DType::BF16)
+            rowDots<V, DType::BF16, false, false>(src[i], h, dy, u, nullptr, a[i], c[i]);
+        else if (dtype == DType::F16)
+            rowDots<V, DType::F16, false, false>(src[i], h, dy, u, nullptr, a[i], c[i]);
+        else
+            rowDots<V, DType::F32, false, false>(src[i], h, dy, u, nullptr, a[i], c[i]);
+        pi[i] = p.probs.load(t, i, 0);
+        abar += double(pi[i]) * double(a[i]);
+    }
+    const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+        const float ri = p.invNorm.load(t, i, 0);
+        const float ds = float(double(pi[i]) * (double(a[i]) - abar));
+        coefU[i] = ds * ri;
+        coefV[i] = ds * ri * ri * ri * c[i] * invH;
+    }
+    // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
+    const int64_t nextCount = k + 1;
+    if (stream) {
+        if (dtype == DType::BF16)
+            gradColumns<V, DType::BF16, true>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+        else if (dtype == DType::F16)
+            gradColumns<V, DType::F16, true>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+        else
+            gradColumns<V, DType::F32, true>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+    } else {
+        if (dtype == DType::BF16)
+            gradColumns<V, DType::BF16, false>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+        else if (dtype == DType::F16)
+            gradColumns<V, DType::F16, false>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+        else
+            gradColumns<V, DType::F32, false>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+    }
+    return true;
+}
+
 template <class V>
 ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const float* u, int64_t t0, int64_t t1,
                                               float* du, void* scratchBase) {
@@ -499,6 +617,7 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
     const int64_t aheadBytes = elementBytes(s.partial.dtype);
     for (int64_t t = t0; t < t1; ++t) {
         loadGradRow<V>(p.gradHidden, t, h, dy);
+        if (backwardTokenByColumns<V>(p, u, t, t1, dy, du, stream)) continue;
         // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once. a-bar in double: when
         // one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps (see bar_vector.cpp).
         double abar = 0.0;
