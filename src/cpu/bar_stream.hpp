@@ -323,12 +323,14 @@ ATTNOPS_BAR_STREAM_INLINE bool storesDirect(const MutView3& out, int64_t t, int6
 // skipped), so that while the current token's cached rows are weighted and stored (no memory
 // traffic of their own) the next token's rows are already on their way, and its first pass
 // finds them in L2 (a hint: it may run past a row's end).
+// LOCALITY: __builtin_prefetch's (3: prefetcht0, into L1; 2: prefetcht1, into L2).
+template <int LOCALITY = 3>
 ATTNOPS_BAR_STREAM_INLINE void prefetchColumns(const char* const* rows, int64_t count, int64_t rowBytes, int64_t e,
                                                int64_t cols) {
     for (int64_t i = 0; i < count; ++i) {
         if (rows[i] == nullptr) continue;
         const char* p = rows[i] + e * rowBytes;
-        for (int64_t line = 0; line < cols * rowBytes; line += 64) __builtin_prefetch(p + line, 0, 3);
+        for (int64_t line = 0; line < cols * rowBytes; line += 64) __builtin_prefetch(p + line, 0, LOCALITY);
     }
 }
 
@@ -501,105 +503,128 @@ ATTNOPS_BAR_STREAM_INLINE void gradRowAs(DType out, void* dst, int64_t h, float*
 //     per row, halved the bf16 backward on AMD EPYC Zen 3: see the file comment);
 //   - the next token's rows (next[j], nullptr: skipped) are prefetched column block by column
 //     block, so its first pass finds them in L2.
+// One source of gradColumns: its row, its gradient row, p_i, coefU_i and coefV_i (one array of
+// these: the loop keeps one base register for them, three arrays spilled pointers on AVX2).
+struct GradSource {
+    const void* src;
+    void* dst;
+    float p, coefU, coefV;
+};
+
+// Columns [e, e + cols) of every source's gradient (cols <= 16; cached stores): the ends of the
+// rows that gradColumns' whole-line blocks leave.
+template <class V, DType DT>
+ATTNOPS_BAR_STREAM_INLINE void gradColumnsPart(const GradSource* __restrict rows, int64_t k, int64_t e, int64_t cols,
+                                               const float* __restrict dy, const float* __restrict u,
+                                               float* __restrict du) {
+    const typename V::F dyv = load16<V>(dy, e, DType::F32, cols), uv = load16<V>(u, e, DType::F32, cols);
+    typename V::F d = load16<V>(du, e, DType::F32, cols);
+    for (int64_t i = 0; i < k; ++i) {
+        const GradSource& r = rows[i];
+        const typename V::F vp = V::set1(r.p), vu = V::set1(r.coefU), vv = V::set1(r.coefV);
+        const typename V::F x = load16<V>(r.src, e, DT, cols);
+        d = V::fmadd(vu, x, d);
+        store16<V>(r.dst, e, DT, V::fnmadd(vv, x, V::fmadd(vu, uv, V::mul(vp, dyv))), cols, false);
+    }
+    store16<V>(du, e, DType::F32, d, cols, false);
+}
+
 template <class V, DType DT, bool STREAM>
-ATTNOPS_BAR_STREAM_INLINE void gradColumns(const void* const* src, void* const* dst, int64_t k, int64_t h,
+ATTNOPS_BAR_STREAM_INLINE void gradColumns(const GradSource* __restrict rows, int64_t k, int64_t h,
                                            const float* __restrict dy, const float* __restrict u,
-                                           float* __restrict du, const float* __restrict pi,
-                                           const float* __restrict coefU, const float* __restrict coefV,
-                                           const char* const* next, int64_t nextCount) {
+                                           float* __restrict du, const char* const* next, int64_t nextCount) {
     constexpr int64_t bytes = DT == DType::F32 ? 4 : 2;
+    // The blocks start where the first gradient row reaches a 64-byte line (rows of one token
+    // usually share their offset within a line: H * bytes a multiple of 64); the columns before
+    // go through gradColumnsPart. storeFull checks each address, so a row with another offset
+    // is still written correctly (with cached stores where it is not aligned).
+    const uintptr_t misaligned = reinterpret_cast<uintptr_t>(rows[0].dst) % 64u;
+    const int64_t lead = misaligned % bytes != 0 ? 0 : std::min<int64_t>(h, int64_t((64u - misaligned) % 64u / bytes));
     int64_t e = 0;
+    while (e < lead) {
+        const int64_t cols = std::min<int64_t>(kW, lead - e);
+        gradColumnsPart<V, DT>(rows, k, e, cols, dy, u, du);
+        e += cols;
+    }
     for (; e + 2 * kW <= h; e += 2 * kW) {
-        prefetchColumns(next, nextCount, bytes, e, 2 * kW);
+        prefetchColumns<2>(next, nextCount, bytes, e, 2 * kW);
         typename V::F d0 = V::loadu(du + e), d1 = V::loadu(du + e + kW);
+        const typename V::F dy0 = V::loadu(dy + e), dy1 = V::loadu(dy + e + kW);
+        const typename V::F u0 = V::loadu(u + e), u1 = V::loadu(u + e + kW);
         for (int64_t i = 0; i < k; ++i) {
-            const typename V::F vp = V::set1(pi[i]), vu = V::set1(coefU[i]), vv = V::set1(coefV[i]);
-            const typename V::F x0 = loadFull<V>(src[i], e, DT), x1 = loadFull<V>(src[i], e + kW, DT);
+            const GradSource& r = rows[i];
+            const typename V::F vp = V::set1(r.p), vu = V::set1(r.coefU), vv = V::set1(r.coefV);
+            const typename V::F x0 = loadFull<V>(r.src, e, DT), x1 = loadFull<V>(r.src, e + kW, DT);
             d0 = V::fmadd(vu, x0, d0);
             d1 = V::fmadd(vu, x1, d1);
-            storeFull<V>(dst[i], e, DT, V::fnmadd(vv, x0, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e)))),
-                         STREAM);
-            storeFull<V>(dst[i], e + kW, DT,
-                         V::fnmadd(vv, x1, V::fmadd(vu, V::load(u + e + kW), V::mul(vp, V::load(dy + e + kW)))), STREAM);
+            storeFull<V>(r.dst, e, DT, V::fnmadd(vv, x0, V::fmadd(vu, u0, V::mul(vp, dy0))), STREAM);
+            storeFull<V>(r.dst, e + kW, DT, V::fnmadd(vv, x1, V::fmadd(vu, u1, V::mul(vp, dy1))), STREAM);
         }
         V::storeu(du + e, d0);
         V::storeu(du + e + kW, d1);
     }
-    for (; e < h; e += kW) {  // the last 1 to 31 columns, 16 at a time
-        const int64_t rest = h - e;
-        typename V::F d = load16<V>(du, e, DType::F32, rest);
-        for (int64_t i = 0; i < k; ++i) {
-            const typename V::F vp = V::set1(pi[i]), vu = V::set1(coefU[i]), vv = V::set1(coefV[i]);
-            const typename V::F x = load16<V>(src[i], e, DT, rest);
-            d = V::fmadd(vu, x, d);
-            store16<V>(dst[i], e, DT, V::fnmadd(vv, x, V::fmadd(vu, V::load(u + e), V::mul(vp, V::load(dy + e)))), rest,
-                       STREAM);
-        }
-        store16<V>(du, e, DType::F32, d, rest, false);
-    }
+    for (; e < h; e += kW) gradColumnsPart<V, DT>(rows, k, e, std::min<int64_t>(kW, h - e), dy, u, du);
 }
 
 // The backward of one token through gradColumns; false (nothing done) when a source or gradient
-// row is not contiguous, a streamed gradient row does not start on a vector boundary, or the
-// token has more than kMaxPrefetchRows sources: then backwardTokens' row-by-row passes.
+// row is not contiguous or the token has more than kMaxPrefetchRows sources: then
+// backwardTokens' row-by-row passes (which give the same bits).
 template <class V>
 ATTNOPS_BAR_STREAM_INLINE bool backwardTokenByColumns(const BackwardParams& p, const float* u, int64_t t, int64_t t1,
                                                       const float* dy, float* du, bool stream) {
     const Sources& s = p.src;
     const int64_t h = s.hidden, k = s.blocks + 1, n = s.blocks;
     if (k > kMaxPrefetchRows) return false;
-    const void* src[kMaxPrefetchRows];
-    void* dst[kMaxPrefetchRows];
+    GradSource rows[kMaxPrefetchRows];
     const char* next[kMaxPrefetchRows + 1];
     for (int64_t i = 0; i < k; ++i) {
         const View3& v = i < n ? s.blockRes : s.partial;
         const MutView3& out = i < n ? p.gradBlockRes : p.gradPartial;
         const int64_t row = i < n ? i : 0;
-        src[i] = contiguousRow(v, t, row);
-        if (src[i] == nullptr || !storesDirect(out, t, row, stream)) return false;
-        dst[i] = contiguousRow(out, t, row);
+        rows[i].src = contiguousRow(v, t, row);
+        rows[i].dst = contiguousRow(out, t, row);
+        if (rows[i].src == nullptr || rows[i].dst == nullptr) return false;
         next[i] = t + 1 < t1 ? static_cast<const char*>(contiguousRow(v, t + 1, row)) : nullptr;
     }
     next[k] = t + 1 < t1 ? static_cast<const char*>(contiguousRow(p.gradHidden, t + 1, 0)) : nullptr;
     // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once (no fp32 copy kept).
     // a-bar in double: when one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps.
-    float a[kMaxPrefetchRows], c[kMaxPrefetchRows], pi[kMaxPrefetchRows], coefU[kMaxPrefetchRows],
-        coefV[kMaxPrefetchRows];
+    float a[kMaxPrefetchRows], c[kMaxPrefetchRows];
     const DType dtype = s.partial.dtype;
     double abar = 0.0;
     for (int64_t i = 0; i < k; ++i) {
         if (dtype == DType::BF16)
-            rowDots<V, DType::BF16, false, false>(src[i], h, dy, u, nullptr, a[i], c[i]);
+            rowDots<V, DType::BF16, false, false>(rows[i].src, h, dy, u, nullptr, a[i], c[i]);
         else if (dtype == DType::F16)
-            rowDots<V, DType::F16, false, false>(src[i], h, dy, u, nullptr, a[i], c[i]);
+            rowDots<V, DType::F16, false, false>(rows[i].src, h, dy, u, nullptr, a[i], c[i]);
         else
-            rowDots<V, DType::F32, false, false>(src[i], h, dy, u, nullptr, a[i], c[i]);
-        pi[i] = p.probs.load(t, i, 0);
-        abar += double(pi[i]) * double(a[i]);
+            rowDots<V, DType::F32, false, false>(rows[i].src, h, dy, u, nullptr, a[i], c[i]);
+        rows[i].p = p.probs.load(t, i, 0);
+        abar += double(rows[i].p) * double(a[i]);
     }
     const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
     for (int64_t i = 0; i < k; ++i) {
         const float ri = p.invNorm.load(t, i, 0);
-        const float ds = float(double(pi[i]) * (double(a[i]) - abar));
-        coefU[i] = ds * ri;
-        coefV[i] = ds * ri * ri * ri * c[i] * invH;
+        const float ds = float(double(rows[i].p) * (double(a[i]) - abar));
+        rows[i].coefU = ds * ri;
+        rows[i].coefV = ds * ri * ri * ri * c[i] * invH;
     }
     // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
     const int64_t nextCount = k + 1;
     if (stream) {
         if (dtype == DType::BF16)
-            gradColumns<V, DType::BF16, true>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+            gradColumns<V, DType::BF16, true>(rows, k, h, dy, u, du, next, nextCount);
         else if (dtype == DType::F16)
-            gradColumns<V, DType::F16, true>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+            gradColumns<V, DType::F16, true>(rows, k, h, dy, u, du, next, nextCount);
         else
-            gradColumns<V, DType::F32, true>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+            gradColumns<V, DType::F32, true>(rows, k, h, dy, u, du, next, nextCount);
     } else {
         if (dtype == DType::BF16)
-            gradColumns<V, DType::BF16, false>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+            gradColumns<V, DType::BF16, false>(rows, k, h, dy, u, du, next, nextCount);
         else if (dtype == DType::F16)
-            gradColumns<V, DType::F16, false>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+            gradColumns<V, DType::F16, false>(rows, k, h, dy, u, du, next, nextCount);
         else
-            gradColumns<V, DType::F32, false>(src, dst, k, h, dy, u, du, pi, coefU, coefV, next, nextCount);
+            gradColumns<V, DType::F32, false>(rows, k, h, dy, u, du, next, nextCount);
     }
     return true;
 }
