@@ -6,7 +6,9 @@
 // views take: BarStrided.ViewsGiveTheContiguousBits in bar_test.cpp.)
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "attnops/attnops.h"
 #include "forced_impl.hpp"
@@ -38,21 +40,22 @@ TEST(BarStreamColumns, LargeHalfPrecisionGradientsAreStreamed) {
         }
         ++ran;
         ForcedImpl forced(impl);
-        for (attnopsDataType dtype : {ATTNOPS_BFLOAT16, ATTNOPS_FLOAT16})
-          for (int64_t hidden : {4096, 4096 + 24}) {
-            // gradBlockRes over 2304 * 2 * 4096 * 2 bytes = 37.7 MB. H = 4096: every row at the
-            // same offset within a line; 4120: rows at different offsets, a 24-column tail.
-            BarProblem p;
-            p.tokens = 2304;
-            p.blocks = 2;
-            p.hidden = hidden;
-            p.dtype = dtype;
-            SCOPED_TRACE(std::string(impl) + " " + p.describe());
-            BarInstance inst(p);
-            ASSERT_EQ(inst.runForward(true), ATTNOPS_SUCCESS);
-            ASSERT_EQ(inst.runBackward(), ATTNOPS_SUCCESS);
-            const BarCheck b = attnops::tools::checkBarBackward(inst, 48);
-            EXPECT_TRUE(b.passed) << b.failure;
+        for (attnopsDataType dtype : {ATTNOPS_BFLOAT16, ATTNOPS_FLOAT16}) {
+            for (int64_t hidden : {4096, 4096 + 24}) {
+                // gradBlockRes over 2304 * 2 * 4096 * 2 bytes = 37.7 MB. H = 4096: every row at the
+                // same offset within a line; 4120: rows at different offsets, a 24-column tail.
+                BarProblem p;
+                p.tokens = 2304;
+                p.blocks = 2;
+                p.hidden = hidden;
+                p.dtype = dtype;
+                SCOPED_TRACE(std::string(impl) + " " + p.describe());
+                BarInstance inst(p);
+                ASSERT_EQ(inst.runForward(true), ATTNOPS_SUCCESS);
+                ASSERT_EQ(inst.runBackward(), ATTNOPS_SUCCESS);
+                const BarCheck b = attnops::tools::checkBarBackward(inst, 48);
+                EXPECT_TRUE(b.passed) << b.failure;
+            }
         }
     }
     if (ran == 0) GTEST_SKIP() << "no stream kernel runs on this CPU (needs AVX2+FMA+F16C or AVX-512)";
