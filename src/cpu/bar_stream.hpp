@@ -541,36 +541,45 @@ ATTNOPS_BAR_STREAM_INLINE void gradColumns(const GradSource* __restrict rows, in
                                            const float* __restrict dy, const float* __restrict u,
                                            float* __restrict du, const char* const* next, int64_t nextCount) {
     constexpr int64_t bytes = DT == DType::F32 ? 4 : 2;
-    // The blocks start where the first gradient row reaches a 64-byte line (rows of one token
-    // usually share their offset within a line: H * bytes a multiple of 64); the columns before
-    // go through gradColumnsPart. storeFull checks each address, so a row with another offset
-    // is still written correctly (with cached stores where it is not aligned).
+    (void)nextCount;
+    // The vector loop starts where the first gradient row reaches a 64-byte line (rows of one
+    // token usually share their offset within a line: H * bytes a multiple of 64); the columns
+    // before go through gradColumnsPart. storeFull checks each address, so a row with another
+    // offset is still written correctly (with cached stores where it is not aligned).
     const uintptr_t misaligned = reinterpret_cast<uintptr_t>(rows[0].dst) % 64u;
     const int64_t lead = misaligned % bytes != 0 ? 0 : std::min<int64_t>(h, int64_t((64u - misaligned) % 64u / bytes));
-    int64_t e = 0;
-    while (e < lead) {
+    for (int64_t e = 0; e < lead;) {
         const int64_t cols = std::min<int64_t>(kW, lead - e);
         gradColumnsPart<V, DT>(rows, k, e, cols, dy, u, du);
         e += cols;
     }
-    for (; e + 2 * kW <= h; e += 2 * kW) {
-        prefetchColumns<2>(next, nextCount, bytes, e, 2 * kW);
-        typename V::F d0 = V::loadu(du + e), d1 = V::loadu(du + e + kW);
-        const typename V::F dy0 = V::loadu(dy + e), dy1 = V::loadu(dy + e + kW);
-        const typename V::F u0 = V::loadu(u + e), u1 = V::loadu(u + e + kW);
-        for (int64_t i = 0; i < k; ++i) {
-            const GradSource& r = rows[i];
-            const typename V::F vp = V::set1(r.p), vu = V::set1(r.coefU), vv = V::set1(r.coefV);
-            const typename V::F x0 = loadFull<V>(r.src, e, DT), x1 = loadFull<V>(r.src, e + kW, DT);
-            d0 = V::fmadd(vu, x0, d0);
-            d1 = V::fmadd(vu, x1, d1);
-            storeFull<V>(r.dst, e, DT, V::fnmadd(vv, x0, V::fmadd(vu, u0, V::mul(vp, dy0))), STREAM);
-            storeFull<V>(r.dst, e + kW, DT, V::fnmadd(vv, x1, V::fmadd(vu, u1, V::mul(vp, dy1))), STREAM);
+    // One row at a time (interleaving the rows' non-temporal stores, even by whole lines, made
+    // the backward slower on AMD EPYC Zen 3: write-combining), du loaded and stored per row.
+    for (int64_t i = 0; i < k; ++i) {
+        const GradSource& r = rows[i];
+        const typename V::F vp = V::set1(r.p), vu = V::set1(r.coefU), vv = V::set1(r.coefV);
+        const char* ahead = next[i];
+        const char* ahead2 = i == 0 ? next[k] : nullptr;  // with row 0, the next gradHidden row
+        int64_t e = lead;
+        for (; e + 2 * kW <= h; e += 2 * kW) {
+            for (int64_t line = 0; line < 2 * kW * bytes; line += 64) {
+                if (ahead != nullptr) __builtin_prefetch(ahead + e * bytes + line, 0, 3);
+                if (ahead2 != nullptr) __builtin_prefetch(ahead2 + e * bytes + line, 0, 3);
+            }
+            for (int j = 0; j < 2; ++j) {
+                const int64_t f = e + j * kW;
+                const typename V::F x = loadFull<V>(r.src, f, DT);
+                V::storeu(du + f, V::fmadd(vu, x, V::loadu(du + f)));
+                storeFull<V>(r.dst, f, DT, V::fnmadd(vv, x, V::fmadd(vu, V::loadu(u + f), V::mul(vp, V::loadu(dy + f)))),
+                             STREAM);
+            }
         }
-        V::storeu(du + e, d0);
-        V::storeu(du + e + kW, d1);
     }
-    for (; e < h; e += kW) gradColumnsPart<V, DT>(rows, k, e, std::min<int64_t>(kW, h - e), dy, u, du);
+    for (int64_t e = lead + (h - lead) / (2 * kW) * (2 * kW); e < h;) {  // the last 1 to 31 columns
+        const int64_t cols = std::min<int64_t>(kW, h - e);
+        gradColumnsPart<V, DT>(rows, k, e, cols, dy, u, du);
+        e += cols;
+    }
 }
 
 // The backward of one token through gradColumns; false (nothing done) when a source or gradient
