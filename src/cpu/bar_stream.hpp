@@ -16,15 +16,13 @@
 //     the next token's rows are prefetched at the same pace, so its first pass finds them in L2
 //     and the memory stream does not pause during the passes that read no new rows;
 //   - the backward (contiguous rows: backwardTokenByColumns) reads each source row twice, the
-//     second time from L2 (no fp32 copy is stored), and writes the gradient rows in one pass over
-//     32-column blocks, source by source within a block, with du in registers: each block writes
-//     whole 64-byte lines of a row with consecutive stores (interleaving the rows by half lines
-//     had halved the bf16 backward on AMD EPYC Zen 3, as each row's partial non-temporal lines
-//     competed for write-combining); the blocks start on the gradient rows' line boundaries, so
-//     rows that malloc leaves 16 bytes off a vector boundary are streamed too (they went through
-//     an fp32 row and a copy before: callgrind, T=512 N=8 H=4096, bf16 backward 5.0 -> 3.6
-//     instructions per element, fp16 3.8 -> 2.5, fp32 3.6 -> 2.6). Strided rows keep the
-//     row-by-row passes (the same bits);
+//     second time from L2 as it is (no fp32 copy is stored in the first pass), and writes the
+//     gradient rows one at a time in the loop that accumulates du (interleaving the rows' stores,
+//     by half lines (du in registers) or by whole 64-byte lines, made the backward up to 2x
+//     slower on AMD EPYC Zen 3 (AVX2), as the rows' non-temporal lines compete for
+//     write-combining); the vector loop starts on the gradient rows' line boundary, so rows that
+//     malloc leaves 16 bytes off a vector boundary are streamed too (before, they went through an
+//     fp32 row and a copy). Strided rows keep the row-by-row passes over an fp32 tile (same bits);
 //   - large outputs are written with non-temporal stores (from the first vector-aligned element
 //     of each row), so written rows do not first cost a read for ownership: the backward writes
 //     nearly as many bytes as it reads (fp32 backward on AVX-512: 29 -> 35 GB/s);
@@ -496,20 +494,15 @@ ATTNOPS_BAR_STREAM_INLINE void gradRowAs(DType out, void* dst, int64_t h, float*
         gradRow<V, DType::F32, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
 }
 
-// The backward's second pass over a token whose source rows (src[i]) and gradient rows (dst[i])
-// are all contiguous, the gradient rows starting on vector boundaries when STREAM: over 32-column
-// blocks, for each source i ascending, dv_i = p_i dy + coefU_i u - coefV_i v_i is written and
-// du += coefU_i v_i accumulated in registers. Per column, the same operations in the same order
-// as gradRow (the same bits), but:
-//   - v_i is read again from its source row (in L2 since the first pass: half the bytes of an
-//     fp32 copy for fp16/bf16, and the first pass stores no copy at all);
-//   - du is loaded and stored once per block instead of once per source;
-//   - each block writes whole 64-byte lines of a gradient row (32 columns of fp16/bf16, two
-//     lines of fp32) with consecutive stores, so the rows' non-temporal lines fill and leave
-//     the write-combining buffers one at a time (stores interleaved by half lines, 16 columns
-//     per row, halved the bf16 backward on AMD EPYC Zen 3: see the file comment);
-//   - the next token's rows (next[j], nullptr: skipped) are prefetched column block by column
-//     block, so its first pass finds them in L2.
+// gradColumns (below): the backward's second pass over a token whose source rows (rows[i].src) and gradient rows
+// (rows[i].dst) are all contiguous: dv_i = p_i dy + coefU_i u - coefV_i v_i written and
+// du += coefU_i v_i, per column the same operations in the same order as gradRow (the same bits),
+// but v_i is read again from its source row (in L2 since the first pass: half the bytes of an
+// fp32 copy for fp16/bf16, and the first pass stores no copy), and the vector loop starts where
+// the first gradient row reaches a 64-byte line, so misaligned rows are streamed as well. The
+// next token's rows (next[i]; next[k]: its gradHidden row) are prefetched at the pace of the rows
+// written, so its first pass finds them in cache.
+
 // One source of gradColumns: its row, its gradient row, p_i, coefU_i and coefV_i (one array of
 // these: the loop keeps one base register for them, three arrays spilled pointers on AVX2).
 struct GradSource {
@@ -519,7 +512,7 @@ struct GradSource {
 };
 
 // Columns [e, e + cols) of every source's gradient (cols <= 16; cached stores): the ends of the
-// rows that gradColumns' whole-line blocks leave.
+// rows that gradColumns' vector loop leaves (before the first line boundary, after the last 32-column block).
 template <class V, DType DT>
 ATTNOPS_BAR_STREAM_INLINE void gradColumnsPart(const GradSource* __restrict rows, int64_t k, int64_t e, int64_t cols,
                                                const float* __restrict dy, const float* __restrict u,
