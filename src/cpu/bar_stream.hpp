@@ -22,7 +22,9 @@
 //     slower on AMD EPYC Zen 3 (AVX2), as the rows' non-temporal lines compete for
 //     write-combining); the vector loop starts on the gradient rows' line boundary, so rows that
 //     malloc leaves 16 bytes off a vector boundary are streamed too (before, they went through an
-//     fp32 row and a copy). Strided rows keep the row-by-row passes over an fp32 tile (same bits);
+//     fp32 row and a copy: callgrind, T=512 N=8 H=4096, backward instructions per element bf16
+//     5.0 -> 3.8, fp16 3.8 -> 2.7, fp32 3.6 -> 2.7). Strided rows keep the row-by-row passes over
+//     an fp32 tile (same bits);
 //   - large outputs are written with non-temporal stores (from the first vector-aligned element
 //     of each row), so written rows do not first cost a read for ownership: the backward writes
 //     nearly as many bytes as it reads (fp32 backward on AVX-512: 29 -> 35 GB/s);
