@@ -15,9 +15,16 @@
 //   - while a token's cached rows are weighted (forward) or its gradient rows written (backward),
 //     the next token's rows are prefetched at the same pace, so its first pass finds them in L2
 //     and the memory stream does not pause during the passes that read no new rows;
-//   - the backward writes each gradient row in the same loop that accumulates du; one row at a
-//     time: interleaving the rows' stores (du kept in registers) halved the bf16 backward on
-//     AMD EPYC Zen 3 (AVX2), as each row's partial non-temporal lines compete for write-combining;
+//   - the backward (contiguous rows: backwardTokenByColumns) reads each source row twice, the
+//     second time from L2 as it is (no fp32 copy is stored in the first pass), and writes the
+//     gradient rows one at a time in the loop that accumulates du (interleaving the rows' stores,
+//     by half lines (du in registers) or by whole 64-byte lines, made the backward up to 2x
+//     slower on AMD EPYC Zen 3 (AVX2), as the rows' non-temporal lines compete for
+//     write-combining); the vector loop starts on the gradient rows' line boundary, so rows that
+//     malloc leaves 16 bytes off a vector boundary are streamed too (before, they went through an
+//     fp32 row and a copy: callgrind, T=512 N=8 H=4096, backward instructions per element bf16
+//     5.0 -> 3.8, fp16 3.8 -> 2.7, fp32 3.6 -> 2.7). Strided rows keep the row-by-row passes over
+//     an fp32 tile (same bits);
 //   - large outputs are written with non-temporal stores (from the first vector-aligned element
 //     of each row), so written rows do not first cost a read for ownership: the backward writes
 //     nearly as many bytes as it reads (fp32 backward on AVX-512: 29 -> 35 GB/s);
@@ -177,8 +184,9 @@ ATTNOPS_BAR_STREAM_INLINE float combine2(const typename V::F a[2]) {
 // x . x) and dotY = y . x in fp32 (the backward's pass, and the forward's for fp16/bf16 rows).
 // The element type is a template argument, so the loop carries no per-vector dtype test, and two
 // column groups (eight ymm accumulators on AVX2) keep every accumulator in a register (four
-// groups spilled on AVX2). z and y are padded to whole vectors; SQUARE: z is x (z unused).
-template <class V, DType DT, bool SQUARE>
+// groups spilled on AVX2). z and y are padded to whole vectors; SQUARE: z is x (z unused);
+// KEEP: x is stored (else x is unused: the backward's column pass reads the source row again).
+template <class V, DType DT, bool SQUARE, bool KEEP = true>
 ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* __restrict z,
                                        const float* __restrict y, float* x, float& dotZ, float& dotY) {
     typename V::F dz[2], dy[2];
@@ -189,7 +197,7 @@ ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* 
         prefetchAhead(src, e, bytes);
         for (int j = 0; j < 4; ++j) {
             const typename V::F xv = loadFull<V>(src, e + j * kW, DT);
-            V::store(x + e + j * kW, xv);
+            if (KEEP) V::store(x + e + j * kW, xv);
             dz[j % 2] = V::fmadd(SQUARE ? xv : V::load(z + e + j * kW), xv, dz[j % 2]);
             dy[j % 2] = V::fmadd(V::load(y + e + j * kW), xv, dy[j % 2]);
         }
@@ -197,7 +205,7 @@ ATTNOPS_BAR_STREAM_INLINE void rowDots(const void* src, int64_t h, const float* 
     for (; e < h; e += kW) {
         const int q = int(e / kW) % 2;
         const typename V::F xv = load16<V>(src, e, DT, h - e);
-        V::store(x + e, xv);
+        if (KEEP) V::store(x + e, xv);
         dz[q] = V::fmadd(SQUARE ? xv : loadPadded<V>(z, e, h - e), xv, dz[q]);
         dy[q] = V::fmadd(loadPadded<V>(y, e, h - e), xv, dy[q]);
     }
@@ -322,12 +330,14 @@ ATTNOPS_BAR_STREAM_INLINE bool storesDirect(const MutView3& out, int64_t t, int6
 // skipped), so that while the current token's cached rows are weighted and stored (no memory
 // traffic of their own) the next token's rows are already on their way, and its first pass
 // finds them in L2 (a hint: it may run past a row's end).
+// LOCALITY: __builtin_prefetch's (3: prefetcht0, into L1; 2: prefetcht1, into L2).
+template <int LOCALITY = 3>
 ATTNOPS_BAR_STREAM_INLINE void prefetchColumns(const char* const* rows, int64_t count, int64_t rowBytes, int64_t e,
                                                int64_t cols) {
     for (int64_t i = 0; i < count; ++i) {
         if (rows[i] == nullptr) continue;
         const char* p = rows[i] + e * rowBytes;
-        for (int64_t line = 0; line < cols * rowBytes; line += 64) __builtin_prefetch(p + line, 0, 3);
+        for (int64_t line = 0; line < cols * rowBytes; line += 64) __builtin_prefetch(p + line, 0, LOCALITY);
     }
 }
 
@@ -486,6 +496,150 @@ ATTNOPS_BAR_STREAM_INLINE void gradRowAs(DType out, void* dst, int64_t h, float*
         gradRow<V, DType::F32, STREAM, true>(dst, h, x, dy, u, du, pi, coefU, coefV, ahead, ahead2, aheadBytes);
 }
 
+// gradColumns (below): the backward's second pass over a token whose source rows (rows[i].src) and gradient rows
+// (rows[i].dst) are all contiguous: dv_i = p_i dy + coefU_i u - coefV_i v_i written and
+// du += coefU_i v_i, per column the same operations in the same order as gradRow (the same bits),
+// but v_i is read again from its source row (in L2 since the first pass: half the bytes of an
+// fp32 copy for fp16/bf16, and the first pass stores no copy), and the vector loop starts where
+// the first gradient row reaches a 64-byte line, so misaligned rows are streamed as well. The
+// next token's rows (next[i]; next[k]: its gradHidden row) are prefetched at the pace of the rows
+// written, so its first pass finds them in cache.
+
+// One source of gradColumns: its row, its gradient row, p_i, coefU_i and coefV_i (one array of
+// these: the loop keeps one base register for them, three arrays spilled pointers on AVX2).
+struct GradSource {
+    const void* src;
+    void* dst;
+    float p, coefU, coefV;
+};
+
+// Columns [e, e + cols) of every source's gradient (cols <= 16; cached stores): the ends of the
+// rows that gradColumns' vector loop leaves (before the first line boundary, after the last 32-column block).
+template <class V, DType DT>
+ATTNOPS_BAR_STREAM_INLINE void gradColumnsPart(const GradSource* __restrict rows, int64_t k, int64_t e, int64_t cols,
+                                               const float* __restrict dy, const float* __restrict u,
+                                               float* __restrict du) {
+    const typename V::F dyv = load16<V>(dy, e, DType::F32, cols), uv = load16<V>(u, e, DType::F32, cols);
+    typename V::F d = load16<V>(du, e, DType::F32, cols);
+    for (int64_t i = 0; i < k; ++i) {
+        const GradSource& r = rows[i];
+        const typename V::F vp = V::set1(r.p), vu = V::set1(r.coefU), vv = V::set1(r.coefV);
+        const typename V::F x = load16<V>(r.src, e, DT, cols);
+        d = V::fmadd(vu, x, d);
+        store16<V>(r.dst, e, DT, V::fnmadd(vv, x, V::fmadd(vu, uv, V::mul(vp, dyv))), cols, false);
+    }
+    store16<V>(du, e, DType::F32, d, cols, false);
+}
+
+template <class V, DType DT, bool STREAM>
+ATTNOPS_BAR_STREAM_INLINE void gradColumns(const GradSource* __restrict rows, int64_t k, int64_t h,
+                                           const float* __restrict dy, const float* __restrict u,
+                                           float* __restrict du, const char* const* next, int64_t nextCount) {
+    constexpr int64_t bytes = DT == DType::F32 ? 4 : 2;
+    (void)nextCount;
+    // The vector loop starts where the first gradient row reaches a 64-byte line (rows of one
+    // token usually share their offset within a line: H * bytes a multiple of 64); the columns
+    // before go through gradColumnsPart. storeFull checks each address, so a row with another
+    // offset is still written correctly (with cached stores where it is not aligned).
+    const uintptr_t misaligned = reinterpret_cast<uintptr_t>(rows[0].dst) % 64u;
+    const int64_t lead = misaligned % bytes != 0 ? 0 : std::min<int64_t>(h, int64_t((64u - misaligned) % 64u / bytes));
+    for (int64_t e = 0; e < lead;) {
+        const int64_t cols = std::min<int64_t>(kW, lead - e);
+        gradColumnsPart<V, DT>(rows, k, e, cols, dy, u, du);
+        e += cols;
+    }
+    // One row at a time (interleaving the rows' non-temporal stores, even by whole lines, made
+    // the backward slower on AMD EPYC Zen 3: write-combining), du loaded and stored per row.
+    for (int64_t i = 0; i < k; ++i) {
+        const GradSource& r = rows[i];
+        const typename V::F vp = V::set1(r.p), vu = V::set1(r.coefU), vv = V::set1(r.coefV);
+        const char* ahead = next[i];
+        const char* ahead2 = i == 0 ? next[k] : nullptr;  // with row 0, the next gradHidden row
+        int64_t e = lead;
+        for (; e + 2 * kW <= h; e += 2 * kW) {
+            for (int64_t line = 0; line < 2 * kW * bytes; line += 64) {
+                if (ahead != nullptr) __builtin_prefetch(ahead + e * bytes + line, 0, 3);
+                if (ahead2 != nullptr) __builtin_prefetch(ahead2 + e * bytes + line, 0, 3);
+            }
+            for (int j = 0; j < 2; ++j) {
+                const int64_t f = e + j * kW;
+                const typename V::F x = loadFull<V>(r.src, f, DT);
+                V::storeu(du + f, V::fmadd(vu, x, V::loadu(du + f)));
+                storeFull<V>(r.dst, f, DT, V::fnmadd(vv, x, V::fmadd(vu, V::loadu(u + f), V::mul(vp, V::loadu(dy + f)))),
+                             STREAM);
+            }
+        }
+    }
+    for (int64_t e = lead + (h - lead) / (2 * kW) * (2 * kW); e < h;) {  // the last 1 to 31 columns
+        const int64_t cols = std::min<int64_t>(kW, h - e);
+        gradColumnsPart<V, DT>(rows, k, e, cols, dy, u, du);
+        e += cols;
+    }
+}
+
+// The backward of one token through gradColumns; false (nothing done) when a source or gradient
+// row is not contiguous or the token has more than kMaxPrefetchRows sources: then
+// backwardTokens' row-by-row passes (which give the same bits).
+template <class V>
+ATTNOPS_BAR_STREAM_INLINE bool backwardTokenByColumns(const BackwardParams& p, const float* u, int64_t t, int64_t t1,
+                                                      const float* dy, float* du, bool stream) {
+    const Sources& s = p.src;
+    const int64_t h = s.hidden, k = s.blocks + 1, n = s.blocks;
+    if (k > kMaxPrefetchRows) return false;
+    GradSource rows[kMaxPrefetchRows];
+    const char* next[kMaxPrefetchRows + 1];
+    for (int64_t i = 0; i < k; ++i) {
+        const View3& v = i < n ? s.blockRes : s.partial;
+        const MutView3& out = i < n ? p.gradBlockRes : p.gradPartial;
+        const int64_t row = i < n ? i : 0;
+        rows[i].src = contiguousRow(v, t, row);
+        rows[i].dst = contiguousRow(out, t, row);
+        if (rows[i].src == nullptr || rows[i].dst == nullptr) return false;
+        next[i] = t + 1 < t1 ? static_cast<const char*>(contiguousRow(v, t + 1, row)) : nullptr;
+    }
+    next[k] = t + 1 < t1 ? static_cast<const char*>(contiguousRow(p.gradHidden, t + 1, 0)) : nullptr;
+    // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once (no fp32 copy kept).
+    // a-bar in double: when one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps.
+    float a[kMaxPrefetchRows], c[kMaxPrefetchRows];
+    const DType dtype = s.partial.dtype;
+    double abar = 0.0;
+    for (int64_t i = 0; i < k; ++i) {
+        if (dtype == DType::BF16)
+            rowDots<V, DType::BF16, false, false>(rows[i].src, h, dy, u, nullptr, a[i], c[i]);
+        else if (dtype == DType::F16)
+            rowDots<V, DType::F16, false, false>(rows[i].src, h, dy, u, nullptr, a[i], c[i]);
+        else
+            rowDots<V, DType::F32, false, false>(rows[i].src, h, dy, u, nullptr, a[i], c[i]);
+        rows[i].p = p.probs.load(t, i, 0);
+        abar += double(rows[i].p) * double(a[i]);
+    }
+    const float invH = h > 0 ? 1.0f / float(h) : 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+        const float ri = p.invNorm.load(t, i, 0);
+        const float ds = float(double(rows[i].p) * (double(a[i]) - abar));
+        rows[i].coefU = ds * ri;
+        rows[i].coefV = ds * ri * ri * ri * c[i] * invH;
+    }
+    // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
+    const int64_t nextCount = k + 1;
+    if (stream) {
+        if (dtype == DType::BF16)
+            gradColumns<V, DType::BF16, true>(rows, k, h, dy, u, du, next, nextCount);
+        else if (dtype == DType::F16)
+            gradColumns<V, DType::F16, true>(rows, k, h, dy, u, du, next, nextCount);
+        else
+            gradColumns<V, DType::F32, true>(rows, k, h, dy, u, du, next, nextCount);
+    } else {
+        if (dtype == DType::BF16)
+            gradColumns<V, DType::BF16, false>(rows, k, h, dy, u, du, next, nextCount);
+        else if (dtype == DType::F16)
+            gradColumns<V, DType::F16, false>(rows, k, h, dy, u, du, next, nextCount);
+        else
+            gradColumns<V, DType::F32, false>(rows, k, h, dy, u, du, next, nextCount);
+    }
+    return true;
+}
+
 template <class V>
 ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const float* u, int64_t t0, int64_t t1,
                                               float* du, void* scratchBase) {
@@ -499,6 +653,7 @@ ATTNOPS_BAR_STREAM_TARGET void backwardTokens(const BackwardParams& p, const flo
     const int64_t aheadBytes = elementBytes(s.partial.dtype);
     for (int64_t t = t0; t < t1; ++t) {
         loadGradRow<V>(p.gradHidden, t, h, dy);
+        if (backwardTokenByColumns<V>(p, u, t, t1, dy, du, stream)) continue;
         // Pass 1: a_i = dy . v_i and c_i = u . v_i, reading each row once. a-bar in double: when
         // one p_i is close to 1, a_i - a-bar cancels to a few fp32 ulps (see bar_vector.cpp).
         double abar = 0.0;
