@@ -534,9 +534,8 @@ ATTNOPS_BAR_STREAM_INLINE void gradColumnsPart(const GradSource* __restrict rows
 template <class V, DType DT, bool STREAM>
 ATTNOPS_BAR_STREAM_INLINE void gradColumns(const GradSource* __restrict rows, int64_t k, int64_t h,
                                            const float* __restrict dy, const float* __restrict u,
-                                           float* __restrict du, const char* const* next, int64_t nextCount) {
+                                           float* __restrict du, const char* const* next) {
     constexpr int64_t bytes = DT == DType::F32 ? 4 : 2;
-    (void)nextCount;
     // The vector loop starts where the first gradient row reaches a 64-byte line (rows of one
     // token usually share their offset within a line: H * bytes a multiple of 64); the columns
     // before go through gradColumnsPart. storeFull checks each address, so a row with another
@@ -621,21 +620,20 @@ ATTNOPS_BAR_STREAM_INLINE bool backwardTokenByColumns(const BackwardParams& p, c
         rows[i].coefV = ds * ri * ri * ri * c[i] * invH;
     }
     // Pass 2: dv_i = p_i dy + ds_i r_i u - (ds_i r_i^3 c_i / H) v_i; du += ds_i r_i v_i.
-    const int64_t nextCount = k + 1;
     if (stream) {
         if (dtype == DType::BF16)
-            gradColumns<V, DType::BF16, true>(rows, k, h, dy, u, du, next, nextCount);
+            gradColumns<V, DType::BF16, true>(rows, k, h, dy, u, du, next);
         else if (dtype == DType::F16)
-            gradColumns<V, DType::F16, true>(rows, k, h, dy, u, du, next, nextCount);
+            gradColumns<V, DType::F16, true>(rows, k, h, dy, u, du, next);
         else
-            gradColumns<V, DType::F32, true>(rows, k, h, dy, u, du, next, nextCount);
+            gradColumns<V, DType::F32, true>(rows, k, h, dy, u, du, next);
     } else {
         if (dtype == DType::BF16)
-            gradColumns<V, DType::BF16, false>(rows, k, h, dy, u, du, next, nextCount);
+            gradColumns<V, DType::BF16, false>(rows, k, h, dy, u, du, next);
         else if (dtype == DType::F16)
-            gradColumns<V, DType::F16, false>(rows, k, h, dy, u, du, next, nextCount);
+            gradColumns<V, DType::F16, false>(rows, k, h, dy, u, du, next);
         else
-            gradColumns<V, DType::F32, false>(rows, k, h, dy, u, du, next, nextCount);
+            gradColumns<V, DType::F32, false>(rows, k, h, dy, u, du, next);
     }
     return true;
 }
