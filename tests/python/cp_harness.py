@@ -1,4 +1,5 @@
-"""Runs a test module's `worker(rank, world, store, out_dir, which)` on `world` gloo processes.
+"""Runs a test module's `worker(rank, world, store, out_dir, which)` on `world` gloo processes
+(run_world), and a worker's cases in its process (run_cases).
 
 Each worker saves its list of failure messages to out_dir/rank<r>.pt (in a `finally`, so a rank
 that raises still reports); the test fails with those messages, with "no report" for a rank that
@@ -6,10 +7,13 @@ saved none, or naming the ranks still running past the deadline (a deadlock).
 """
 from __future__ import annotations
 
+import os
 import time
+from datetime import timedelta
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
@@ -34,3 +38,34 @@ def run_world(worker, world, tmp_path, which="default", deadline_s=600):
         else:
             failures.append(f"W={world} rank {rank}: no report")
     assert not failures, "\n".join(failures[:40]) + (f"\n... {len(failures)} failures" if len(failures) > 40 else "")
+
+
+def in_run(which, world):
+    """The cases a run takes: "default" those whose case["w"] lists this world, "long" the others."""
+    return lambda case: (world in case["w"]) == (which == "default")
+
+
+def run_cases(rank, world, store, out_dir, cases, wanted=lambda case: True, deadline_s=600):
+    """One rank of a gloo group of `world`: runs each (check, case) pair that `wanted` takes as
+    check(case, world, rank, failures), one thread per rank, and saves the failures for run_world.
+    ATTNOPS_CP_CASE=i,j runs only those indexes of `cases`."""
+    import attnops
+
+    attnops.set_threads(1)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=deadline_s))
+    failures = []
+    only = os.environ.get("ATTNOPS_CP_CASE")
+    try:
+        for n, (check, case) in enumerate(cases):
+            if (only is not None and str(n) not in only.split(",")) or not wanted(case):
+                continue
+            try:
+                check(case, world, rank, failures)
+            except Exception as e:  # report, and stop (the ranks may be out of step)
+                failures.append(f"W={world} rank={rank} {case}: {type(e).__name__}: {e}")
+                raise
+    finally:
+        torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.destroy_process_group()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-from datetime import timedelta
 
 import pytest
 import torch
@@ -391,27 +390,8 @@ CASES = {"default": default_cases, "long": long_cases}
 
 
 def worker(rank, world, store, out_dir, which):
-    import attnops
-
-    attnops.set_threads(1)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=DEADLINE_S))
-    failures = []
-    only = os.environ.get("ATTNOPS_CP_CASE")
-    try:
-        for n, case in enumerate(CASES[which](world)):
-            if only is not None and str(n) not in only.split(","):
-                continue
-            try:
-                check_case(case, world, rank, failures)
-            except Exception as e:  # report, keep the ranks in step for the next case
-                failures.append(f"W={world} rank={rank} {case}: {type(e).__name__}: {e}")
-                raise
-    finally:
-        torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
-
+    cp_harness.run_cases(rank, world, store, out_dir, [(check_case, c) for c in CASES[which](world)],
+                         deadline_s=DEADLINE_S)
 
 def run_world(world, tmp_path, which="default"):
     cp_harness.run_world(worker, world, tmp_path, which, DEADLINE_S)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-from datetime import timedelta
 
 import pytest
 import torch
@@ -381,32 +380,9 @@ def all_cases():
 
 
 def worker(rank, world, store, out_dir, which):
-    import attnops
-
     masks.tnd_lengths = tnd_lengths  # the packed-stream cases cut sequences at slice boundaries
-    attnops.set_threads(1)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=DEADLINE_S))
-    failures = []
-    only = os.environ.get("ATTNOPS_CP_CASE")
-    try:
-        for n, case in enumerate(all_cases()):
-            if only is not None and str(n) not in only.split(","):
-                continue
-            if which == "default" and world not in case["w"]:
-                continue
-            if which == "long" and world in case["w"]:
-                continue
-            try:
-                check_case(case, world, rank, failures)
-            except Exception as e:  # report, and stop (the ranks may be out of step)
-                failures.append(f"W={world} rank={rank} {case}: {type(e).__name__}: {e}")
-                raise
-    finally:
-        torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
-
+    cp_harness.run_cases(rank, world, store, out_dir, [(check_case, c) for c in all_cases()],
+                         cp_harness.in_run(which, world), DEADLINE_S)
 
 def run_world(world, tmp_path, which="default"):
     cp_harness.run_world(worker, world, tmp_path, which, DEADLINE_S)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import os
-from datetime import timedelta
 
 import pytest
 import torch
@@ -366,33 +365,9 @@ def all_cases():
 
 
 def worker(rank, world, store, out_dir, which):
-    import attnops
-
     masks.tnd_lengths = uneven_lengths  # make_inputs' packed lengths: T = 12W + 1 for the llama3 cases
     feat.make_cross = make_cross_pse  # cross-attention inputs with a dense pse where the case names one
-    attnops.set_threads(1)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=DEADLINE_S))
-    failures = []
-    only = os.environ.get("ATTNOPS_CP_CASE")
-    try:
-        for n, (check, case) in enumerate(all_cases()):
-            if only is not None and str(n) not in only.split(","):
-                continue
-            if which == "default" and world not in case["w"]:
-                continue
-            if which == "long" and world in case["w"]:
-                continue
-            try:
-                check(case, world, rank, failures)
-            except Exception as e:  # report, and stop (the ranks may be out of step)
-                failures.append(f"W={world} rank={rank} {case}: {type(e).__name__}: {e}")
-                raise
-    finally:
-        torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
-
+    cp_harness.run_cases(rank, world, store, out_dir, all_cases(), cp_harness.in_run(which, world), DEADLINE_S)
 
 def run_world(world, tmp_path, which="default"):
     cp_harness.run_world(worker, world, tmp_path, which, DEADLINE_S)
