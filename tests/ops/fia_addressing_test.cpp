@@ -12,6 +12,7 @@
 
 #include "attnops/attnops.h"
 #include "fia_plan.hpp"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "threads_guard.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
@@ -19,6 +20,9 @@
 
 using namespace attnops;
 using namespace attnops::tools;
+using attnops::testing::fiaPacked;
+using attnops::testing::fiaProblem;
+using attnops::testing::withMode;
 using attnops::testing::Outcome;
 using attnops::testing::expectRejected;
 using attnops::testing::planWith;
@@ -26,33 +30,6 @@ using attnops::testing::planWith;
 namespace {
 
 using attnops::testing::expectRejected;  // the overloads below add to it
-
-FiaProblem problem(const std::string& layout, int64_t batch, int64_t qS, int64_t kvS, int64_t heads, int64_t kvHeads, int64_t dim) {
-    FiaProblem p;
-    p.layout = layout;
-    p.batch = batch;
-    p.qSeqLen = qS;
-    p.kvSeqLen = kvS;
-    p.heads = heads;
-    p.kvHeads = kvHeads;
-    p.dim = dim;
-    return p;
-}
-
-FiaProblem packed(const std::string& layout, std::vector<int64_t> qLens, std::vector<int64_t> kvLens, int64_t heads, int64_t kvHeads,
-                  int64_t dim) {
-    FiaProblem p = problem(layout, 1, 1, 1, heads, kvHeads, dim);
-    p.qLens = std::move(qLens);
-    p.kvLens = std::move(kvLens);
-    return p;
-}
-
-FiaProblem withMode(FiaProblem p, int64_t mode, int64_t pre = kNoBand, int64_t next = kNoBand) {
-    p.sparseMode = mode;
-    p.preTokens = pre;
-    p.nextTokens = next;
-    return p;
-}
 
 const char* const kImplementations[] = {"avx512", "avx2", "tiled-generic", "reference"};
 
@@ -105,17 +82,17 @@ void expectRejected(const FiaProblem& p, attnopsStatus status, const std::string
 // ---- Layouts -------------------------------------------------------------------------------
 
 TEST(FiaAddressingLayouts, NewLayoutsMatchReference) {
-    expectMatches(packed("NTD", {5, 0, 17}, {9, 3, 70}, 4, 2, 32));
-    expectMatches(withMode(packed("NTD_TND", {4, 9}, {4, 12}, 4, 1, 16), 3));
-    expectMatches(withMode(packed("TND_NTD", {1, 7, 2}, {33, 7, 0}, 2, 2, 16), 4, 3, 0));
-    expectMatches(withMode(problem("BNSD_BSND", 2, 17, 40, 4, 2, 32), 3));
-    expectMatches(problem("BSH_BNSD", 2, 9, 33, 4, 2, 64));
-    expectMatches(withMode(problem("BSND_BNSD", 1, 20, 20, 2, 2, 128), 2));
+    expectMatches(fiaPacked("NTD", {5, 0, 17}, {9, 3, 70}, 4, 2, 32));
+    expectMatches(withMode(fiaPacked("NTD_TND", {4, 9}, {4, 12}, 4, 1, 16), 3));
+    expectMatches(withMode(fiaPacked("TND_NTD", {1, 7, 2}, {33, 7, 0}, 2, 2, 16), 4, 3, 0));
+    expectMatches(withMode(fiaProblem("BNSD_BSND", 2, 17, 40, 4, 2, 32), 3));
+    expectMatches(fiaProblem("BSH_BNSD", 2, 9, 33, 4, 2, 64));
+    expectMatches(withMode(fiaProblem("BSND_BNSD", 1, 20, 20, 2, 2, 128), 2));
     for (const char* layout : {"BSH_NBSD", "BSND_NBSD", "BNSD_NBSD"}) {
-        expectMatches(problem(layout, 3, 1, 70, 8, 2, 32));   // decode
-        expectMatches(withMode(problem(layout, 2, 16, 50, 4, 1, 16), 3));  // MTP rows
+        expectMatches(fiaProblem(layout, 3, 1, 70, 8, 2, 32));   // decode
+        expectMatches(withMode(fiaProblem(layout, 2, 16, 50, 4, 1, 16), 3));  // MTP rows
     }
-    FiaProblem unequal = problem("BSH_NBSD", 2, 3, 21, 4, 2, 32);
+    FiaProblem unequal = fiaProblem("BSH_NBSD", 2, 3, 21, 4, 2, 32);
     unequal.vDim = 16;
     expectMatches(unequal);
 }
@@ -124,7 +101,7 @@ TEST(FiaAddressingLayouts, NewLayoutsMatchReference) {
 // kernel, one arithmetic), and so does softmaxLse.
 TEST(FiaAddressingLayouts, TransposedOutputEqualsPlainOutput) {
     const int64_t b = 2, n = 4, s = 5, d = 16;
-    const FiaProblem plain = problem("BNSD", b, s, 30, n, 2, d);
+    const FiaProblem plain = fiaProblem("BNSD", b, s, 30, n, 2, d);
     const FiaInstance ref = runDefault(plain);
     for (const char* layout : {"BNSD_NBSD", "BNSD_BSND"}) {
         FiaProblem t = plain;
@@ -142,7 +119,7 @@ TEST(FiaAddressingLayouts, TransposedOutputEqualsPlainOutput) {
         EXPECT_EQ(got.softmaxLse.bytes(), ref.softmaxLse.bytes()) << layout;
     }
     // NTD against TND: (n, t, d) against (t, n, d); the lse is [T, N, 1] for both.
-    const FiaProblem tnd = packed("TND", {3, 6}, {5, 6}, n, 2, d);
+    const FiaProblem tnd = fiaPacked("TND", {3, 6}, {5, 6}, n, 2, d);
     const FiaInstance tref = runDefault(tnd);
     for (const char* layout : {"NTD", "TND_NTD"}) {
         FiaProblem t = tnd;
@@ -158,19 +135,19 @@ TEST(FiaAddressingLayouts, TransposedOutputEqualsPlainOutput) {
 }
 
 TEST(FiaAddressingLayouts, LayoutRules) {
-    expectRejected(problem("BNSD_BSND", 2, 1, 20, 2, 2, 32), ATTNOPS_ERROR_INVALID_ARGUMENT, "S > 1");
-    expectRejected(problem("BSND_NBSD", 2, 17, 20, 2, 2, 32), ATTNOPS_ERROR_INVALID_ARGUMENT, "S <= 16");
-    expectRejected(problem("BSH_BNSD", 2, 4, 20, 2, 2, 32), ATTNOPS_ERROR_INVALID_ARGUMENT, "D = V_D = 64 or 128");
-    FiaProblem unequal = packed("NTD", {3}, {4}, 2, 2, 32);
+    expectRejected(fiaProblem("BNSD_BSND", 2, 1, 20, 2, 2, 32), ATTNOPS_ERROR_INVALID_ARGUMENT, "S > 1");
+    expectRejected(fiaProblem("BSND_NBSD", 2, 17, 20, 2, 2, 32), ATTNOPS_ERROR_INVALID_ARGUMENT, "S <= 16");
+    expectRejected(fiaProblem("BSH_BNSD", 2, 4, 20, 2, 2, 32), ATTNOPS_ERROR_INVALID_ARGUMENT, "D = V_D = 64 or 128");
+    FiaProblem unequal = fiaPacked("NTD", {3}, {4}, 2, 2, 32);
     unequal.vDim = 16;
     expectRejected(unequal, ATTNOPS_ERROR_INVALID_ARGUMENT, "does not allow D = 32 != V_D = 16");
-    expectRejected(withMode(packed("NTD", {3}, {4}, 2, 2, 16), 1), ATTNOPS_ERROR_INVALID_ARGUMENT, "with inputLayout TND or NTD");
-    FiaInstance inst(problem("BNSD_NBSD", 2, 3, 20, 4, 2, 16));
+    expectRejected(withMode(fiaPacked("NTD", {3}, {4}, 2, 2, 16), 1), ATTNOPS_ERROR_INVALID_ARGUMENT, "with inputLayout TND or NTD");
+    FiaInstance inst(fiaProblem("BNSD_NBSD", 2, 3, 20, 4, 2, 16));
     // The plain layout's output shape is not the NBSD one.
-    FiaInstance plain(problem("BNSD", 2, 3, 20, 4, 2, 16));
+    FiaInstance plain(fiaProblem("BNSD", 2, 3, 20, 4, 2, 16));
     expectRejected(planWith(inst, [&](fia::Args& a) { a.attentionOut = plain.attentionOut.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
                    "attentionOut.shape");
-    FiaInstance lse(problem("BNSD_NBSD", 2, 3, 20, 4, 2, 16));
+    FiaInstance lse(fiaProblem("BNSD_NBSD", 2, 3, 20, 4, 2, 16));
     lse.softmaxLse = HostTensor(ATTNOPS_FLOAT32, {4, 2, 3, 1});  // NBSD order is wrong for the lse
     expectRejected(planWith(lse, [](fia::Args&) {}), ATTNOPS_ERROR_INVALID_ARGUMENT, "softmaxLse.shape");
     expectRejected(planWith(inst, [](fia::Args& a) { a.inputLayout = "BNSD_TND"; }), ATTNOPS_ERROR_INVALID_ARGUMENT, "inputLayout");
@@ -185,14 +162,14 @@ FiaProblem padded(FiaProblem p, int64_t qPad, int64_t kvPad) {
 }
 
 TEST(FiaAddressingPadding, PrefillAndDecodeMatchReference) {
-    FiaProblem p = problem("BSND", 3, 12, 20, 4, 2, 16);
+    FiaProblem p = fiaProblem("BSND", 3, 12, 20, 4, 2, 16);
     p.qLens = {5, 10, 0};
     p.kvLens = {10, 17, 4};
     for (const FiaProblem& m : {p, withMode(p, 1), withMode(p, 3), withMode(p, 4, 2, 1), withMode(p, 0, 3, 0)}) {
         expectMatches(padded(m, 2, 3));
         expectMatches(padded(m, -4, 0));  // negative counts as 0
     }
-    FiaProblem dec = problem("BNSD", 3, 1, 40, 4, 1, 32);
+    FiaProblem dec = fiaProblem("BNSD", 3, 1, 40, 4, 1, 32);
     dec.kvLens = {30, 1, 38};
     expectMatches(padded(dec, -1, 5));
     dec.maskKind = "random";
@@ -202,7 +179,7 @@ TEST(FiaAddressingPadding, PrefillAndDecodeMatchReference) {
 // Valid rows equal the unpadded call's rows bitwise; the padding rows are 0 (lse +inf, checked
 // by checkFia); a decode window that starts before row 0 gives zeros.
 TEST(FiaAddressingPadding, PaddedRowsEqualUnpaddedRows) {
-    FiaProblem p = withMode(problem("BNSD", 2, 9, 16, 2, 1, 16), 1);
+    FiaProblem p = withMode(fiaProblem("BNSD", 2, 9, 16, 2, 1, 16), 1);
     p.qLens = {4, 9};
     p.kvLens = {7, 12};
     const FiaInstance plain = runDefault(p);
@@ -217,7 +194,7 @@ TEST(FiaAddressingPadding, PaddedRowsEqualUnpaddedRows) {
                         << "b " << b << " n " << n << " i " << i;
                 ASSERT_EQ(floatAt(pad.softmaxLse, (b * 2 + n) * 9 + row), floatAt(plain.softmaxLse, (b * 2 + n) * 9 + i));
             }
-    FiaProblem dec = problem("BSH", 2, 1, 10, 2, 2, 16);
+    FiaProblem dec = fiaProblem("BSH", 2, 1, 10, 2, 2, 16);
     dec.kvLens = {4, 9};
     const FiaInstance z = expectMatches(padded(dec, -1, 3));  // batch 1: 10 - 3 - 9 < 0
     const FiaCheck r = checkFia(z);
@@ -227,7 +204,7 @@ TEST(FiaAddressingPadding, PaddedRowsEqualUnpaddedRows) {
 }
 
 TEST(FiaAddressingPadding, Rules) {
-    FiaProblem p = problem("BSND", 2, 8, 10, 2, 2, 16);
+    FiaProblem p = fiaProblem("BSND", 2, 8, 10, 2, 2, 16);
     p.qLens = {3, 8};
     p.kvLens = {4, 10};
     FiaInstance inst(padded(p, 0, 0));
@@ -241,9 +218,9 @@ TEST(FiaAddressingPadding, Rules) {
                    "queryPaddingSize.shape");
     expectRejected(padded(p, 1, -1), ATTNOPS_ERROR_INVALID_ARGUMENT, "queryPaddingSize = 1");
     expectRejected(padded(p, -1, 1), ATTNOPS_ERROR_INVALID_ARGUMENT, "kvPaddingSize = 1");
-    FiaProblem t = packed("TND", {3}, {4}, 2, 2, 16);
+    FiaProblem t = fiaPacked("TND", {3}, {4}, 2, 2, 16);
     expectRejected(padded(t, -1, 0), ATTNOPS_ERROR_INVALID_ARGUMENT, "inputLayout TND");
-    FiaProblem bnsdOut = problem("BSND_BNSD", 2, 8, 10, 2, 2, 64);
+    FiaProblem bnsdOut = fiaProblem("BSND_BNSD", 2, 8, 10, 2, 2, 64);
     bnsdOut.qLens = {3, 8};
     expectRejected(padded(bnsdOut, 0, -1), ATTNOPS_ERROR_INVALID_ARGUMENT, "inputLayout BSND_BNSD");
     FiaProblem pagedP = p;
@@ -261,19 +238,19 @@ FiaProblem prefixed(FiaProblem p, int64_t rows, int64_t len = -1) {
 }
 
 TEST(FiaAddressingPrefix, MatchesReference) {
-    FiaProblem p = problem("BSH", 3, 6, 20, 4, 2, 16);
+    FiaProblem p = fiaProblem("BSH", 3, 6, 20, 4, 2, 16);
     p.kvLens = {9, 0, 20};
     for (const FiaProblem& m : {p, withMode(p, 1), withMode(p, 3), withMode(p, 4, 4, 0), withMode(p, 0, 2, 1)}) {
         expectMatches(prefixed(m, 7));
         expectMatches(prefixed(m, 7, 3));
     }
-    FiaProblem dec = problem("BNSD", 2, 1, 30, 8, 2, 32);
+    FiaProblem dec = fiaProblem("BNSD", 2, 1, 30, 8, 2, 32);
     dec.kvLens = {0, 25};
     expectMatches(prefixed(dec, 40));
     expectMatches(prefixed(dec, 40, 0));
     dec.maskKind = "random";
     expectMatches(prefixed(dec, 33, 31));
-    FiaProblem bsnd = problem("BSND", 2, 1, fia::kSplitKeys + 10, 4, 4, 64);
+    FiaProblem bsnd = fiaProblem("BSND", 2, 1, fia::kSplitKeys + 10, 4, 4, 64);
     bsnd.int8Kv = true;  // per-channel dequantisation applies to the prefix rows too
     expectMatches(prefixed(bsnd, fia::kSplitKeys - 3));
 }
@@ -282,7 +259,7 @@ TEST(FiaAddressingPrefix, MatchesReference) {
 TEST(FiaAddressingPrefix, EqualsConcatenatedKv) {
     for (int64_t mode : {0, 3}) {
         for (const char* layout : {"BSH", "BNSD"}) {
-            FiaProblem p = withMode(problem(layout, 1, 5, 24, 4, 2, 16), mode);
+            FiaProblem p = withMode(fiaProblem(layout, 1, 5, 24, 4, 2, 16), mode);
             p.kvLens = {19};
             const FiaProblem withPrefix = prefixed(p, 12, 9);
             FiaProblem plain = p;
@@ -296,15 +273,15 @@ TEST(FiaAddressingPrefix, EqualsConcatenatedKv) {
 }
 
 TEST(FiaAddressingPrefix, Rules) {
-    FiaProblem p = prefixed(problem("BSND", 2, 4, 10, 2, 2, 16), 5);
+    FiaProblem p = prefixed(fiaProblem("BSND", 2, 4, 10, 2, 2, 16), 5);
     FiaInstance inst(p);
     expectRejected(planWith(inst, [](fia::Args& a) { a.valueSharedPrefix = nullptr; }), ATTNOPS_ERROR_NULL_ARGUMENT, "valueSharedPrefix");
     expectRejected(planWith(inst, [&](fia::Args& a) { a.keySharedPrefix = inst.key.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
                    "keySharedPrefix.shape");
     expectRejected(planWith(inst, [&](fia::Args& a) { a.keySharedPrefix = inst.softmaxLse.handle(); }), ATTNOPS_ERROR_INVALID_ARGUMENT,
                    "keySharedPrefix.dtype");
-    expectRejected(prefixed(problem("BSND", 2, 4, 10, 2, 2, 16), 5, 6), ATTNOPS_ERROR_INVALID_ARGUMENT, "actualSharedPrefixLen[0] = 6");
-    FiaProblem noTensors = problem("BSND", 2, 4, 10, 2, 2, 16);
+    expectRejected(prefixed(fiaProblem("BSND", 2, 4, 10, 2, 2, 16), 5, 6), ATTNOPS_ERROR_INVALID_ARGUMENT, "actualSharedPrefixLen[0] = 6");
+    FiaProblem noTensors = fiaProblem("BSND", 2, 4, 10, 2, 2, 16);
     FiaInstance nt(noTensors);
     attnopsIntArray* len = nullptr;
     const int64_t one = 1;
@@ -315,11 +292,11 @@ TEST(FiaAddressingPrefix, Rules) {
     padding.kvLens = {4, 10};
     padding.kvPadding = 0;
     expectRejected(padding, ATTNOPS_ERROR_INVALID_ARGUMENT, "left padding");
-    expectRejected(prefixed(packed("TND", {3}, {4}, 2, 2, 16), 2), ATTNOPS_ERROR_INVALID_ARGUMENT, "inputLayout TND");
-    FiaProblem pagedP = prefixed(problem("BNSD", 2, 1, 10, 2, 2, 16), 3);
+    expectRejected(prefixed(fiaPacked("TND", {3}, {4}, 2, 2, 16), 2), ATTNOPS_ERROR_INVALID_ARGUMENT, "inputLayout TND");
+    FiaProblem pagedP = prefixed(fiaProblem("BNSD", 2, 1, 10, 2, 2, 16), 3);
     pagedP.cache = "BnNBsD";
     expectRejected(pagedP, ATTNOPS_ERROR_INVALID_ARGUMENT, "paged cache");
-    FiaProblem perToken = prefixed(problem("BNSD", 2, 1, 10, 2, 2, 32), 3);
+    FiaProblem perToken = prefixed(fiaProblem("BNSD", 2, 1, 10, 2, 2, 32), 3);
     perToken.int8Kv = true;
     perToken.keyQuantMode = perToken.valueQuantMode = 1;
     expectRejected(perToken, ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION, "per-token");
@@ -334,19 +311,19 @@ FiaProblem listed(FiaProblem p) {
 
 TEST(FiaAddressingTensorList, MatchesReference) {
     for (const char* layout : {"BSH", "BSND", "BNSD", "BNSD_NBSD"}) {
-        FiaProblem dec = problem(layout, 3, 1, 50, 4, 2, 32);
+        FiaProblem dec = fiaProblem(layout, 3, 1, 50, 4, 2, 32);
         dec.kvLens = {50, 0, 17};
         expectMatches(listed(dec));
-        FiaProblem pre = withMode(problem(layout, 2, 7, 20, 4, 1, 16), 3);
+        FiaProblem pre = withMode(fiaProblem(layout, 2, 7, 20, 4, 1, 16), 3);
         pre.kvLens = {20, 9};
         expectMatches(listed(pre));
     }
-    FiaProblem own = problem("BSND", 4, 3, 11, 2, 2, 16);  // no lengths: each batch its own S (11 + b % 3)
+    FiaProblem own = fiaProblem("BSND", 4, 3, 11, 2, 2, 16);  // no lengths: each batch its own S (11 + b % 3)
     expectMatches(listed(own));
     own.maskKind = "random";
     own.sparseMode = 1;
     expectMatches(listed(own));
-    FiaProblem q = problem("BNSD", 2, 1, fia::kSplitKeys + 9, 2, 1, 32);
+    FiaProblem q = fiaProblem("BNSD", 2, 1, fia::kSplitKeys + 9, 2, 1, 32);
     q.kvLens = {fia::kSplitKeys + 9, 5};
     q.int8Kv = true;
     expectMatches(listed(q));
@@ -355,7 +332,7 @@ TEST(FiaAddressingTensorList, MatchesReference) {
 // A tensor list holding the same rows as one batched tensor gives the same bytes.
 TEST(FiaAddressingTensorList, EqualsOneTensor) {
     for (const char* layout : {"BSH", "BNSD"}) {
-        FiaProblem p = withMode(problem(layout, 3, 4, 30, 4, 2, 16), 3);
+        FiaProblem p = withMode(fiaProblem(layout, 3, 4, 30, 4, 2, 16), 3);
         p.kvLens = {30, 2, 0};
         const FiaInstance a = runDefault(listed(p)), b = runDefault(p);
         EXPECT_EQ(a.attentionOut.bytes(), b.attentionOut.bytes()) << layout;
@@ -364,7 +341,7 @@ TEST(FiaAddressingTensorList, EqualsOneTensor) {
 }
 
 TEST(FiaAddressingTensorList, Rules) {
-    FiaProblem p = problem("BSND", 3, 2, 10, 2, 2, 16);
+    FiaProblem p = fiaProblem("BSND", 3, 2, 10, 2, 2, 16);
     p.kvLens = {10, 4, 11};  // batch 2's tensor holds 12 rows
     FiaInstance inst(listed(p));
     EXPECT_EQ(planWith(inst, [](fia::Args&) {}).status, ATTNOPS_SUCCESS);
@@ -399,17 +376,17 @@ std::vector<uint8_t> outputBytes(const FiaProblem& p) {
 
 TEST(FiaAddressingDeterminism, SameBitsForAnyThreadCount) {
     attnops::testsupport::ThreadsGuard guard;
-    FiaProblem list = problem("BSH_NBSD", 3, 1, fia::kSplitKeys + 50, 8, 2, 32);
+    FiaProblem list = fiaProblem("BSH_NBSD", 3, 1, fia::kSplitKeys + 50, 8, 2, 32);
     list.kvLens = {fia::kSplitKeys + 50, 3, 700};
     list.kvList = true;
-    FiaProblem prefix = withMode(problem("BNSD", 2, 20, 300, 4, 1, 32), 3);
+    FiaProblem prefix = withMode(fiaProblem("BNSD", 2, 20, 300, 4, 1, 32), 3);
     prefix.prefixRows = 90;
-    FiaProblem pad = withMode(problem("BSND", 2, 40, 200, 4, 2, 16), 1);
+    FiaProblem pad = withMode(fiaProblem("BSND", 2, 40, 200, 4, 2, 16), 1);
     pad.qLens = {33, 7};
     pad.kvLens = {150, 190};
     pad.queryPadding = 4;
     pad.kvPadding = 9;
-    for (const FiaProblem& p : {list, prefix, pad, packed("NTD", {33, 1, 70}, {40, 90, 70}, 8, 2, 32)}) {
+    for (const FiaProblem& p : {list, prefix, pad, fiaPacked("NTD", {33, 1, 70}, {40, 90, 70}, 8, 2, 32)}) {
         ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
         const std::vector<uint8_t> one = outputBytes(p);
         for (int32_t threads : {2, 3}) {

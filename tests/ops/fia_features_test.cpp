@@ -14,6 +14,7 @@
 
 #include "attnops/attnops.h"
 #include "fia_plan.hpp"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
@@ -21,6 +22,7 @@
 
 using namespace attnops;
 using namespace attnops::tools;
+using attnops::testing::fiaProblem;
 using attnops::testing::Outcome;
 using attnops::testing::expectRejected;
 using attnops::testing::planWith;
@@ -33,18 +35,6 @@ using attnops::testing::expectRejected;  // the overloads below add to it
 
 const char* const kImplementations[] = {"avx512", "avx2", "tiled-generic", "reference"};
 
-FiaProblem problem(const std::string& layout, int64_t batch, int64_t qS, int64_t kvS, int64_t heads, int64_t kvHeads, int64_t dim) {
-    FiaProblem p;
-    p.layout = layout;
-    p.batch = batch;
-    p.qSeqLen = qS;
-    p.kvSeqLen = kvS;
-    p.heads = heads;
-    p.kvHeads = kvHeads;
-    p.dim = dim;
-    return p;
-}
-
 FiaProblem withPse(FiaProblem p, const std::string& kind) {
     p.pse = kind;
     return p;
@@ -53,7 +43,7 @@ FiaProblem withPse(FiaProblem p, const std::string& kind) {
 // Decode MLA: KV_N 1, D 512 + rope 64, paged, bf16 (vLLM-Ascend's call).
 FiaProblem mlaDecode(const std::string& layout, int64_t batch, int64_t qS, int64_t heads, std::vector<int64_t> kvLens,
                      const std::string& cache, int64_t blockSize) {
-    FiaProblem p = problem(layout, batch, qS, 0, heads, 1, 512);
+    FiaProblem p = fiaProblem(layout, batch, qS, 0, heads, 1, 512);
     p.ropeDim = 64;
     p.dtype = ATTNOPS_BFLOAT16;
     p.cache = cache;
@@ -111,20 +101,20 @@ void expectRejected(const Outcome& o, const std::string& needle, attnopsStatus s
 TEST(FiaPse, EveryLayoutBroadcastAndPagedMatchReference) {
     int ran = 0;
     for (const char* layout : {"BSH", "BSND", "BNSD"}) {
-        expectEveryImplementation(withPse(problem(layout, 3, 1, 70, 4, 2, 32), "batch"), ran);    // decode
-        expectEveryImplementation(withPse(problem(layout, 2, 33, 65, 4, 4, 16), "shared"), ran);  // prefill
+        expectEveryImplementation(withPse(fiaProblem(layout, 3, 1, 70, 4, 2, 32), "batch"), ran);    // decode
+        expectEveryImplementation(withPse(fiaProblem(layout, 2, 33, 65, 4, 4, 16), "shared"), ran);  // prefill
     }
     // Paged: the pse columns cover maxBlocksPerSeq * blockSize; lengths on and beside page edges,
     // an empty batch, a context cut into key splits.
     for (const char* cache : {"BnBsH", "BnNBsD", "NZ"}) {
-        FiaProblem p = withPse(problem("BNSD", 4, 1, 0, 8, 2, 64), "batch");
+        FiaProblem p = withPse(fiaProblem("BNSD", 4, 1, 0, 8, 2, 64), "batch");
         p.cache = cache;
         p.blockSize = 32;
         p.dtype = ATTNOPS_BFLOAT16;
         p.kvLens = {kSplitKeys + 33, 0, 32, 1};
         expectEveryImplementation(p, ran);
     }
-    FiaProblem extra = withPse(problem("BSND", 2, 5, 40, 2, 1, 16), "batch");
+    FiaProblem extra = withPse(fiaProblem("BSND", 2, 5, 40, 2, 1, 16), "batch");
     extra.qLens = {5, 2};  // rows beyond the actual lengths stay 0
     extra.kvLens = {40, 17};
     expectEveryImplementation(extra, ran);
@@ -133,24 +123,24 @@ TEST(FiaPse, EveryLayoutBroadcastAndPagedMatchReference) {
 
 TEST(FiaPse, WithMasksSparseModesAndSink) {
     int ran = 0;
-    FiaProblem masked = withPse(problem("BNSD", 2, 9, 50, 4, 2, 32), "batch");
+    FiaProblem masked = withPse(fiaProblem("BNSD", 2, 9, 50, 4, 2, 32), "batch");
     masked.maskKind = "random";  // mode 0 with a full mask, one row fully masked
     expectEveryImplementation(masked, ran);
     for (int64_t mode : {2, 3}) {
-        FiaProblem p = withPse(problem("BSH", 2, 20, 37, 4, 1, 16), "shared");
+        FiaProblem p = withPse(fiaProblem("BSH", 2, 20, 37, 4, 1, 16), "shared");
         p.sparseMode = mode;
         expectEveryImplementation(p, ran);
     }
-    FiaProblem band = withPse(problem("BSND", 1, 30, 64, 2, 2, 32), "batch");
+    FiaProblem band = withPse(fiaProblem("BSND", 1, 30, 64, 2, 2, 32), "batch");
     band.sparseMode = 4;
     band.preTokens = 5;
     band.nextTokens = 2;
     expectEveryImplementation(band, ran);
-    FiaProblem decodeMask = withPse(problem("BSH", 2, 1, 90, 4, 2, 16), "batch");
+    FiaProblem decodeMask = withPse(fiaProblem("BSH", 2, 1, 90, 4, 2, 16), "batch");
     decodeMask.maskKind = "random";
     decodeMask.dtype = ATTNOPS_BFLOAT16;
     expectEveryImplementation(decodeMask, ran);
-    FiaProblem int8 = withPse(problem("BNSD", 2, 1, 77, 4, 2, 32), "batch");
+    FiaProblem int8 = withPse(fiaProblem("BNSD", 2, 1, 77, 4, 2, 32), "batch");
     int8.int8Kv = true;
     int8.keyQuantMode = 1;
     int8.valueQuantMode = 1;
@@ -161,7 +151,7 @@ TEST(FiaPse, WithMasksSparseModesAndSink) {
 // The pse is added after the scale: with scale 0 the output is softmax(pse) . V, which a pse of
 // one large entry per row turns into (nearly) that key's value.
 TEST(FiaPse, AddedUnscaledAfterTheScale) {
-    FiaProblem p = withPse(problem("BNSD", 1, 2, 8, 1, 1, 16), "batch");
+    FiaProblem p = withPse(fiaProblem("BNSD", 1, 2, 8, 1, 1, 16), "batch");
     p.scale = 0.0;
     p.dtype = ATTNOPS_FLOAT16;
     FiaInstance inst(p);
@@ -176,9 +166,9 @@ TEST(FiaPse, AddedUnscaledAfterTheScale) {
 }
 
 TEST(FiaPse, ConstraintsRejectedNamingTheArgument) {
-    const FiaInstance base(withPse(problem("BNSD", 2, 4, 40, 4, 2, 32), "batch"));
-    const FiaInstance decodeOdd(withPse(problem("BNSD", 2, 1, 40, 4, 2, 24), "batch"));
-    FiaInstance wrongDtype(withPse(problem("BNSD", 2, 4, 40, 4, 2, 32), "batch"));
+    const FiaInstance base(withPse(fiaProblem("BNSD", 2, 4, 40, 4, 2, 32), "batch"));
+    const FiaInstance decodeOdd(withPse(fiaProblem("BNSD", 2, 1, 40, 4, 2, 24), "batch"));
+    FiaInstance wrongDtype(withPse(fiaProblem("BNSD", 2, 4, 40, 4, 2, 32), "batch"));
     wrongDtype.pseShift = HostTensor(ATTNOPS_BFLOAT16, {2, 4, 4, 40});
     FiaInstance shortCols(base.problem);
     shortCols.pseShift = HostTensor(ATTNOPS_FLOAT16, {2, 4, 4, 39});
@@ -198,7 +188,7 @@ TEST(FiaPse, ConstraintsRejectedNamingTheArgument) {
     expectRejected(planWith(rank3, [](fia::Args&) {}), "pseShift.shape");
     expectRejected(planWith(decodeOdd, [](fia::Args&) {}), "multiple of 16");
     // Paged: the columns must cover maxBlocksPerSeq * blockSize, not just the longest length.
-    FiaProblem pp = withPse(problem("BNSD", 2, 1, 0, 4, 2, 32), "batch");
+    FiaProblem pp = withPse(fiaProblem("BNSD", 2, 1, 0, 4, 2, 32), "batch");
     pp.cache = "BnBsH";
     pp.blockSize = 16;
     pp.kvLens = {20, 5};
@@ -219,7 +209,7 @@ TEST(FiaPse, ConstraintsRejectedNamingTheArgument) {
     FiaProblem dv = base.problem;
     dv.vDim = 16;
     expectRejected(planWith(FiaInstance(dv), [](fia::Args&) {}), "value's D (16)");
-    FiaProblem i8 = withPse(problem("BNSD", 2, 1, 40, 4, 2, 32), "batch");
+    FiaProblem i8 = withPse(fiaProblem("BNSD", 2, 1, 40, 4, 2, 32), "batch");
     i8.int8Kv = true;
     FiaInstance i8Rows(i8);
     i8Rows.pseShift = HostTensor(ATTNOPS_FLOAT16, {2, 4, 2, 40});
@@ -361,13 +351,13 @@ FiaProblem tree(FiaProblem p) {
 
 TEST(FiaTree, EveryLayoutPagedAndTndMatchReference) {
     int ran = 0;
-    for (const char* layout : {"BSH", "BSND", "BNSD"}) expectEveryImplementation(tree(problem(layout, 3, 5, 40, 4, 2, 32)), ran);
-    FiaProblem lens = tree(problem("BSND", 3, 6, 70, 4, 1, 16));
+    for (const char* layout : {"BSH", "BSND", "BNSD"}) expectEveryImplementation(tree(fiaProblem(layout, 3, 5, 40, 4, 2, 32)), ran);
+    FiaProblem lens = tree(fiaProblem("BSND", 3, 6, 70, 4, 1, 16));
     lens.qLens = {6, 1, 4};
     lens.kvLens = {70, 1, 9};  // Skv = Sq: no context, only the tree
     lens.dtype = ATTNOPS_BFLOAT16;
     expectEveryImplementation(lens, ran);
-    FiaProblem pagedTree = tree(problem("BNSD", 2, 8, 0, 8, 2, 64));
+    FiaProblem pagedTree = tree(fiaProblem("BNSD", 2, 8, 0, 8, 2, 64));
     pagedTree.cache = "BnBsH";
     pagedTree.blockSize = 16;
     pagedTree.kvLens = {kSplitKeys + 9, 8};
@@ -380,7 +370,7 @@ TEST(FiaTree, EveryLayoutPagedAndTndMatchReference) {
     t.kvHeads = 2;
     t.dim = 32;
     expectEveryImplementation(tree(t), ran);
-    FiaProblem decodeOne = tree(problem("BSH", 2, 1, 33, 2, 2, 16));  // one draft token: it sees itself
+    FiaProblem decodeOne = tree(fiaProblem("BSH", 2, 1, 33, 2, 2, 16));  // one draft token: it sees itself
     expectEveryImplementation(decodeOne, ran);
     FiaProblem mla = tree(mlaDecode("BSND", 2, 4, 8, {150, 4}, "NZ", 128));  // MTP decode MLA with a tree
     expectEveryImplementation(mla, ran);
@@ -391,13 +381,13 @@ TEST(FiaTree, EveryLayoutPagedAndTndMatchReference) {
 // hides every draft token but the row's own gives the same output as an explicit mode-1 mask of
 // that pattern.
 TEST(FiaTree, SameAsTheEquivalentFullMask) {
-    FiaProblem p = tree(problem("BNSD", 1, 4, 12, 2, 2, 16));
+    FiaProblem p = tree(fiaProblem("BNSD", 1, 4, 12, 2, 2, 16));
     FiaInstance withTree(p);
     auto* m = static_cast<uint8_t*>(withTree.attenMask.data());
     for (int64_t i = 0; i < 4; ++i)
         for (int64_t c = 0; c < 4; ++c) m[i * 4 + c] = c != i;
     ASSERT_EQ(withTree.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-    FiaProblem full = problem("BNSD", 1, 4, 12, 2, 2, 16);
+    FiaProblem full = fiaProblem("BNSD", 1, 4, 12, 2, 2, 16);
     full.sparseMode = 1;
     FiaInstance withFull(full);
     withFull.attenMask = HostTensor(ATTNOPS_BOOL, {4, 12});
@@ -410,7 +400,7 @@ TEST(FiaTree, SameAsTheEquivalentFullMask) {
 }
 
 TEST(FiaTree, ConstraintsRejectedNamingTheArgument) {
-    const FiaInstance base(tree(problem("BSND", 2, 5, 40, 4, 2, 32)));
+    const FiaInstance base(tree(fiaProblem("BSND", 2, 5, 40, 4, 2, 32)));
     expectRejected(planWith(base, [](fia::Args& a) { a.attenMask = nullptr; }), "attenMask = NULL", ATTNOPS_ERROR_NULL_ARGUMENT);
     FiaInstance wrongShape(base.problem);
     wrongShape.attenMask = HostTensor(ATTNOPS_BOOL, {2, 5, 6});

@@ -14,6 +14,7 @@
 #include "attnops/attnops.h"
 #include "core/dtype.hpp"
 #include "fia_plan.hpp"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "problem_fia.hpp"
 #include "threads_guard.hpp"
@@ -27,14 +28,7 @@ namespace {
 
 FiaProblem fullQuant(const std::string& layout, int64_t batch, int64_t qSeqLen, int64_t kvSeqLen, int64_t heads, int64_t kvHeads,
                      int64_t dim) {
-    FiaProblem p;
-    p.layout = layout;
-    p.batch = batch;
-    p.qSeqLen = qSeqLen;
-    p.kvSeqLen = kvSeqLen;
-    p.heads = heads;
-    p.kvHeads = kvHeads;
-    p.dim = dim;
+    FiaProblem p = attnops::testing::fiaProblem(layout, batch, qSeqLen, kvSeqLen, heads, kvHeads, dim);
     p.dtype = ATTNOPS_FLOAT16;
     p.int8Kv = true;
     p.fullQuant = true;
@@ -43,22 +37,7 @@ FiaProblem fullQuant(const std::string& layout, int64_t batch, int64_t qSeqLen, 
 
 // The automatic choice (tiled-generic) and the reference, each against the double reference.
 void expectMatchesReference(const FiaProblem& p) {
-    for (const char* impl : {"", "tiled-generic", "reference"}) {
-        SCOPED_TRACE(std::string(impl[0] ? impl : "automatic") + ": " + p.describe());
-        FiaInstance inst(p);
-        attnopsStatus st;
-        {
-            testsupport::ForcedImpl force(impl);
-            st = inst.run();
-        }
-        ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-        EXPECT_EQ(lastImplementation(), impl[0] ? std::string(impl) : std::string("tiled-generic"));
-        const FiaCheck r = checkFia(inst);
-        EXPECT_TRUE(r.passed) << r.firstFailure << " (rows " << r.rows << ", error " << r.maxAbsError << ", tolerance " << r.tolerance
-                              << ", lse error " << r.maxLseError << ")";
-        EXPECT_GT(r.rows, 0);
-        EXPECT_GT(r.maxAbsReference, 0.0);  // the case attends something
-    }
+    attnops::testing::expectFiaMatchesReference(p, {"", "tiled-generic", "reference"}, "tiled-generic");
 }
 
 std::vector<uint8_t> outputBytes(const FiaProblem& p) {

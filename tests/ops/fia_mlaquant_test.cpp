@@ -14,6 +14,7 @@
 #include "attnops/attnops.h"
 #include "core/dtype.hpp"
 #include "fia_plan.hpp"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "problem_fia.hpp"
 #include "threads_guard.hpp"
@@ -45,22 +46,7 @@ FiaProblem mlaQuant(const std::string& layout, const std::string& cache, int64_t
 }
 
 void expectMatchesReference(const FiaProblem& p) {
-    for (const char* impl : {"", "reference"}) {
-        SCOPED_TRACE(std::string(impl[0] ? impl : "automatic") + ": " + p.describe());
-        FiaInstance inst(p);
-        attnopsStatus st;
-        {
-            testsupport::ForcedImpl force(impl);
-            st = inst.run();
-        }
-        ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-        EXPECT_EQ(lastImplementation(), impl[0] ? std::string(impl) : std::string("tiled-generic"));
-        const FiaCheck r = checkFia(inst);
-        EXPECT_TRUE(r.passed) << r.firstFailure << " (rows " << r.rows << ", error " << r.maxAbsError << ", tolerance " << r.tolerance
-                              << ", lse error " << r.maxLseError << ")";
-        EXPECT_GT(r.rows, 0);
-        EXPECT_GT(r.maxAbsReference, 0.0);
-    }
+    attnops::testing::expectFiaMatchesReference(p, {"", "reference"}, "tiled-generic");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "problem.hpp"
 #include "problem_fia.hpp"
@@ -30,36 +31,20 @@ const char* const kRoutes[] = {"avx512-prefill", "avx2-prefill"};
 
 FiaProblem prefill(const std::string& layout, attnopsDataType dt, int64_t batch, int64_t qS, int64_t kvS, int64_t heads,
                    int64_t kvHeads, int64_t dim) {
-    FiaProblem p;
-    p.layout = layout;
+    FiaProblem p = attnops::testing::fiaProblem(layout, batch, qS, kvS, heads, kvHeads, dim);
     p.dtype = dt;
-    p.batch = batch;
-    p.qSeqLen = qS;
-    p.kvSeqLen = kvS;
-    p.heads = heads;
-    p.kvHeads = kvHeads;
-    p.dim = dim;
     return p;
 }
 
 FiaProblem packed(attnopsDataType dt, std::vector<int64_t> qLens, std::vector<int64_t> kvLens, int64_t heads, int64_t kvHeads,
                   int64_t dim) {
-    FiaProblem p;
-    p.layout = "TND";
+    FiaProblem p = attnops::testing::fiaPacked("TND", std::move(qLens), std::move(kvLens), heads, kvHeads, dim);
     p.dtype = dt;
-    p.qLens = std::move(qLens);
-    p.kvLens = std::move(kvLens);
-    p.heads = heads;
-    p.kvHeads = kvHeads;
-    p.dim = dim;
     return p;
 }
 
 FiaProblem mode(FiaProblem p, int64_t sparseMode, int64_t pre = kNoBand, int64_t next = kNoBand) {
-    p.sparseMode = sparseMode;
-    p.preTokens = pre;
-    p.nextTokens = next;
-    return p;
+    return attnops::testing::withMode(std::move(p), sparseMode, pre, next);
 }
 
 // Prefill problems the route must take and get right.

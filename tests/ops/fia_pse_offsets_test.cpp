@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "problem_fia.hpp"
 
@@ -18,14 +19,7 @@ using namespace attnops::tools;
 namespace {
 
 FiaProblem problem(const std::string& layout, int64_t batch, int64_t qS, int64_t kvS, int64_t heads, int64_t kvHeads, int64_t dim) {
-    FiaProblem p;
-    p.layout = layout;
-    p.batch = batch;
-    p.qSeqLen = qS;
-    p.kvSeqLen = kvS;
-    p.heads = heads;
-    p.kvHeads = kvHeads;
-    p.dim = dim;
+    FiaProblem p = attnops::testing::fiaProblem(layout, batch, qS, kvS, heads, kvHeads, dim);
     p.pse = "batch";
     return p;
 }

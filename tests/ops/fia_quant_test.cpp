@@ -10,12 +10,14 @@
 
 #include "attnops/attnops.h"
 #include "fia_plan.hpp"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
 
 using namespace attnops;
 using namespace attnops::tools;
+using attnops::testing::paged;
 using attnops::testing::Outcome;
 using attnops::testing::expectRejected;
 using attnops::testing::planWith;
@@ -41,12 +43,6 @@ FiaProblem quantised(FiaProblem p, int64_t keyMode, int64_t valueMode) {
     p.int8Kv = true;
     p.keyQuantMode = keyMode;
     p.valueQuantMode = valueMode;
-    return p;
-}
-
-FiaProblem paged(FiaProblem p, const std::string& cache, int64_t blockSize) {
-    p.cache = cache;
-    p.blockSize = blockSize;
     return p;
 }
 

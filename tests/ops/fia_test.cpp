@@ -13,6 +13,7 @@
 
 #include "attnops/attnops.h"
 #include "fia_plan.hpp"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
@@ -20,6 +21,8 @@
 
 using namespace attnops;
 using namespace attnops::tools;
+using attnops::testing::paged;
+using attnops::testing::withMode;
 using attnops::testing::Outcome;
 using attnops::testing::expectRejected;
 using attnops::testing::planWith;
@@ -46,27 +49,7 @@ FiaProblem prefill(const std::string& layout, int64_t batch, int64_t qSeqLen, in
 }
 
 FiaProblem tnd(std::vector<int64_t> qLens, std::vector<int64_t> kvLens, int64_t heads, int64_t kvHeads, int64_t dim) {
-    FiaProblem p;
-    p.layout = "TND";
-    p.qLens = std::move(qLens);
-    p.kvLens = std::move(kvLens);
-    p.heads = heads;
-    p.kvHeads = kvHeads;
-    p.dim = dim;
-    return p;
-}
-
-FiaProblem paged(FiaProblem p, const std::string& cache, int64_t blockSize) {
-    p.cache = cache;
-    p.blockSize = blockSize;
-    return p;
-}
-
-FiaProblem withMode(FiaProblem p, int64_t mode, int64_t pre = kNoBand, int64_t next = kNoBand) {
-    p.sparseMode = mode;
-    p.preTokens = pre;
-    p.nextTokens = next;
-    return p;
+    return attnops::testing::fiaPacked("TND", std::move(qLens), std::move(kvLens), heads, kvHeads, dim);
 }
 
 // Runs the problem and checks every row against the reference.

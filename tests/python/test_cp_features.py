@@ -384,6 +384,7 @@ def worker(rank, world, store, out_dir, which):
     cp_harness.run_cases(rank, world, store, out_dir, [(check_case, c) for c in all_cases()],
                          cp_harness.in_run(which, world), DEADLINE_S)
 
+
 def run_world(world, tmp_path, which="default"):
     cp_harness.run_world(worker, world, tmp_path, which, DEADLINE_S)
 

@@ -369,6 +369,7 @@ def worker(rank, world, store, out_dir, which):
     feat.make_cross = make_cross_pse  # cross-attention inputs with a dense pse where the case names one
     cp_harness.run_cases(rank, world, store, out_dir, all_cases(), cp_harness.in_run(which, world), DEADLINE_S)
 
+
 def run_world(world, tmp_path, which="default"):
     cp_harness.run_world(worker, world, tmp_path, which, DEADLINE_S)
 

@@ -1,0 +1,79 @@
+// FusedInferAttentionScore problems built field by field, and the check of a problem against the
+// double reference under forced implementations, shared by the FIA test files.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "forced_impl.hpp"
+#include "problem.hpp"
+#include "problem_fia.hpp"
+
+namespace attnops::testing {
+
+// `batch` requests of qS queries against kvS keys each (non-packed layouts); every other field is
+// the generator's default.
+inline tools::FiaProblem fiaProblem(const std::string& layout, int64_t batch, int64_t qS, int64_t kvS, int64_t heads,
+                                    int64_t kvHeads, int64_t dim) {
+    tools::FiaProblem p;
+    p.layout = layout;
+    p.batch = batch;
+    p.qSeqLen = qS;
+    p.kvSeqLen = kvS;
+    p.heads = heads;
+    p.kvHeads = kvHeads;
+    p.dim = dim;
+    return p;
+}
+
+// Packed sequences (TND, NTD and their output forms) with their own query and key lengths.
+inline tools::FiaProblem fiaPacked(const std::string& layout, std::vector<int64_t> qLens, std::vector<int64_t> kvLens,
+                                   int64_t heads, int64_t kvHeads, int64_t dim) {
+    tools::FiaProblem p = fiaProblem(layout, 1, 1, 1, heads, kvHeads, dim);
+    p.qLens = std::move(qLens);
+    p.kvLens = std::move(kvLens);
+    return p;
+}
+
+inline tools::FiaProblem paged(tools::FiaProblem p, const std::string& cache, int64_t blockSize) {
+    p.cache = cache;
+    p.blockSize = blockSize;
+    return p;
+}
+
+inline tools::FiaProblem withMode(tools::FiaProblem p, int64_t mode, int64_t pre = tools::kNoBand,
+                                  int64_t next = tools::kNoBand) {
+    p.sparseMode = mode;
+    p.preTokens = pre;
+    p.nextTokens = next;
+    return p;
+}
+
+// Runs `p` with each of `impls` forced ("" = the planner's choice, which must be `automatic`) and
+// checks every row against the double reference; the case must attend something.
+inline void expectFiaMatchesReference(const tools::FiaProblem& p, std::initializer_list<const char*> impls,
+                                      const std::string& automatic) {
+    for (const char* impl : impls) {
+        SCOPED_TRACE(std::string(impl[0] ? impl : "automatic") + ": " + p.describe());
+        tools::FiaInstance inst(p);
+        attnopsStatus st;
+        {
+            testsupport::ForcedImpl force(impl);
+            st = inst.run();
+        }
+        ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        EXPECT_EQ(tools::lastImplementation(), impl[0] ? std::string(impl) : automatic);
+        const tools::FiaCheck r = tools::checkFia(inst);
+        EXPECT_TRUE(r.passed) << r.firstFailure << " (rows " << r.rows << ", error " << r.maxAbsError << ", tolerance "
+                              << r.tolerance << ", lse error " << r.maxLseError << ")";
+        EXPECT_GT(r.rows, 0);
+        EXPECT_GT(r.maxAbsReference, 0.0);
+    }
+}
+
+}  // namespace attnops::testing
