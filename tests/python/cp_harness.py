@@ -3,7 +3,9 @@
 
 Each worker saves its list of failure messages to out_dir/rank<r>.pt (in a `finally`, so a rank
 that raises still reports); the test fails with those messages, with "no report" for a rank that
-saved none, or naming the ranks still running past the deadline (a deadlock).
+saved none, or naming the ranks still running past the deadline (a deadlock), or the rank killed
+by a signal and in which phase (checks, process-group teardown, interpreter exit); faulthandler
+prints that rank's Python stacks to stderr.
 """
 from __future__ import annotations
 
@@ -30,6 +32,15 @@ def run_world(worker, world, tmp_path, which="default", deadline_s=600):
                 pytest.fail(f"W={world}: ranks {alive} still running after {deadline_s} s (deadlock?)")
     except mp.ProcessRaisedException:
         pass  # the failure was saved by the worker
+    except mp.ProcessExitedException as e:
+        # A rank killed by a signal (a crash, or std::terminate in a library): say where it was.
+        # Its stderr holds faulthandler's traceback of every thread (run_cases enables it).
+        rank = e.error_index
+        phase = ("after its checks and the process group's teardown (interpreter exit)"
+                 if (tmp_path / f"rank{rank}.done").exists() else
+                 "after its checks, in the process group's teardown" if (tmp_path / f"rank{rank}.pt").exists()
+                 else "during its checks")
+        pytest.fail(f"W={world}: rank {rank} exited with {e.signal_name or e.exit_code} {phase}")
     failures = []
     for rank in range(world):
         path = tmp_path / f"rank{rank}.pt"
@@ -49,8 +60,11 @@ def run_cases(rank, world, store, out_dir, cases, wanted=lambda case: True, dead
     """One rank of a gloo group of `world`: runs each (check, case) pair that `wanted` takes as
     check(case, world, rank, failures), one thread per rank, and saves the failures for run_world.
     ATTNOPS_CP_CASE=i,j runs only those indexes of `cases`."""
+    import faulthandler
+
     import attnops
 
+    faulthandler.enable()  # a fatal signal prints every thread's Python stack (see run_world)
     attnops.set_threads(1)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
@@ -69,3 +83,4 @@ def run_cases(rank, world, store, out_dir, cases, wanted=lambda case: True, dead
     finally:
         torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.destroy_process_group()
+        open(os.path.join(out_dir, f"rank{rank}.done"), "w").close()
