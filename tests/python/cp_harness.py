@@ -71,6 +71,7 @@ def run_cases(rank, world, store, out_dir, cases, wanted=lambda case: True, dead
                             timeout=timedelta(seconds=deadline_s))
     failures = []
     only = os.environ.get("ATTNOPS_CP_CASE")
+    in_step = False
     try:
         for n, (check, case) in enumerate(cases):
             if (only is not None and str(n) not in only.split(",")) or not wanted(case):
@@ -80,7 +81,25 @@ def run_cases(rank, world, store, out_dir, cases, wanted=lambda case: True, dead
             except Exception as e:  # report, and stop (the ranks may be out of step)
                 failures.append(f"W={world} rank={rank} {case}: {type(e).__name__}: {e}")
                 raise
+        in_step = True
     finally:
         torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
+        if in_step:
+            _wait_for_every_rank(f"{store}.end", world, deadline_s)
         dist.destroy_process_group()
         open(os.path.join(out_dir, f"rank{rank}.done"), "w").close()
+
+
+def _wait_for_every_rank(path, world, deadline_s):
+    """Returns once every rank has finished its checks, counted in a FileStore of its own rather
+    than through gloo: a rank then tears its gloo pairs down only when no peer has a transfer
+    with it still in flight (tearing a gloo context down right after the last exchange can fail
+    on the slower peer, pytorch/gloo#155; CI once saw a rank abort with "terminate called
+    without an active exception" there)."""
+    store = dist.FileStore(path, world)
+    store.add("finished", 1)
+    deadline = time.monotonic() + deadline_s
+    while store.add("finished", 0) < world:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not every rank of {world} finished its checks within {deadline_s} s")
+        time.sleep(0.005)
