@@ -8,13 +8,12 @@ against attnops' single-process op."""
 
 from __future__ import annotations
 
-import os
-from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+import cp_harness
 
 B, N, D = 2, 2, 8
 CAUSAL = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
@@ -188,34 +187,26 @@ def ring_attention(layout, causal, lengths, world, rank):
     return [out, dq, dkv[rank, 0], dkv[rank, 1]], rows
 
 
-def worker(rank, world, store, out_dir):
-    import attnops
+def check(case, world, rank, failures):
+    layout, causal = case["layout"], case["causal"]
+    lengths = [4 * world] if layout == "SBH" else [2 * world, 6 * world, 4 * world]
+    got, rows = ring_attention(layout, causal, lengths, world, rank)
+    want = single_process(layout, causal, lengths)
+    for name, a, w in zip(("out", "dq", "dk", "dv"), got, want):
+        w = w[rows]
+        err = (a - w).abs().max().item()
+        bound = 1e-5 * max(1.0, w.abs().max().item())
+        if not err <= bound:
+            failures.append(f"W={world} rank={rank} {layout} causal={causal} {name}: error {err:.3e} > {bound:.3e}")
 
-    attnops.set_threads(1)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=300))
-    failures = []
-    try:
-        for layout, lengths in (("SBH", [4 * world]), ("TND", [2 * world, 6 * world, 4 * world])):
-            for causal in (True, False):
-                got, rows = ring_attention(layout, causal, lengths, world, rank)
-                want = single_process(layout, causal, lengths)
-                for name, a, w in zip(("out", "dq", "dk", "dv"), got, want):
-                    w = w[rows]
-                    err = (a - w).abs().max().item()
-                    bound = 1e-5 * max(1.0, w.abs().max().item())
-                    if not err <= bound:
-                        failures.append(f"W={world} rank={rank} {layout} causal={causal} {name}: "
-                                        f"error {err:.3e} > {bound:.3e}")
-    finally:
-        torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
+
+CASES = [(check, {"layout": layout, "causal": causal}) for layout in ("SBH", "TND") for causal in (True, False)]
+
+
+def worker(rank, world, store, out_dir, which):
+    cp_harness.run_cases(rank, world, store, out_dir, CASES, deadline_s=300)
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_mindspeed_contract_ring_sbh_and_tnd(tmp_path, world):
-    mp.start_processes(worker, args=(world, str(tmp_path / "store"), str(tmp_path)), nprocs=world,
-                       start_method="spawn", join=True)
-    failures = sum((torch.load(tmp_path / f"rank{r}.pt") for r in range(world)), [])
-    assert not failures, "\n".join(failures)
+    cp_harness.run_world(worker, world, tmp_path, deadline_s=300)

@@ -22,7 +22,8 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+import cp_harness
 
 INT32_MAX = 2147483647
 W = 2          # processes
@@ -85,63 +86,61 @@ def merge(out, m, s, out2, m2, s2, rows):
     s[:, :, rows] = total.expand(-1, -1, -1, 8)
 
 
-def ring_worker(rank, store_path, causal, results):
-    import attnops
+def ring_attention(rank, causal):
+    """This rank's (out, dq, dk, dv) from the ring over the W processes of the default group."""
     from attnops.torch import npu_fusion_attention, npu_fusion_attention_grad
 
-    attnops.set_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=W)
-    try:
-        rows = zigzag_rows(rank)
-        q, k, v, dout = (t[rows].float().contiguous() for t in global_inputs())
-        scale = 1.0 / math.sqrt(D)
-        kv = torch.stack([k, v])
-        gathered = [torch.empty_like(kv) for _ in range(W)]
-        dist.all_gather(gathered, kv)
+    rows = zigzag_rows(rank)
+    q, k, v, dout = (t[rows].float().contiguous() for t in global_inputs())
+    scale = 1.0 / math.sqrt(D)
+    kv = torch.stack([k, v])
+    gathered = [torch.empty_like(kv) for _ in range(W)]
+    dist.all_gather(gathered, kv)
 
-        out = torch.zeros_like(q)
-        m = torch.full((B, N, 2 * C, 8), -math.inf)
-        s = torch.zeros(B, N, 2 * C, 8)
-        for src in range(W):
-            qr, kr, mode, mask, pre, nxt = block_calls(rank, src, causal)
-            o2, m2, s2 = npu_fusion_attention(
-                q[qr], gathered[src][0][kr], gathered[src][1][kr], N, "SBH", atten_mask=mask, scale=scale,
-                pre_tockens=pre, next_tockens=nxt, sparse_mode=mode)[:3]
-            merge(out, m, s, o2, m2, s2, qr)
+    out = torch.zeros_like(q)
+    m = torch.full((B, N, 2 * C, 8), -math.inf)
+    s = torch.zeros(B, N, 2 * C, 8)
+    for src in range(W):
+        qr, kr, mode, mask, pre, nxt = block_calls(rank, src, causal)
+        o2, m2, s2 = npu_fusion_attention(
+            q[qr], gathered[src][0][kr], gathered[src][1][kr], N, "SBH", atten_mask=mask, scale=scale,
+            pre_tockens=pre, next_tockens=nxt, sparse_mode=mode)[:3]
+        merge(out, m, s, o2, m2, s2, qr)
 
-        dq = torch.zeros_like(q)
-        dkv = torch.zeros(W, 2, 2 * C, B, N * D)  # fp32 partial dK/dV of every rank's block
-        for src in range(W):
-            qr, kr, mode, mask, pre, nxt = block_calls(rank, src, causal)
-            kk, vv = gathered[src][0][kr], gathered[src][1][kr]
-            g = npu_fusion_attention_grad(
-                q[qr], kk, vv, dout[qr], N, "SBH", atten_mask=mask, softmax_max=m[:, :, qr].contiguous(),
-                softmax_sum=s[:, :, qr].contiguous(), attention_in=out[qr].contiguous(), scale_value=scale,
-                pre_tockens=pre, next_tockens=nxt, sparse_mode=mode)
-            dq[qr] += g[0]
-            dkv[src, 0, kr] += g[1]
-            dkv[src, 1, kr] += g[2]
-        dist.all_reduce(dkv)
-        results[rank] = (out, dq, dkv[rank, 0], dkv[rank, 1])
-    finally:
-        dist.destroy_process_group()
+    dq = torch.zeros_like(q)
+    dkv = torch.zeros(W, 2, 2 * C, B, N * D)  # fp32 partial dK/dV of every rank's block
+    for src in range(W):
+        qr, kr, mode, mask, pre, nxt = block_calls(rank, src, causal)
+        kk, vv = gathered[src][0][kr], gathered[src][1][kr]
+        g = npu_fusion_attention_grad(
+            q[qr], kk, vv, dout[qr], N, "SBH", atten_mask=mask, softmax_max=m[:, :, qr].contiguous(),
+            softmax_sum=s[:, :, qr].contiguous(), attention_in=out[qr].contiguous(), scale_value=scale,
+            pre_tockens=pre, next_tockens=nxt, sparse_mode=mode)
+        dq[qr] += g[0]
+        dkv[src, 0, kr] += g[1]
+        dkv[src, 1, kr] += g[2]
+    dist.all_reduce(dkv)
+    return out, dq, dkv[rank, 0], dkv[rank, 1]
+
+
+def check(case, world, rank, failures):
+    causal = case["causal"]
+    rows = zigzag_rows(rank)
+    for name, got, want in zip(("out", "dq", "dk", "dv"), ring_attention(rank, causal), dense_reference(causal)):
+        # fp32 accuracy: the error of fp32 maths over these short rows is about 1e-7.
+        try:
+            torch.testing.assert_close(got.double(), want[rows], rtol=2e-6, atol=2e-6)
+        except AssertionError as e:
+            failures.append(f"rank {rank} {name} (causal={causal}): {e}")
+
+
+def worker(rank, world, store, out_dir, which):
+    cp_harness.run_cases(rank, world, store, out_dir, [(check, {"causal": which == "causal"})], deadline_s=300)
 
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_mindspeed_ring_contract_two_processes(tmp_path, causal):
-    ctx = mp.get_context("spawn")
-    with ctx.Manager() as manager:
-        results = manager.dict()
-        mp.start_processes(ring_worker, args=(str(tmp_path / "store"), causal, results), nprocs=W,
-                           start_method="spawn", join=True)
-        results = dict(results)
-    ref = dense_reference(causal)
-    for rank in range(W):
-        rows = zigzag_rows(rank)
-        for name, got, want in zip(("out", "dq", "dk", "dv"), results[rank], ref):
-            # fp32 accuracy: the error of fp32 maths over these short rows is about 1e-7.
-            torch.testing.assert_close(got.double(), want[rows], rtol=2e-6, atol=2e-6,
-                                       msg=lambda text: f"rank {rank} {name} (causal={causal}): {text}")
+    cp_harness.run_world(worker, W, tmp_path, "causal" if causal else "full", deadline_s=300)
 
 
 def test_null_mask_warning_once_per_process():

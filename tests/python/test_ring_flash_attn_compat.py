@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import sys
 import types
-from datetime import timedelta
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+import cp_harness
 from reference import ABS_TOL
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ring_flash_attn") is None,
@@ -102,49 +99,43 @@ def run_variant(rfa, variant, world, rank, q, k, v, dout, seqlens):
     return got, [split(t, world, rank) for t in ref], split
 
 
-def worker(rank, world, store, out_dir):
-    import attnops
+def check(case, world, rank, failures):
+    rfa = import_ring_flash_attn()
+    variant, dtype = case["variant"], case["dtype"]
+    s = 2 * world * C
+    seqlens = [2 * world, s - 2 * world]  # llama3: two documents, one straddling ranks
+    q, k, v, dout = inputs(s, dtype, seed=case["seed"])
+    blocks = [(0, s)] if variant != "llama3" else [(0, seqlens[0]), (seqlens[0], s)]
+    r64 = dense64(q, k, v, dout, blocks)
+    got, ref, split = run_variant(rfa, variant, world, rank, q, k, v, dout, seqlens)
+    for name, a, w, full64 in zip(("out", "dq", "dk", "dv"), got, ref, r64):
+        if variant == "ring" and dtype == torch.float16 and name == "dq":
+            # ring_flash_attn_backward rounds dq to bf16 whatever the input dtype
+            # (upstream bug, open PR zhuzilin/ring-flash-attention#87): not attnops'.
+            continue
+        w64 = split(full64, world, rank)
+        base = (w.double() - w64).abs().max().item()
+        err = (a.double() - w64).abs().max().item()
+        # ring-flash-attn merges bf16/fp16 block results (rounded at every hop, its
+        # design): allow one more rounding per ring step than the single-process rule.
+        bound = (2 + world) * base + ABS_TOL[dtype] * max(1.0, w64.abs().max().item())
+        if not err <= bound:
+            failures.append(f"W={world} rank={rank} {variant} {dtype} {name}: error {err:.3e} > "
+                            f"{bound:.3e} (single-process {base:.3e})")
 
-    attnops.set_threads(1)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=300))
-    failures = []
-    try:
-        rfa = import_ring_flash_attn()
-        s = 2 * world * C
-        seqlens = [2 * world, s - 2 * world]  # llama3: two documents, one straddling ranks
-        for variant in ("ring", "zigzag", "llama3"):
-            for dtype in (torch.bfloat16, torch.float16):
-                q, k, v, dout = inputs(s, dtype, seed=len(failures) + 3)
-                blocks = [(0, s)] if variant != "llama3" else [(0, seqlens[0]), (seqlens[0], s)]
-                r64 = dense64(q, k, v, dout, blocks)
-                got, ref, split = run_variant(rfa, variant, world, rank, q, k, v, dout, seqlens)
-                for name, a, w, full64 in zip(("out", "dq", "dk", "dv"), got, ref, r64):
-                    if variant == "ring" and dtype == torch.float16 and name == "dq":
-                        # ring_flash_attn_backward rounds dq to bf16 whatever the input dtype
-                        # (upstream bug, open PR zhuzilin/ring-flash-attention#87): not attnops'.
-                        continue
-                    w64 = split(full64, world, rank)
-                    base = (w.double() - w64).abs().max().item()
-                    err = (a.double() - w64).abs().max().item()
-                    # ring-flash-attn merges bf16/fp16 block results (rounded at every hop, its
-                    # design): allow one more rounding per ring step than the single-process rule.
-                    bound = (2 + world) * base + ABS_TOL[dtype] * max(1.0, w64.abs().max().item())
-                    if not err <= bound:
-                        failures.append(f"W={world} rank={rank} {variant} {dtype} {name}: error {err:.3e} > "
-                                        f"{bound:.3e} (single-process {base:.3e})")
-    finally:
-        torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
+
+CASES = [(check, {"variant": variant, "dtype": dtype, "seed": 3 + n})
+         for n, (variant, dtype) in enumerate((variant, dtype) for variant in ("ring", "zigzag", "llama3")
+                                              for dtype in (torch.bfloat16, torch.float16))]
+
+
+def worker(rank, world, store, out_dir, which):
+    cp_harness.run_cases(rank, world, store, out_dir, CASES, deadline_s=300)
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ring_flash_attn_on_attnops(tmp_path, world):
-    mp.start_processes(worker, args=(world, str(tmp_path / "store"), str(tmp_path)), nprocs=world,
-                       start_method="spawn", join=True)
-    failures = sum((torch.load(tmp_path / f"rank{r}.pt") for r in range(world)), [])
-    assert not failures, "\n".join(failures)
+    cp_harness.run_world(worker, world, tmp_path, deadline_s=300)
 
 
 def test_private_functions_follow_flash_attn_conventions():
