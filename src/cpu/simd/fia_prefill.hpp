@@ -30,7 +30,6 @@
 // bits for any thread count.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -44,9 +43,7 @@
 
 namespace attnops::fia::simd_prefill {
 
-namespace simd = cpu::simd;
 namespace fs = fa::simd_forward;
-using fa::tile::kNegInf;
 
 // The (b, kv head, row, dim) view of an unpaged key or value source with no extra parts: the
 // addressing of kvRowOffset (row t of batch b at kvStart[b] + t) as a FlashAttentionScore view.
@@ -101,7 +98,7 @@ ATTNOPS_SIMD_INLINE void roundProbabilities(DType dt, int64_t rows, int64_t nk, 
 template <class V>
 struct PrefillSteps {
     const Params& p;
-    const WorkUnit& u;    // FIA's unit (emitRow)
+    const WorkUnit& u;       // FIA's unit (emitRow)
     const fa::WorkUnit& fu;  // the same rows as the FA loop sees them
 
     // The precision model: P rounded to the query dtype after it joined the sum, before P.V.
