@@ -13,6 +13,11 @@
 // a partly masked block whose values are not all finite; those and the rest take the row steps
 // shared with the tiled kernel, which skip masked keys exactly as the reference does.
 //
+// The unit loop (runUnitWith) is the one of FlashAttentionScore's forward and of
+// FusedInferAttentionScore's prefill route (cpu/simd/fia_prefill.hpp); the steps where the two
+// operators differ (the probabilities' rounding before P.V, the row updates of the row steps, the
+// end of a row) come from a Steps object (FaSteps here).
+//
 // Order of every reduction, fixed per element: Q.K over the head dim ascending (in pairs with
 // vdpbf16ps), the row max and sum over keys ascending (per lane), P.V over keys ascending.
 #pragma once
@@ -301,11 +306,46 @@ ATTNOPS_SIMD_FN static void bandValues(const SeqRule& rule, int64_t skv, int64_t
     }
 }
 
-// Pairs = void: everything converted to fp32 and multiplied with fp32 FMAs. Otherwise bf16
-// inputs multiplied as bf16 pairs (Q.K^T exact products, P rounded to bf16 for P.V like the
-// naive low-precision computation of the tolerance rule).
-template <class V, class Pairs>
-ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit& u, void* scratch) {
+// The steps where the users of the unit loop (runUnitWith below) differ, as members of a Steps
+// object the loop is instantiated with (always inlined, so they cost what the code written in
+// place would):
+//   roundProbabilities(rows, nk, ld, st): the vector path's probabilities of rows [0, rows) of a
+//     block (st[key][row], leading dimension ld), after they joined the sum l and before P.V;
+//   accumulateRow(n1, i, k0, nk, rowMax, s, kept, keep, v, m, l, acc): the row steps' update of
+//     row i of query head n1 with a block of finished scores (tile::accumulateRow's contract);
+//   storeRow(g, r, m, l, acc, tmp): the end of row q0 + r of query head g of the group
+//     (acc clobbered; tmp: a scratch row of max(keyRows, d, dv) floats).
+// FaSteps is FlashAttentionScore's; FusedInferAttentionScore's prefill route has its own
+// (cpu/simd/fia_prefill.hpp: probabilities rounded to the query dtype, FIA's end of row).
+#define ATTNOPS_SIMD_STEP __attribute__((always_inline)) ATTNOPS_SIMD_FN
+
+// FlashAttentionScore: P multiplies V as the softmax leaves it (dropout in the row steps); rows
+// end with the output and the softmax statistics.
+template <class V>
+struct FaSteps {
+    const ForwardParams& p;
+    const WorkUnit& u;
+
+    ATTNOPS_SIMD_STEP void roundProbabilities(int64_t, int64_t, int64_t, float*) const {}
+    ATTNOPS_SIMD_STEP void accumulateRow(int64_t n1, int64_t i, int64_t k0, int64_t nk, float rowMax,
+                                         float* __restrict s, const uint8_t* kept, uint8_t* keep,
+                                         const float* __restrict v, float& m, float& l, float* __restrict acc) const {
+        tile::accumulateRow(p, u, n1, i, k0, nk, rowMax, s, kept, keep, v, m, l, acc);
+    }
+    ATTNOPS_SIMD_STEP void storeRow(int64_t g, int64_t r, float m, float l, float* acc, float* tmp) const {
+        storeOutputRow<V>(p, u, u.n2 * p.group + g, u.q0 + r, m, l, acc, tmp);
+    }
+};
+
+// The unit loop: rows [u.q0, u.q1) of the query heads of kv head u.n2 against every key they
+// may see, keys and values read from kView / vView (b, kv head, row, dim; rows from
+// p.seq.kvStart), the differing steps from `steps`. Pairs = void: everything converted to fp32
+// and multiplied with fp32 FMAs. Otherwise bf16 inputs multiplied as bf16 pairs (Q.K^T exact
+// products, P rounded to bf16 for P.V like the naive low-precision computation of the tolerance
+// rule).
+template <class V, class Pairs, class Steps>
+ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, const View4& vView, TileShape t,
+                                 const WorkUnit& u, void* scratch, const Steps& steps) {
     constexpr bool kPairs = !std::is_void_v<Pairs>;
     Scratch sc(p, t, scratch);
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
@@ -336,11 +376,11 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
             // fwd_components.cpp). Widened bf16 and fp16 keys always took this route.
             const float* kRows = sc.k;
             if constexpr (kPairs) {
-                Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
+                Pairs::packColumnPairs(kView, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
                 simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, sc.qp, qr, sc.st, qr, false);
             } else {
-                simd::loadRowsFast<V>(p.k, u.b, u.n2, kvRow0, nk, d, sc.k);
-                simd::loadRowsStrips<V>(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vs);
+                simd::loadRowsFast<V>(kView, u.b, u.n2, kvRow0, nk, d, sc.k);
+                simd::loadRowsStrips<V>(vView, u.b, u.n2, kvRow0, nk, dv, sc.vs);
             }
             // Partly masked blocks go through the GEMM too when the band is vectorisable and the
             // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
@@ -351,9 +391,10 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
                          bandScores<V>(rule, skv, u.q0, k0, nk, rows, d, kRows, sc.qt, qr, sc.st);
                 if (!banded) simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
             }
-            if constexpr (kPairs) Pairs::packRowPairs(p.v, u.b, u.n2, kvRow0, nk, dv, sc.vp);
+            if constexpr (kPairs) Pairs::packRowPairs(vView, u.b, u.n2, kvRow0, nk, dv, sc.vp);
             if (banded || (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
                 softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
+                steps.roundProbabilities(rows, nk, qr, sc.st);
                 if constexpr (kPairs) {  // acc += P . V
                     Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
                     simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, sc.acc, dv,
@@ -365,18 +406,24 @@ ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit
                 }
                 continue;
             }
-            simd::loadRows<V>(p.v, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);  // the row steps read fp32 rows
+            simd::loadRows<V>(vView, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);  // the row steps read fp32 rows
             for (int64_t r = 0; r < rows; ++r) {
                 const int64_t i = u.q0 + r;
                 for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];
                 const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
                 if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
-                tile::accumulateRow(p, u, n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
+                steps.accumulateRow(n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
                                     sc.acc + r * dv);
             }
         }
-        for (int64_t r = 0; r < rows; ++r) storeOutputRow<V>(p, u, n1, u.q0 + r, sc.m[r], sc.l[r], sc.acc + r * dv, sc.s);
+        for (int64_t r = 0; r < rows; ++r) steps.storeRow(g, r, sc.m[r], sc.l[r], sc.acc + r * dv, sc.s);
     }
+}
+
+// The FlashAttentionScore forward's work unit.
+template <class V, class Pairs>
+ATTNOPS_SIMD_FN void runUnit(const ForwardParams& p, TileShape t, const WorkUnit& u, void* scratch) {
+    runUnitWith<V, Pairs>(p, p.k, p.v, t, u, scratch, FaSteps<V>{p, u});
 }
 
 }  // namespace attnops::fa::simd_forward
