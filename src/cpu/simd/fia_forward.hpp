@@ -194,8 +194,8 @@ ATTNOPS_SIMD_INLINE typename V::Vec loadVec(const char* row, int64_t at) {
 
 // Keeps a query vector in a register. Left alone, the compilers fold its load into each of the
 // kDotKeys FMAs that use it, and the dot then issues kDotKeys x kRowTile + kDotKeys vector loads
-// per kDotKeys x kRowTile FMAs, bound by the load ports (Zen 3: two 256-bit loads a cycle) rather than the
-// FMAs. An empty asm that "changes" the value forces one load. No arithmetic changes.
+// per kDotKeys x kRowTile FMAs, bound by the load ports (Zen 3: two 256-bit loads a cycle) rather
+// than the FMAs. An empty asm that "changes" the value forces one load. No arithmetic changes.
 template <class V>
 ATTNOPS_SIMD_INLINE void keepInRegister(typename V::Vec& x) {
     if constexpr (V::kLanes == 8)
