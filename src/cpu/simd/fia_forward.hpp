@@ -44,7 +44,8 @@ using fa::tile::kNegInf;
 using simd::alignUp;
 
 constexpr int64_t kRowTile = 4;      // query rows sharing each converted key/value vector
-constexpr int64_t kDotKeys = 2;      // keys per dot step: 2 x kRowTile accumulators = one V::sum8
+constexpr int64_t kDotKeys = 3;      // keys per dot step: 3 x kRowTile accumulators + 3 keys + 1 query
+                                     // vector = the 16 ymm registers of AVX2 (each query load serves 3 keys)
 constexpr int64_t kGroupRows = 64;   // query rows of a unit, all heads of the group together
 constexpr int64_t kKeyRows = 64;     // keys per block: a decode block's keys and values (2 x 16 KiB
                                      // at D 128, bf16) stay in L1 between the two passes over them
@@ -88,6 +89,8 @@ struct Scratch {
     int64_t* vLines;    // [dv / kLanes]
     int64_t* rLines;    // [ropeDim / kLanes]
     int64_t kLineCount = 0, vLineCount = 0, rLineCount = 0;
+    bool kDense = false, vDense = false;  // vector v of every key / value row at element v * kLanes
+    int64_t kRowBytes = 0, vRowBytes = 0;  // bytes of a dense key / value row (0: not dense)
     uint8_t* kept;      // [keyRows]
     // Packed blocks (packs(): several row tiles share each key/value row): the block's key rows
     // [k ; k_rope] and value rows converted to fp32 once, read by every row tile.
@@ -190,9 +193,9 @@ ATTNOPS_SIMD_INLINE typename V::Vec loadVec(const char* row, int64_t at) {
 }
 
 // Keeps a query vector in a register. Left alone, the compilers fold its load into each of the
-// kDotKeys FMAs that use it, and the dot then issues 2 x kRowTile + kDotKeys vector loads per
-// 2 x kRowTile FMAs, bound by the load ports (Zen 3: two 256-bit loads a cycle) rather than the
-// FMAs. An empty asm that "changes" the value forces one load. No arithmetic changes.
+// kDotKeys FMAs that use it, and the dot then issues kDotKeys x kRowTile + kDotKeys vector loads
+// per kDotKeys x kRowTile FMAs, bound by the load ports (Zen 3: two 256-bit loads a cycle) rather
+// than the FMAs. An empty asm that "changes" the value forces one load. No arithmetic changes.
 template <class V>
 ATTNOPS_SIMD_INLINE void keepInRegister(typename V::Vec& x) {
     if constexpr (V::kLanes == 8)
@@ -207,71 +210,116 @@ ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int6
     for (int64_t i = 0; i < count; ++i) __builtin_prefetch(row + lines[i], 0, 3);
 }
 
-// st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, two keys per step.
-// The first row tile prefetches the next block's key and value rows (`pre`, NULL for the
-// others): a block ahead of their use, as the cache is read once from scattered pages.
-template <class V, DType T, int NR>
+// The lines of rows [i0, i1) of a block: when the rows lie back to back (`bytes` each: a page of
+// a BnNBsD cache, BNSD), one walk over their span, fewer instructions than row by row through
+// the line offsets; otherwise row by row. A prefetch is a hint: a wrong guess costs time only.
+ATTNOPS_SIMD_INLINE void prefetchRows(const char* const* rows, int64_t i0, int64_t i1, int64_t bytes,
+                                      const int64_t* lines, int64_t count) {
+    const char* first = rows[i0];
+    if (bytes > 0 && rows[i1 - 1] == first + (i1 - 1 - i0) * bytes) {
+        const char* end = first + (i1 - i0) * bytes;
+#pragma GCC unroll 4
+        for (const char* a = first; a < end; a += kLineBytes) __builtin_prefetch(a, 0, 3);
+        __builtin_prefetch(end - 1, 0, 3);  // the last line when the span does not start on one
+        return;
+    }
+    for (int64_t i = i0; i < i1; ++i) prefetchRow(rows[i], lines, count);
+}
+
+// out[i] = the lanes of x[i] summed by V::sum8's tree, i < N (dotStep: NK x kRowTile): whole
+// groups of 8, then the rest padded by repeating it (each output depends on its own vector only).
+template <class V, int N>
+ATTNOPS_SIMD_INLINE void sumEach(const typename V::Vec* x, float* out) {
+    int i = 0;
+    for (; i + 8 <= N; i += 8) V::sum8(x + i, out + i);
+    if constexpr (N % 8 != 0) {
+        typename V::Vec rest[8];
+        alignas(32) float sums[8];
+        for (int k = 0; k < 8; ++k) rest[k] = x[i + k % (N % 8)];
+        V::sum8(rest, sums);
+        for (int k = 0; k < N % 8; ++k) out[i + k] = sums[k];
+    }
+}
+
+// st[r * ldst + k] = q_r . key_k for NR rows and the NK keys at keys[0 .. NK): NK x kRowTile
+// accumulators, each query vector loaded once for the NK keys. Dense: vector v of a row starts
+// at element v * kLanes (the chunk table is not read: no index load per vector).
+template <class V, DType T, int NR, int NK, bool Dense>
+ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64_t* kChunk, int64_t dr,
+                                 const char* const* ropes, const int64_t* rChunk, const float* q, int64_t ldq,
+                                 float* st, int64_t ldst) {
+    using Vec = typename V::Vec;
+    constexpr int kAcc = int(NK * kRowTile);
+    Vec acc[kAcc];
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = V::zero();
+    for (int64_t c = 0, v = 0; c < d; c += V::kLanes, ++v) {
+        const int64_t at = Dense ? c : kChunk[v];
+        Vec x[NK];
+#pragma GCC unroll 3
+        for (int k = 0; k < NK; ++k) x[k] = loadVec<V, T>(keys[k], at);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; ++r) {
+            Vec qv = V::load(q + r * ldq + c);
+            keepInRegister<V>(qv);
+#pragma GCC unroll 3
+            for (int k = 0; k < NK; ++k) acc[k * kRowTile + r] = V::fmadd(qv, x[k], acc[k * kRowTile + r]);
+        }
+    }
+    for (int64_t c = 0, v = 0; c < dr; c += V::kLanes, ++v) {  // MLA: the rope dims continue the dot
+        const int64_t at = rChunk[v];
+        Vec x[NK];
+#pragma GCC unroll 3
+        for (int k = 0; k < NK; ++k) x[k] = loadVec<V, T>(ropes[k], at);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; ++r) {
+            Vec qv = V::load(q + r * ldq + d + c);
+            keepInRegister<V>(qv);
+#pragma GCC unroll 3
+            for (int k = 0; k < NK; ++k) acc[k * kRowTile + r] = V::fmadd(qv, x[k], acc[k * kRowTile + r]);
+        }
+    }
+    alignas(32) float sums[kAcc];
+    sumEach<V, kAcc>(acc, sums);
+    for (int k = 0; k < NK; ++k)
+        for (int r = 0; r < NR; ++r) st[r * ldst + k] = sums[k * kRowTile + r];
+}
+
+// st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, kDotKeys keys per step (the last
+// step takes the one or two left). The first row tile prefetches the next block's key and value
+// rows (`pre`, NULL for the others): a block ahead of their use, as the cache is read once from
+// scattered pages.
+template <class V, DType T, int NR, bool Dense>
 ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t dr,
                              const char* const* rRow, const int64_t* rChunk, int64_t nk, const float* q, int64_t ldq,
                              float* st, int64_t ldst, const Scratch* pre) {
-    using Vec = typename V::Vec;
+    static_assert(kDotKeys == 3, "the remainder below takes one or two keys");
     for (int64_t j = 0; j < nk; j += kDotKeys) {
-        if (pre != nullptr)
-            for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
-                prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
-                if (pre->prefetchValues) prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
-                if (dr > 0) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
-            }
-        const char* k0 = kRow[j];
-        const char* k1 = kRow[std::min(j + 1, nk - 1)];  // an odd last key goes twice, once discarded
-        Vec acc[kDotKeys * kRowTile];
-#pragma GCC unroll 8
-        for (int i = 0; i < kDotKeys * kRowTile; ++i) acc[i] = V::zero();
-        for (int64_t c = 0, v = 0; c < d; c += V::kLanes, ++v) {
-            const int64_t at = kChunk[v];
-            const Vec x0 = loadVec<V, T>(k0, at), x1 = loadVec<V, T>(k1, at);
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; ++r) {
-                Vec qv = V::load(q + r * ldq + c);
-                keepInRegister<V>(qv);
-                acc[r] = V::fmadd(qv, x0, acc[r]);
-                acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
-            }
+        if (pre != nullptr && j < pre->nextRows) {
+            const int64_t i1 = std::min(j + kDotKeys, pre->nextRows);
+            prefetchRows(pre->kNext, j, i1, pre->kRowBytes, pre->kLines, pre->kLineCount);
+            if (pre->prefetchValues) prefetchRows(pre->vNext, j, i1, pre->vRowBytes, pre->vLines, pre->vLineCount);
+            for (int64_t i = j; i < i1 && dr > 0; ++i) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
         }
-        if (dr > 0) {  // MLA: the rope dims continue the dot
-            const char* r0 = rRow[j];
-            const char* r1 = rRow[std::min(j + 1, nk - 1)];
-            for (int64_t c = 0, v = 0; c < dr; c += V::kLanes, ++v) {
-                const int64_t at = rChunk[v];
-                const Vec x0 = loadVec<V, T>(r0, at), x1 = loadVec<V, T>(r1, at);
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; ++r) {
-                    Vec qv = V::load(q + r * ldq + d + c);
-                    keepInRegister<V>(qv);
-                    acc[r] = V::fmadd(qv, x0, acc[r]);
-                    acc[kRowTile + r] = V::fmadd(qv, x1, acc[kRowTile + r]);
-                }
-            }
-        }
-        alignas(32) float sums[kDotKeys * kRowTile];
-        V::sum8(acc, sums);
-        for (int r = 0; r < NR; ++r) {
-            st[r * ldst + j] = sums[r];
-            if (j + 1 < nk) st[r * ldst + j + 1] = sums[kRowTile + r];
+        const char* const* ropes = dr > 0 ? rRow + j : nullptr;
+        switch (std::min(kDotKeys, nk - j)) {
+            case 1: dotStep<V, T, NR, 1, Dense>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, ldst); break;
+            case 2: dotStep<V, T, NR, 2, Dense>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, ldst); break;
+            default: dotStep<V, T, NR, 3, Dense>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, ldst); break;
         }
     }
 }
 
 // acc[r * ldacc + c .. + NV * kLanes) += sum_j st[r * ldst + j] * value_j[c ..] for NR rows,
 // keys ascending. SkipZero: keys whose probability is 0 in every row are skipped (masked keys
-// never touch the output, even if their values are not finite).
-template <class V, DType T, int NR, int NV, bool SkipZero>
+// never touch the output, even if their values are not finite). Dense as in dotRows.
+template <class V, DType T, int NR, int NV, bool SkipZero, bool Dense>
 ATTNOPS_SIMD_FN void accumulateColumns(int64_t c, const char* const* vRow, const int64_t* vChunk, int64_t nk,
                                        const float* st, int64_t ldst, float* acc, int64_t ldacc) {
     using Vec = typename V::Vec;
     constexpr int64_t L = V::kLanes;
     int64_t at[NV];
-    for (int v = 0; v < NV; ++v) at[v] = vChunk[c / L + v];
+    for (int v = 0; v < NV; ++v) at[v] = Dense ? c + v * L : vChunk[c / L + v];
     Vec a[kRowTile][NV];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r)
@@ -295,46 +343,68 @@ ATTNOPS_SIMD_FN void accumulateColumns(int64_t c, const char* const* vRow, const
         for (int v = 0; v < NV; ++v) V::store(acc + r * ldacc + c + v * L, a[r][v]);
 }
 
-// All dv columns, two vectors at a time (then one).
-template <class V, DType T, int NR, bool SkipZero>
+// All dv columns, three vectors at a time (4 rows x 3 accumulators + 3 values + 1 broadcast
+// probability = the 16 ymm registers of AVX2: each probability broadcast serves 3 vectors), then
+// the one or two left.
+template <class V, DType T, int NR, bool SkipZero, bool Dense>
 ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const int64_t* vChunk, int64_t nk,
                                     const float* st, int64_t ldst, float* acc, int64_t ldacc) {
     constexpr int64_t L = V::kLanes;
     int64_t c = 0;
-    for (; c + 2 * L <= dv; c += 2 * L)
-        accumulateColumns<V, T, NR, 2, SkipZero>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
-    if (c < dv) accumulateColumns<V, T, NR, 1, SkipZero>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
+    for (; c + 3 * L <= dv; c += 3 * L)
+        accumulateColumns<V, T, NR, 3, SkipZero, Dense>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
+    if (c + 2 * L <= dv)
+        accumulateColumns<V, T, NR, 2, SkipZero, Dense>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
+    else if (c < dv)
+        accumulateColumns<V, T, NR, 1, SkipZero, Dense>(c, vRow, vChunk, nk, st, ldst, acc, ldacc);
 }
 
 // The row tiles of R rows, each tile of NR = min(kRowTile, rows left) rows.
-template <class V, DType T>
-ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk, int64_t ldst) {
+template <class V, DType T, bool Dense>
+ATTNOPS_SIMD_FN void dotTiles(int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk, int64_t ldst) {
     const int64_t ldq = d + dr;
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
         const float* q = sc.q + r0 * ldq;
         float* st = sc.st + r0 * ldst;
         const Scratch* pre = r0 == 0 ? &sc : nullptr;
+        const char* const* kr = sc.kRow;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: dotRows<V, T, 1>(d, sc.kRow, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
-            case 2: dotRows<V, T, 2>(d, sc.kRow, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
-            case 3: dotRows<V, T, 3>(d, sc.kRow, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
-            default: dotRows<V, T, 4>(d, sc.kRow, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+            case 1: dotRows<V, T, 1, Dense>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+            case 2: dotRows<V, T, 2, Dense>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+            case 3: dotRows<V, T, 3, Dense>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+            default: dotRows<V, T, 4, Dense>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+        }
+    }
+}
+
+template <class V, DType T>
+ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk, int64_t ldst) {
+    if (sc.kDense)
+        dotTiles<V, T, true>(R, d, dr, sc, nk, ldst);
+    else
+        dotTiles<V, T, false>(R, d, dr, sc, nk, ldst);
+}
+
+template <class V, DType T, bool SkipZero, bool Dense>
+ATTNOPS_SIMD_FN void accumulateTiles(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst) {
+    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
+        const float* st = sc.st + r0 * ldst;
+        float* acc = sc.acc + r0 * dv;
+        switch (std::min(kRowTile, R - r0)) {
+            case 1: accumulateRows<V, T, 1, SkipZero, Dense>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            case 2: accumulateRows<V, T, 2, SkipZero, Dense>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            case 3: accumulateRows<V, T, 3, SkipZero, Dense>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
+            default: accumulateRows<V, T, 4, SkipZero, Dense>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
         }
     }
 }
 
 template <class V, DType T, bool SkipZero>
 ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_t nk, int64_t ldst) {
-    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
-        const float* st = sc.st + r0 * ldst;
-        float* acc = sc.acc + r0 * dv;
-        switch (std::min(kRowTile, R - r0)) {
-            case 1: accumulateRows<V, T, 1, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
-            case 2: accumulateRows<V, T, 2, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
-            case 3: accumulateRows<V, T, 3, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
-            default: accumulateRows<V, T, 4, SkipZero>(dv, sc.vRow, sc.vChunk, nk, st, ldst, acc, dv); break;
-        }
-    }
+    if (sc.vDense)
+        accumulateTiles<V, T, SkipZero, true>(R, dv, sc, nk, ldst);
+    else
+        accumulateTiles<V, T, SkipZero, false>(R, dv, sc, nk, ldst);
 }
 
 template <class V>
@@ -371,6 +441,14 @@ inline int64_t chunkOffsets(const KvSource& s, int64_t dim, int64_t lanes, int64
         if (count == 0 || at / kLineBytes != lines[count - 1] / kLineBytes) lines[count++] = at;
     }
     return count;
+}
+
+// Whether vector v of a row starts at element v * lanes for every v (not NZ dim groups), so the
+// microkernels may compute the offsets instead of reading them.
+inline bool denseChunks(const int64_t* chunk, int64_t dim, int64_t lanes) {
+    for (int64_t c = 0, v = 0; c < dim; c += lanes, ++v)
+        if (chunk[v] != c) return false;
+    return true;
 }
 
 // Addresses of rows [k0, k0 + nk) of kv head m of batch b: one table lookup per page, then
@@ -523,7 +601,7 @@ ATTNOPS_SIMD_FN void softmaxRow(const Params& p, int64_t nk, float rowMax, float
 // of a run, then the next run; after the softmax, the same for the values. No bits change: the
 // conversions are exact, every score is its own dot, and each accumulator still takes the keys
 // in ascending order (stored and reloaded exactly between runs).
-// Keys of a run of `dim`-wide fp32 rows: even (whole kDotKeys steps), 8 to kKeyRows.
+// Keys of a run of `dim`-wide fp32 rows: about kPackBytes, in whole kDotKeys steps, within [8, kKeyRows].
 inline int64_t runKeys(int64_t dim) {
     return std::clamp<int64_t>(kPackBytes / (dim * int64_t(sizeof(float))) / kDotKeys * kDotKeys, 8, kKeyRows);
 }
@@ -571,10 +649,10 @@ ATTNOPS_SIMD_FN void dotsPacked(const Params& p, int64_t R, Scratch& sc, int64_t
         const float* q = sc.q + r0 * dk;
         float* st = sc.st + r0 * ldst + j0;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: dotRows<V, DType::F32, 1>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
-            case 2: dotRows<V, DType::F32, 2>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
-            case 3: dotRows<V, DType::F32, 3>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
-            default: dotRows<V, DType::F32, 4>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            case 1: dotRows<V, DType::F32, 1, true>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            case 2: dotRows<V, DType::F32, 2, true>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            case 3: dotRows<V, DType::F32, 3, true>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
+            default: dotRows<V, DType::F32, 4, true>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
         }
     }
 }
@@ -591,10 +669,10 @@ ATTNOPS_SIMD_FN void accumulatePacked(const Params& p, int64_t R, Scratch& sc, i
         const float* st = sc.st + r0 * ldst + j0;
         float* acc = sc.acc + r0 * dv;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: accumulateRows<V, DType::F32, 1, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
-            case 2: accumulateRows<V, DType::F32, 2, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
-            case 3: accumulateRows<V, DType::F32, 3, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
-            default: accumulateRows<V, DType::F32, 4, SkipZero>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            case 1: accumulateRows<V, DType::F32, 1, SkipZero, true>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            case 2: accumulateRows<V, DType::F32, 2, SkipZero, true>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            case 3: accumulateRows<V, DType::F32, 3, SkipZero, true>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
+            default: accumulateRows<V, DType::F32, 4, SkipZero, true>(dv, rows, sc.pChunk, j1 - j0, st, ldst, acc, dv); break;
         }
     }
 }
@@ -616,6 +694,10 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     sc.kLineCount = chunkOffsets(p.key, d, V::kLanes, sc.kChunk, sc.kLines);
     sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
     sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
+    sc.kDense = denseChunks(sc.kChunk, d, V::kLanes);
+    sc.vDense = denseChunks(sc.vChunk, dv, V::kLanes);
+    sc.kRowBytes = sc.kDense ? byteOffset(p.key.dtype, d) : 0;
+    sc.vRowBytes = sc.vDense ? byteOffset(p.value.dtype, dv) : 0;
     sc.prefetchValues = !p.valueIsKey;
     const bool pack = packs(p, R);
     const int64_t keyRun = runKeys(d + p.ropeDim), valueRun = runKeys(dv);

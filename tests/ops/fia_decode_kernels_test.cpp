@@ -1,0 +1,112 @@
+// The decode microkernels of the vector FusedInferAttentionScore kernels (cpu/simd/fia_forward.hpp)
+// on the shapes that select each of their code paths, against the double reference with the
+// vector kernel forced and required to run:
+//  - the score dot takes three keys per step and the last step of a key block one or two: key
+//    lengths 1, 2, 3 and around the 64-key blocks (and a key split) leave every remainder;
+//  - P.V takes three value vectors per strip, then two or one: head dims of 2, 6, 8, 10 and 16
+//    AVX2 vectors (1, 3, 4, 5, 8 AVX-512 ones) end on each;
+//  - rows whose vectors are unit stride compute their offsets (contiguous BNSD rows, strided BSH
+//    rows, BnNBsD and BnBsH pages) and NZ rows read the chunk table; rows back to back in memory
+//    are prefetched as one span, the others row by row;
+//  - GQA groups of 1 to 5 query heads (row tiles of 1 to 4 rows, and 4 + 1);
+//  - bf16, fp16 and int8 key/value (per channel with offsets, per token).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+
+#include "attnops/attnops.h"
+#include "forced_impl.hpp"
+#include "ops/fused_infer_attention_score/plan.hpp"
+#include "problem_fia.hpp"
+
+using namespace attnops;
+using namespace attnops::tools;
+using attnops::fia::kSplitKeys;
+using attnops::testsupport::ForcedImpl;
+
+namespace {
+
+const char* const kVectorImplementations[] = {"avx512", "avx2"};
+
+// Runs p with `impl` forced; false (and nothing checked) when this CPU lacks it. The kernel must
+// take the problem (no fallback) and match the reference.
+bool expectVectorKernel(const char* impl, const FiaProblem& p) {
+    SCOPED_TRACE(std::string(impl) + ": " + p.describe());
+    FiaInstance inst(p);
+    attnopsStatus st;
+    {
+        ForcedImpl force(impl);
+        st = inst.run();
+    }
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) return false;
+    EXPECT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    if (st != ATTNOPS_SUCCESS) return true;
+    EXPECT_EQ(lastImplementation(), impl);
+    const FiaCheck r = checkFia(inst);
+    EXPECT_TRUE(r.passed) << r.firstFailure << " (rows " << r.rows << ", error " << r.maxAbsError << ", tolerance " << r.tolerance
+                          << ", lse error " << r.maxLseError << ")";
+    EXPECT_GT(r.rows, 0);
+    EXPECT_GT(r.maxAbsReference, 0.0);
+    return true;
+}
+
+enum class Kv { Bf16, Fp16, Int8PerChannel, Int8PerToken };
+
+// One decode step: a batch per key length of interest, `form` = "BNSD", "BSH" (unpaged) or a
+// cache format (block 32: int8 caches need a multiple of 32).
+FiaProblem decodeCase(const std::string& form, int64_t dim, std::pair<int64_t, int64_t> group, Kv kv) {
+    FiaProblem p;
+    const bool paged = form != "BNSD" && form != "BSH";
+    p.layout = paged ? "BSH" : form;
+    p.cache = paged ? form : "none";
+    p.blockSize = 32;
+    p.qSeqLen = 1;
+    p.kvLens = {1, 2, 3, 64, 65, 66, 130};
+    p.batch = int64_t(p.kvLens.size());
+    p.kvSeqLen = 130;
+    p.heads = group.first;
+    p.kvHeads = group.second;
+    p.dim = dim;
+    p.dtype = kv == Kv::Fp16 ? ATTNOPS_FLOAT16 : ATTNOPS_BFLOAT16;
+    p.int8Kv = kv == Kv::Int8PerChannel || kv == Kv::Int8PerToken;
+    p.keyQuantMode = p.valueQuantMode = kv == Kv::Int8PerToken ? 1 : 0;
+    return p;
+}
+
+}  // namespace
+
+TEST(FiaDecodeKernels, KeyStepsStripsRowFormsAndGroupsAgainstReference) {
+    const std::pair<int64_t, int64_t> groups[] = {{4, 4}, {6, 3}, {9, 3}, {8, 2}, {10, 2}};  // 1..5 rows a unit
+    const Kv kvs[] = {Kv::Bf16, Kv::Int8PerChannel, Kv::Fp16, Kv::Int8PerToken};
+    int ran = 0;
+    for (const char* impl : kVectorImplementations) {
+        int cases = 0;
+        for (const char* form : {"BNSD", "BSH", "BnNBsD", "BnBsH", "NZ"})
+            for (int64_t dim : {16, 48, 64, 80, 128}) {
+                const Kv kv = kvs[size_t(cases % 4)];
+                ++cases;
+                // NZ int8 caches hold 32-lane dim groups.
+                const Kv use = std::string(form) == "NZ" && dim % 32 != 0 && kv != Kv::Fp16 ? Kv::Bf16 : kv;
+                if (!expectVectorKernel(impl, decodeCase(form, dim, groups[size_t(cases % 5)], use))) break;
+                ++ran;
+            }
+    }
+    EXPECT_GT(ran, 0) << "no vector kernel runs on this CPU";
+}
+
+// Key splits (the last split of 2 keys), with int8 and bf16 pages, every group size.
+TEST(FiaDecodeKernels, KeySplitRemaindersAgainstReference) {
+    int ran = 0;
+    for (const char* impl : kVectorImplementations)
+        for (auto group : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {10, 2}})
+            for (Kv kv : {Kv::Int8PerChannel, Kv::Bf16}) {
+                FiaProblem p = decodeCase("BnNBsD", 128, group, kv);
+                p.kvLens = {kSplitKeys + 2, 1, kSplitKeys + 64};
+                p.batch = 3;
+                p.kvSeqLen = kSplitKeys + 64;
+                if (!expectVectorKernel(impl, p)) break;
+                ++ran;
+            }
+    EXPECT_GT(ran, 0) << "no vector kernel runs on this CPU";
+}
