@@ -417,7 +417,8 @@ def test_cross_tnd_geometry():
     assert g.band(0) == (-gen.UNBOUNDED, 2) and g.band(1) == (-gen.UNBOUNDED, -2)
     g = gen.geometry(4, 3, 1, None, None, None, 1, batch=1, heads=1, seq_len=5, lengths=[2, 3], kv_lengths=[4, 1])
     assert g.band(0) == (-1, 3) and g.band(1) == (-5, -1)
-    with pytest.raises(ValueError, match="sparse_mode = 6: cross-attention shards \\(key lengths per sequence\\)"):
+    # Mode 6 with per-sequence key lengths (test_cp_mask_pse_cross.py): the plain op's prefix range per sequence.
+    with pytest.raises(ValueError, match="prefix\\[0\\] = 1: must be in \\[2, 4\\] \\(Sq = 2, Skv = 4\\)"):
         gen.geometry(6, INT32_MAX, 0, None, [1, 1], None, 1, batch=1, heads=1, seq_len=5, lengths=[2, 3],
                      kv_lengths=[4, 1])
 

@@ -698,7 +698,8 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
               sparse_mode: Optional[int] = None, pre_tokens: int = INT32_MAX, next_tokens: int = INT32_MAX,
               atten_mask: Optional[Tensor] = None, prefix=None, sink: Optional[Tensor] = None,
               pse: Optional[Tensor] = None, pse_type: int = 1, ulysses_group=None,
-              keep_prob: float = 1.0, seed: int = 0, offset: int = 0, cu_seqlens_kv=None):
+              keep_prob: float = 1.0, seed: int = 0, offset: int = 0, cu_seqlens_kv=None, q_start_idx=None,
+              kv_start_idx=None):
     """Attention over the global sequence, called with this rank's shards (held as ``scheme``
     says). Differentiable in query, key and value. Returns (out in the input layout, softmax_max,
     softmax_sum), the statistics fp32 [B, N, S_local] (TND: [T_local, N], token-major) of the
@@ -709,11 +710,15 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     leading 0); every sequence is sharded on its own (``shard(..., cu_seqlens=)``).
     ``cu_seqlens_kv`` (TND cross-attention): the keys' global cumulative lengths, one per query
     sequence, each key sequence sharded on its own by the same scheme (``shard(key, ...,
-    cu_seqlens=cu_seqlens_kv)``); sparse modes 0-4, the bottom-right modes 3/4 per sequence.
+    cu_seqlens=cu_seqlens_kv)``); every sparse mode of the plain op (0-4, 6-8), the bottom-right
+    modes shifted per sequence by that sequence's Skv - Sq.
 
     Masks beyond ``causal`` (``sparse_mode`` 0-8 with pre_tokens/next_tokens, prefix, an explicit
-    global atten_mask), a learnable ``sink`` (fp32 [N], its gradient returned whole on every rank),
-    ``pse`` (alibi slopes with pse_type 2/3 on global positions; a dense global bias with 0/1) and
+    global atten_mask: fixed layouts [S1, S2], [B, N|1, S1, S2], [1, 1, S1, S2]; TND [maxSq, maxSkv]
+    or [T1, T2] of the global packed sequences), a learnable ``sink`` (fp32 [N], its gradient returned whole on every rank),
+    ``pse`` (alibi slopes with pse_type 2/3 on global positions, offset by ``q_start_idx`` /
+    ``kv_start_idx`` as in the plain op; a dense global bias with 0/1: fixed layouts [B|1, N,
+    S1|1, S2], TND the flattened [sum N*Sq_i*Skv_i] or row-broadcast [sum N*Skv_i]) and
     the Ulysses-inside, ring-across hybrid (``ulysses_group``: the inner group; ``group``: the ring
     across; ranks in the flat order ring rank * inner size + inner rank, see :func:`shard`) take
     the block-wise path of attnops.torch._cp_general. ``sparse_mode`` there is the rule itself:
@@ -739,22 +744,22 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
             cu_seqlens_kv = None  # self-attention lengths
         else:
             cross = True
+    alibi_start = _start_idx(q_start_idx, kv_start_idx, pse, pse_type)
     if scheme == "whole":
         if cu_seqlens_kv is not None:
             raise ValueError("cu_seqlens_kv: differs from cu_seqlens with scheme 'whole': whole sequences are "
-                             "spread by the query lengths; TND cross-attention takes 'zigzag' or 'contiguous'")
-        if atten_mask is not None and sparse_mode in (None, 0, 1, 5):
-            raise ValueError("atten_mask: an explicit mask is not supported with scheme 'whole' (use sparse modes "
-                             "2-4, 6)")
+                             "spread by the query lengths and shard_whole places keys by the same lengths; TND "
+                             "cross-attention takes 'zigzag' or 'contiguous'")
         if ulysses_group is not None:
             raise ValueError("ulysses_group: given with scheme 'whole': whole sequences need no communication")
         return _whole_attention(query, key, value, head_num, input_layout, scale, causal, group, cu_seqlens,
-                                sparse_mode, pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop)
+                                sparse_mode, pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop,
+                                atten_mask, alibi_start)
     if cross or (scheme == "llama3" and input_layout == "TND") or \
             _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
         return _general_attention(query, key, value, head_num, input_layout, scale, causal, group, comm, scheme,
                                   cu_seqlens, sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse,
-                                  pse_type, ulysses_group, drop, cu_seqlens_kv)
+                                  pse_type, ulysses_group, drop, cu_seqlens_kv, alibi_start)
     if sparse_mode is not None:
         causal = sparse_mode in (2, 3)
     g, world, rank = _group_info(group)
@@ -773,6 +778,24 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     else:
         out, mx, sm = _ulysses(q, k, v, scale, causal, scheme, g, world, rank, None, dropout)
     return _from_bsnd(out, input_layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
+
+
+def _start_idx(q_start_idx, kv_start_idx, pse, pse_type: int):
+    """(qStartIdx, kvStartIdx) of the alibi distance (element 0 of a list, as the plain op reads
+    them); only with alibi slopes (pse_type 2/3), where they are the global problem's offsets."""
+    vals = []
+    for name, x in (("q_start_idx", q_start_idx), ("kv_start_idx", kv_start_idx)):
+        if x is None:
+            vals.append(0)
+            continue
+        if pse is None or pse_type not in (2, 3):
+            raise ValueError(f"{name}: given with pse_type {pse_type}{'' if pse is not None else ' and no pse'}: only "
+                             "alibi slopes (pse_type 2/3) use it")
+        lst = [int(y) for y in (x.tolist() if isinstance(x, Tensor) else (x if isinstance(x, (list, tuple)) else [x]))]
+        if not lst:
+            raise ValueError(f"{name}: []: must hold at least one value (element 0 is used)")
+        vals.append(lst[0])
+    return vals[0], vals[1]
 
 
 def _is_cross(query: Tensor, key: Tensor, layout: str) -> bool:
@@ -976,9 +999,10 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     return out, mx, sm, query.new_empty((0,)), 0, 0, 0
 
 
-def _window_args(causal: bool, window_size, alibi_slopes):
-    """cp.attention keywords for flash-attn's causal flag, window and alibi slopes (Sq = Sk, so
-    the bottom-right window and alibi distances are those of global positions)."""
+def _window_args(causal: bool, window_size, alibi_slopes, shift: int = 0):
+    """cp.attention keywords for flash-attn's causal flag, window and alibi slopes on global
+    positions; shift = Sk - Sq of the global problem: flash-attn's alibi distance |i + Sk - Sq -
+    j| (bottom-right aligned, as attnops.torch.flash_attn passes it)."""
     from .flash_attn import _mask_args
 
     mode, pre, nxt, _ = _mask_args(causal, window_size)
@@ -986,8 +1010,21 @@ def _window_args(causal: bool, window_size, alibi_slopes):
     if mode == 4:
         kw = dict(sparse_mode=4, pre_tokens=pre, next_tokens=nxt)
     if alibi_slopes is not None:
-        kw.update(pse=alibi_slopes, pse_type=2)
+        kw.update(pse=alibi_slopes, pse_type=2, q_start_idx=max(shift, 0), kv_start_idx=max(-shift, 0))
     return kw
+
+
+def _varlen_alibi_shift(cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, alibi_slopes) -> int:
+    """Sk - Sq of every packed sequence (flash-attn's alibi distance); as in
+    attnops.torch.flash_attn, one value must serve them all."""
+    if alibi_slopes is None:
+        return 0
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    shifts = {(ck[i + 1] - ck[i]) - (cq[i + 1] - cq[i]) for i in range(len(cq) - 1)}
+    if len(shifts) > 1:
+        raise ValueError(f"alibi_slopes with cu_seqlens_k - cu_seqlens_q differences {sorted(shifts)}: attnops needs "
+                         "the same key-minus-query length in every sequence")
+    return shifts.pop() if shifts else 0
 
 
 def _shared_seed(g) -> int:
@@ -1035,7 +1072,7 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
     seed = _shared_seed(g) if dropout_p > 0.0 else 0
     out, mx, sm = attention(q, k, v, q.shape[2], "BSND", scale=scale, group=group, comm=comm, scheme=scheme,
                             ulysses_group=ulysses_group, keep_prob=1.0 - dropout_p, seed=seed,
-                            **_window_args(causal, window_size, alibi_slopes))
+                            **_window_args(causal, window_size, alibi_slopes, (k.shape[1] - q.shape[1]) * world))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach(), None
     return out
@@ -1075,7 +1112,8 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, group=group, comm=comm, scheme=scheme,
                             cu_seqlens=cu_seqlens_q, ulysses_group=ulysses_group, keep_prob=1.0 - dropout_p, seed=seed,
                             cu_seqlens_kv=cu_seqlens_k if cross else None,
-                            **_window_args(causal, window_size, alibi_slopes))
+                            **_window_args(causal, window_size, alibi_slopes,
+                                           _varlen_alibi_shift(cu_seqlens_q, cu_seqlens_k, alibi_slopes)))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach().transpose(0, 1), None
     return out
@@ -1126,17 +1164,18 @@ def _plain_rule_args(sparse_mode: int, atten_mask):
 
 
 def _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens, atten_mask,
-                   prefix, sink, pse, pse_type, cum, drop=(1.0, 0, 0), kv_cum=None):
+                   prefix, sink, pse, pse_type, cum, drop=(1.0, 0, 0), kv_cum=None, alibi_start=(0, 0)):
     """One process: the plain op with every argument (bit for bit); statistics [B,N,S] / [T,N].
     drop: (keep_prob, seed, offset). kv_cum: the keys' cumulative lengths (TND cross-attention),
-    else cum."""
+    else cum. alibi_start: the alibi (qStartIdx, kvStartIdx)."""
+    qs, ks = ([alibi_start[0]], [alibi_start[1]]) if tuple(alibi_start) != (0, 0) else (None, None)
     mode, mask = _plain_rule_args(sparse_mode, atten_mask)
     kv_cum = cum if kv_cum is None else kv_cum
     if drop[0] < 1.0:  # the op itself with the caller's seed (npu_fusion_attention draws its own)
         c = torch.tensor([int(x) for x in cum], dtype=torch.int64) if layout == "TND" else None
         ck = torch.tensor([int(x) for x in kv_cum], dtype=torch.int64) if layout == "TND" else None
         pl = None if prefix is None else [int(x) for x in (prefix.tolist() if isinstance(prefix, Tensor) else prefix)]
-        out, mx, sm = _ops.flash_attention_score(query, key, value, pse, None, mask, c, ck, sink, pl, None, None,
+        out, mx, sm = _ops.flash_attention_score(query, key, value, pse, None, mask, c, ck, sink, pl, qs, ks,
                                                  float(scale), float(drop[0]), pre_tokens, next_tokens, head_num,
                                                  layout, 0, mode, pse_type, drop[1], drop[2])
         return out, mx[..., 0], sm[..., 0]
@@ -1144,7 +1183,7 @@ def _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_
     out, mx, sm = _plain_npu_fusion_attention(query, key, value, head_num, layout, pse=pse, atten_mask=mask,
                                               scale=scale, pre_tockens=pre_tokens, next_tockens=next_tokens,
                                               prefix=prefix, sparse_mode=mode, pse_type=pse_type, sink=sink,
-                                              **extra)[:3]
+                                              q_start_idx=qs, kv_start_idx=ks, **extra)[:3]
     return out, mx[..., 0], sm[..., 0]
 
 
@@ -1171,7 +1210,7 @@ def _check_sink(sink, heads: int) -> None:
 
 def _general_attention(query, key, value, head_num, layout, scale, causal, group, comm, scheme, cu_seqlens,
                        sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group,
-                       drop=(1.0, 0, 0), cu_seqlens_kv=None):
+                       drop=(1.0, 0, 0), cu_seqlens_kv=None, alibi_start=(0, 0)):
     g, world, rank, inner, fw, fr = _flat(group, ulysses_group)
     if inner is not None and comm not in ("ring", "allgather"):
         raise ValueError(f"comm = {comm!r} with ulysses_group: the hybrid runs Ulysses inside ulysses_group and "
@@ -1201,11 +1240,11 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
     _check_sink(sink, heads)
     geom = gen.geometry(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, pse, pse_type, batch=batch,
                         heads=heads, seq_len=seq_len, lengths=lengths, kv_len=None if layout == "TND" else kv_len,
-                        kv_lengths=kv_lengths)
+                        kv_lengths=kv_lengths, q_start_idx=alibi_start[0], kv_start_idx=alibi_start[1])
     band = _plain_band(sparse_mode, atten_mask, cross, pre_tokens, next_tokens, seq_len, kv_len, lengths, kv_lengths)
     if fw == 1 and band is not None:
         return _plain_general(query, key, value, head_num, layout, scale, sparse_mode, band[0], band[1],
-                              atten_mask, prefix, sink, pse, pse_type, cum, drop, kv_cum)
+                              atten_mask, prefix, sink, pse, pse_type, cum, drop, kv_cum, alibi_start)
     if drop[0] < 1.0:
         geom.drop = gen.DropSpec(drop[0], drop[1], drop[2], heads, 0, seq_len, kv_len,
                                  cum.cpu() if cum is not None else None, kv_cum.cpu() if kv_cum is not None else None)
@@ -1357,8 +1396,10 @@ class _WholeDropAttention(torch.autograd.Function):
 
 
 def _whole_attention(query, key, value, head_num, layout, scale, causal, group, cu_seqlens, sparse_mode,
-                     pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop=(1.0, 0, 0)):
-    """Whole sequences per rank: each rank attends within its own sequences, no communication."""
+                     pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop=(1.0, 0, 0), atten_mask=None,
+                     alibi_start=(0, 0)):
+    """Whole sequences per rank: each rank attends within its own sequences, no communication. A
+    global explicit mask and a global dense pse (TND forms) are cut down to the rank's sequences."""
     g, world, rank = _group_info(group)
     if layout != "TND":
         raise ValueError(f"scheme = 'whole': spreads whole packed sequences; input_layout must be TND, not {layout!r}")
@@ -1386,6 +1427,13 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
     if sink is not None and world > 1:
         sink = ReplicatedGrad.apply(sink, g, world)  # dsink of every rank's sequences, on every rank
     mine = [i for i, r in enumerate(owner) if r == rank]
+    lengths = [b - a for a, b in zip([0] + cum[:-1], cum)]
+    if atten_mask is not None and sparse_mode in (0, 1, 5):
+        atten_mask = _whole_mask(atten_mask, lengths, mine, sparse_mode)
+    elif sparse_mode not in (0, 1, 5):
+        atten_mask = None  # the rule comes from the mode (the compressed mask is not read)
+    if pse is not None and pse_type in (0, 1):
+        pse = _whole_pse(pse, query.shape[1], lengths, mine, pse_type)
     if not local_cum:
         local_cum = [0]  # no sequence here: one empty one, so the op still runs (and autograd connects)
         mine = [0]  # (drawing no bits)
@@ -1397,10 +1445,34 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
         geo = _ops.DropoutGeometry(head_num=query.shape[1], actual_seq_qlen=torch.tensor(cum, dtype=torch.int64),
                                    actual_seq_kvlen=torch.tensor(cum, dtype=torch.int64),
                                    seq_index=torch.tensor(mine, dtype=torch.int64))
+        if atten_mask is not None:
+            mask = atten_mask
         kw = dict(drop=geo, pse=pse, pse_type=pse_type, prefix=prefix)
+        if tuple(alibi_start) != (0, 0):
+            kw.update(q_start_idx=[alibi_start[0]], kv_start_idx=[alibi_start[1]])
         out, mx, sm = _WholeDropAttention.apply(query, key, value, sink,
                                                 (mask, c, scale, drop[0], pre_tokens, next_tokens, head_num, mode,
                                                  drop[1], drop[2]), kw)
         return out, mx[..., 0], sm[..., 0]
-    return _plain_general(query, key, value, head_num, "TND", scale, sparse_mode, pre_tokens, next_tokens, None,
-                          prefix, sink, pse, pse_type, local_cum, drop)
+    return _plain_general(query, key, value, head_num, "TND", scale, sparse_mode, pre_tokens, next_tokens,
+                          atten_mask, prefix, sink, pse, pse_type, local_cum, drop, alibi_start=alibi_start)
+
+
+def _whole_mask(mask: Tensor, lengths, mine, sparse_mode: int) -> Tensor:
+    """The rank's [T_local, T_local] explicit mask (packed rows of its sequences) from the global
+    one, [maxSq, maxSkv] or [T1, T2] (the plain op reads both forms; only pairs inside a sequence
+    matter)."""
+    mask, origin = gen._tnd_mask_geometry(mask, lengths, lengths, sparse_mode)
+    rows = [torch.arange(origin[i][0], origin[i][0] + lengths[i]) for i in mine]
+    cols = [torch.arange(origin[i][1], origin[i][1] + lengths[i]) for i in mine]
+    r = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+    c = torch.cat(cols) if cols else torch.zeros(0, dtype=torch.int64)
+    return mask.index_select(0, r.to(mask.device)).index_select(1, c.to(mask.device)).contiguous()
+
+
+def _whole_pse(pse: Tensor, heads: int, lengths, mine, pse_type: int) -> Tensor:
+    """The rank's TND dense pse (its sequences' [N, Sq_i|1, Skv_i] blocks, flattened in local
+    order) from the global one."""
+    blocks = gen._tnd_pse_blocks(pse, heads, lengths, lengths, pse_type)
+    parts = [blocks[i].reshape(-1) for i in mine]
+    return torch.cat(parts) if parts else pse.new_zeros((0,))
