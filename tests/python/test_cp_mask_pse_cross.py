@@ -1,5 +1,8 @@
 """attnops.torch.cp: explicit masks and dense pse with packed (TND) input, and the cross-attention
-masks and biases, over W = 1, 2, 3 gloo processes (W = 4 and the hybrid: ATTNOPS_TEST_LONG=1):
+masks and biases, over W = 1, 2, 3 gloo processes (every case at every W, the hybrid at W = 4:
+ATTNOPS_TEST_LONG=1). The multi-process cases run in test_cp_gaps' processes (one start-up per W
+for both modules: start-up dominates these small shapes); this module holds them and the checks
+that need no process:
 - TND with an explicit global mask in either of the plain op's forms, [maxSq, maxSkv] (every
   sequence from its start) or [T1, T2] (packed rows), and a dense global pse, flattened
   [sum N*Sq_i*Skv_i] or row-broadcast [sum N*Skv_i] (spec 2.2, 2.5): sequence-sharded (zigzag,
@@ -19,17 +22,14 @@ taken from the code under test).
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
 import torch.distributed as dist
 
-import cp_harness
 import test_cp_features as feat
 from test_context_parallel import layout_tensor
 from test_context_parallel_masks import B, CAUSAL, D, DV, INT32_MAX, N, NK, PREFIX_MASK, SEQ_DIM, groups
-from test_cp_gaps import tnd_cross_lengths
 
 DEADLINE_S = 600
 KEEP, SEED = feat.KEEP, feat.SEED
@@ -45,6 +45,7 @@ def lengths_of(case, world):
         return None
     scheme = case.get("scheme", "zigzag")
     if case.get("cross"):
+        from test_cp_gaps import tnd_cross_lengths  # (test_cp_gaps runs these cases: imported here, no cycle)
         return tnd_cross_lengths(world, scheme)
     if scheme == "whole":
         ql = [5, 0, 13, 2]  # uneven, one empty; ranks without a sequence at W >= 4
@@ -238,29 +239,29 @@ def cases():
         c.append(kw)
 
     # Packed sequences with an explicit global mask and a dense global pse.
-    add((1, 2, 3), "tnd-mask", mode=0, pre=5, next=1, mask="max", comm="ring")
-    add((1, 2), "tnd-mask", mode=1, mask="packed", pse="dense", comm="allgather", scheme="contiguous")
-    add((1, 3), "tnd-pse", mode=3, pse="dense", pse_type=0, comm="ulysses")
+    add((1, 3), "tnd-mask", mode=0, pre=5, next=1, mask="max", comm="ring")
+    add((2,), "tnd-mask", mode=1, mask="packed", pse="dense", comm="allgather", scheme="contiguous")
+    add((3,), "tnd-pse", mode=3, pse="dense", pse_type=0, comm="ulysses")
     add((2,), "tnd-mask", mode=1, mask="max", pse="rows", comm="ring", sink=True, keep=KEEP)
     add((3,), "tnd-mask", mode=0, pre=3, next=3, mask="packed", pse="dense", comm="allgather", dtype=bf16)
-    add((2, 3), "tnd-mask", mode=1, mask="packed", pse="dense", comm="ring", scheme="llama3")
-    add((1, 2, 3), "tnd-whole", mode=0, pre=4, next=0, mask="max", pse="dense", comm="ring", scheme="whole")
+    add((2,), "tnd-mask", mode=1, mask="packed", pse="dense", comm="ring", scheme="llama3")
+    add((1, 3), "tnd-whole", mode=0, pre=4, next=0, mask="max", pse="dense", comm="ring", scheme="whole")
     add((2,), "tnd-whole", mode=1, mask="packed", pse="rows", comm="ring", scheme="whole", keep=KEEP)
     add((), "tnd-mask", mode=1, mask="packed", pse="dense", comm="ring", hybrid=True)
     add((), "tnd-mask", mode=0, pre=2, next=6, mask="max", pse="rows", comm="ulysses", scheme="contiguous")
     # Packed cross-attention (per-sequence key lengths): masks, pse, the prefix and split modes, alibi.
-    add((1, 2, 3), "tnd-cross", cross=True, mode=3, pse="dense", comm="ring")
+    add((3,), "tnd-cross", cross=True, mode=3, pse="dense", comm="ring")
     add((2,), "tnd-cross", cross=True, mode=0, pre=4, next=2, mask="max", comm="allgather")
     add((3,), "tnd-cross", cross=True, mode=1, mask="packed", pse="rows", comm="ulysses")
     add((1, 2), "tnd-cross", cross=True, mode=6, comm="ring")
     add((3,), "tnd-cross", cross=True, mode=7, pre=8, next=0, comm="allgather", pse="alibi2")
     add((2,), "tnd-cross", cross=True, mode=8, pre=3, next=1, comm="ring", pse="alibi3", keep=KEEP)
-    add((1, 3), "tnd-cross", cross=True, mode=3, comm="ulysses", pse="alibi2", sink=True)
+    add((3,), "tnd-cross", cross=True, mode=3, comm="ulysses", pse="alibi2", sink=True)
     add((), "tnd-cross", cross=True, mode=6, comm="ring", hybrid=True, pse="alibi2")
     # Fixed layouts, cross-attention (S1 != S2): the prefix modes and alibi.
-    add((1, 2, 3), "cross", "BSND", mode=5, mask="4d", kv_chunk=5, comm="ring")
+    add((1, 3), "cross", "BSND", mode=5, mask="4d", kv_chunk=5, comm="ring")
     add((2,), "cross", "BNSD", mode=6, kv_chunk=2, comm="allgather")
-    add((1, 3), "cross", "SBH", mode=3, kv_chunk=5, comm="ring", pse="alibi2")
+    add((1,), "cross", "SBH", mode=3, kv_chunk=5, comm="ring", pse="alibi2")
     add((2,), "cross", "BSND", mode=4, pre=6, next=1, kv_chunk=4, comm="ulysses", pse="alibi3", keep=KEEP)
     add((3,), "cross", "BSH", mode=1, kv_chunk=2, comm="allgather", pse="alibi2", dtype=bf16)
     add((), "cross", "BSND", mode=6, kv_chunk=5, comm="ring", hybrid=True, pse="alibi2")
@@ -337,22 +338,6 @@ def flash_cases():
 
 def all_cases():
     return [(check_case, c) for c in cases()] + [(check_flash_alibi, c) for c in flash_cases()]
-
-
-def worker(rank, world, store, out_dir, which):
-    cp_harness.run_cases(rank, world, store, out_dir, all_cases(), cp_harness.in_run(which, world), DEADLINE_S)
-
-
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_cp_mask_pse_cross_match_single_process(tmp_path, world):
-    cp_harness.run_world(worker, world, tmp_path, "default", DEADLINE_S)
-
-
-@pytest.mark.skipif(not os.environ.get("ATTNOPS_TEST_LONG"), reason="long run: set ATTNOPS_TEST_LONG=1")
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_cp_mask_pse_cross_long(tmp_path, world):
-    """Every case at the worlds the default run leaves out (W = 4 and the hybrid included)."""
-    cp_harness.run_world(worker, world, tmp_path, "long", DEADLINE_S)
 
 
 # ---------------------------------------------------------------------------------------------
