@@ -8,8 +8,9 @@ that need no process:
   [sum N*Sq_i*Skv_i] or row-broadcast [sum N*Skv_i] (spec 2.2, 2.5): sequence-sharded (zigzag,
   contiguous), packed-stream ("llama3") and whole-sequence schemes, ring, all-gather and Ulysses;
 - cross-attention (S1 != S2; TND: per-sequence key lengths) with the prefix modes 5/6, the TND
-  split modes 7/8 and alibi slopes (pse_type 2/3), and flash-attn's alibi distance |i + Sk - Sq - j|
-  through cp.flash_attn_func / flash_attn_varlen_func.
+  split modes 7/8 and alibi slopes (pse_type 2/3), TND cross-attention over "llama3" slices (the
+  packed query and key streams each cut into W slices, uneven), and flash-attn's alibi distance
+  |i + Sk - Sq - j| through cp.flash_attn_func / flash_attn_varlen_func.
 
 Every output, statistic and gradient is compared with the single-process attnops op on the whole
 problem (same keep_prob and seed), sharded the same way: fp32 within 1e-5 relative; bf16 within 2x
@@ -44,6 +45,8 @@ def lengths_of(case, world):
     if case["layout"] != "TND":
         return None
     scheme = case.get("scheme", "zigzag")
+    if case.get("cross") and scheme == "llama3":  # T1 = 25, T2 = 30: slices uneven at most W; empty pieces
+        return [5, 0, 11, 1, 8], [9, 3, 4, 2, 12]
     if case.get("cross"):
         from test_cp_gaps import tnd_cross_lengths  # (test_cp_gaps runs these cases: imported here, no cycle)
         return tnd_cross_lengths(world, scheme)
@@ -258,6 +261,11 @@ def cases():
     add((2,), "tnd-cross", cross=True, mode=8, pre=3, next=1, comm="ring", pse="alibi3", keep=KEEP)
     add((3,), "tnd-cross", cross=True, mode=3, comm="ulysses", pse="alibi2", sink=True)
     add((), "tnd-cross", cross=True, mode=6, comm="ring", hybrid=True, pse="alibi2")
+    # Packed cross-attention over slices of the packed query and key streams ("llama3"), uneven.
+    add((1, 2), "tnd-cross", cross=True, scheme="llama3", mode=3, comm="ring")
+    add((3,), "tnd-cross", cross=True, scheme="llama3", mode=1, mask="packed", pse="dense", comm="allgather")
+    add((2,), "tnd-cross", cross=True, scheme="llama3", mode=4, pre=3, next=1, comm="ulysses", keep=KEEP)
+    add((), "tnd-cross", cross=True, scheme="llama3", mode=3, comm="ring", hybrid=True, sink=True)
     # Fixed layouts, cross-attention (S1 != S2): the prefix modes and alibi.
     add((1, 3), "cross", "BSND", mode=5, mask="4d", kv_chunk=5, comm="ring")
     add((2,), "cross", "BNSD", mode=6, kv_chunk=2, comm="allgather")

@@ -855,20 +855,25 @@ def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_
     return q, k, v
 
 
-def _checked_kv_tnd(key, value, cu_seqlens_kv, world: int, scheme: str, count: int) -> list:
+def _checked_kv_tnd(key, value, cu_seqlens_kv, world: int, scheme: str, count: int, rank: int = 0) -> list:
     """The key sequences' lengths of TND cross-attention shards (``cu_seqlens_kv``: the global
     cumulative key lengths, one per query sequence), each sequence sharded on its own like the
-    queries."""
-    if scheme == "llama3":
-        raise ValueError("cu_seqlens_kv: given with scheme 'llama3': TND cross-attention shards every sequence on its "
-                         "own, use scheme 'zigzag' or 'contiguous'")
+    queries; scheme "llama3": the rank's slice of the packed key stream, cut like the queries'."""
     if value.shape[0] != key.shape[0]:
         raise ValueError(f"key/value: local token counts {key.shape[0]}/{value.shape[0]}: must equal each other "
                          "(cross-attention shards)")
-    kv_lengths = _lengths(cu_seqlens_kv, key.shape[0] * world)
+    if scheme == "llama3":
+        total = _cum_list(cu_seqlens_kv)[-1] if len(cu_seqlens_kv) else 0
+        a, b = _llama3_slice(total, world, rank)
+        if key.shape[0] != b - a:
+            raise ValueError(f"key: {key.shape[0]} local tokens: rank {rank} of {world} holds {b - a} of the packed key "
+                             f"stream of {total} tokens under scheme 'llama3' (tokens [{a}, {b}))")
+        kv_lengths = _lengths(cu_seqlens_kv, total)
+    else:
+        kv_lengths = _lengths(cu_seqlens_kv, key.shape[0] * world)
     if len(kv_lengths) != count:
         raise ValueError(f"cu_seqlens_kv: {len(kv_lengths)} sequences: must be as many as the queries' {count}")
-    for i, n in enumerate(kv_lengths):
+    for i, n in enumerate(kv_lengths if scheme != "llama3" else []):
         _shard_one(n, world, 0, scheme, None, f"key length of sequence {i}")
     return kv_lengths
 
@@ -1228,7 +1233,7 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
         batch, heads, seq_len = 1, query.shape[1], int(sum(lengths))
         kv_len = seq_len
         if cu_seqlens_kv is not None:
-            kv_lengths = _checked_kv_tnd(key, value, cu_seqlens_kv, fw, scheme, len(lengths))
+            kv_lengths = _checked_kv_tnd(key, value, cu_seqlens_kv, fw, scheme, len(lengths), fr)
             kv_cum = _cum(kv_lengths, query.device)
             kv_starts = [0] + kv_cum.tolist()[:-1]
             kv_len = int(sum(kv_lengths))
@@ -1253,19 +1258,25 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
     # the longest slice (equal transfers for the ring, the all-gather and Ulysses); padded rows
     # have position -1, which gen.runs leaves out, so they are in no block: no kernel call reads
     # or writes them, and they are cut off the output (their gradients are then zero).
-    pad_to = -(-seq_len // fw) if layout == "TND" and scheme == "llama3" and seq_len % fw else 0
-    if pad_to:
-        local_rows = q.shape[1]
-        q, k, v = (torch.cat([t, t.new_zeros((1, pad_to - local_rows) + tuple(t.shape[2:]))], 1) for t in (q, k, v))
+    # Cross-attention pads the key/value slices on their own (their stream has its own length).
+    llama3 = layout == "TND" and scheme == "llama3"
+    pad_to = -(-seq_len // fw) if llama3 and seq_len % fw else 0
+    kv_pad_to = (-(-kv_len // fw) if llama3 and kv_len % fw else 0) if cross else pad_to
+
+    def padded(t, rows):
+        return torch.cat([t, t.new_zeros((1, rows - t.shape[1]) + tuple(t.shape[2:]))], 1) if rows else t
+
+    local_rows = q.shape[1]
+    q, k, v = padded(q, pad_to), padded(k, kv_pad_to), padded(v, kv_pad_to)
+
+    def with_padding(pos, rows):
+        return torch.cat([pos, pos.new_full((rows - pos.numel(),), -1)]) if rows else pos
 
     def positions_of(flat_rank):
-        pos = shard_index(seq_len, fw, flat_rank, scheme, query.device, cu_seqlens=cum)
-        if pad_to:
-            pos = torch.cat([pos, pos.new_full((pad_to - pos.numel(),), -1)])
-        return pos
+        return with_padding(shard_index(seq_len, fw, flat_rank, scheme, query.device, cu_seqlens=cum), pad_to)
 
     def kv_positions_of(flat_rank):
-        return shard_index(kv_len, fw, flat_rank, scheme, query.device, cu_seqlens=kv_cum)
+        return with_padding(shard_index(kv_len, fw, flat_rank, scheme, query.device, cu_seqlens=kv_cum), kv_pad_to)
 
     if comm == "ulysses":
         inner, g, world, rank, comm = (g, world, rank), None, 1, 0, "allgather"
