@@ -1,6 +1,8 @@
 """Context parallelism for everything beyond "no mask or causal": sparse modes 0-8 (bands,
-prefixes, the TND split modes 7/8, explicit masks), learnable sinks, pse (alibi slopes from global
-positions, dense pse sliced per block), and the Ulysses-inside, ring-across hybrid.
+prefixes, the TND split modes 7/8, explicit masks: TND in its [maxSq, maxSkv] and [T1, T2] forms),
+learnable sinks, pse (alibi slopes from global positions, dense pse sliced per block: TND's
+flattened forms cut into per-sequence [N, Sq_i|1, Skv_i] blocks first), and the Ulysses-inside,
+ring-across hybrid.
 
 One mechanism serves all of them. Every row a rank holds has a global position (a sequence and
 a position in it); the rows of a shard form a few contiguous runs (one for "contiguous", two for
@@ -74,8 +76,8 @@ def _clamp_tokens(x: int) -> int:
 @dataclass
 class Geometry:
     """What a query at global position i (in its sequence) sees of the keys j of its sequence:
-    lo <= j - i <= hi (the band; per sequence for TND modes 7/8), or j < prefix[b]; and not
-    where the explicit mask is True. Plus the position bias."""
+    lo <= j - i <= hi (the band; per sequence for TND modes 7/8 and TND cross-attention), or
+    j < prefix[b]; and not where the explicit mask is True. Plus the position bias."""
 
     lo: int = -UNBOUNDED
     hi: int = UNBOUNDED

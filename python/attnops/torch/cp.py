@@ -34,8 +34,9 @@ Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sha
 whole sequences per rank with ``scheme="whole"``, balanced by work, no communication; or
 ``scheme="llama3"``, contiguous slices of the packed token stream, sequences cut anywhere, any T:
 rank r holds tokens [floor(rT/W), floor((r+1)T/W)));
-self-attention, and cross-attention shards (global S1 != S2, every comm and the hybrid; TND with
-``cu_seqlens_kv``, per-sequence query and key lengths);
+self-attention, and cross-attention shards (global S1 != S2, every comm and the hybrid, every
+sparse mode, explicit masks, pse; TND with ``cu_seqlens_kv``, per-sequence query and key lengths,
+schemes zigzag, contiguous and llama3);
 GQA/MQA; Dv != D. No mask or causal take the paths below; sparse modes 0-8 (bands, prefixes, TND
 modes 7/8, explicit global masks), learnable sinks, pse (alibi slopes on global positions, dense
 global bias), the Ulysses-inside, ring-across hybrid (``ulysses_group=``), "llama3" and
@@ -748,8 +749,8 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     if scheme == "whole":
         if cu_seqlens_kv is not None:
             raise ValueError("cu_seqlens_kv: differs from cu_seqlens with scheme 'whole': whole sequences are "
-                             "spread by the query lengths and shard_whole places keys by the same lengths; TND "
-                             "cross-attention takes 'zigzag' or 'contiguous'")
+                             "assigned to ranks by the query lengths alone (assign_sequences), which key lengths "
+                             "would assign differently; TND cross-attention takes 'zigzag', 'contiguous' or 'llama3'")
         if ulysses_group is not None:
             raise ValueError("ulysses_group: given with scheme 'whole': whole sequences need no communication")
         return _whole_attention(query, key, value, head_num, input_layout, scale, causal, group, cu_seqlens,
@@ -927,13 +928,14 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     for this rank's rows. Masks as in torch_npu: atten_mask None means full attention, whatever
     sparse_mode says; with a mask, sparse modes 2-4 and 6-8 are computed from the mode (the
     compressed mask is not read) on global positions, and modes 0, 1, 5 take the global mask
-    ([S, S], [B, N|1, S, S] or [1, 1, S, S]; fixed layouts), sliced per block. prefix (modes 5/6),
+    (fixed layouts [S1, S2], [B, N|1, S1, S2] or [1, 1, S1, S2]; TND [maxSq, maxSkv] or [T1, T2]),
+    sliced per block. prefix (modes 5/6),
     sink, and pse (alibi slopes with pse_type 2/3 on global positions, or a dense global bias)
     are supported; q_start_idx/kv_start_idx are computed from the shards and must be None.
 
     TND: actual_seq_qlen, actual_seq_kvlen = the global cumulative lengths (CANN style; when
     they differ, cross-attention: key/value sharded by actual_seq_kvlen, every sequence on its
-    own, sparse modes 0-4); the statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
+    own, or slices of the packed streams with scheme="llama3"); the statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
     (the rank's share of each sequence, or its whole sequences with scheme="whole"). With a group
     of one process this is the plain op."""
     _, _, _, _, world, _ = _flat(group, ulysses_group)
