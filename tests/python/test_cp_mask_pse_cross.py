@@ -249,7 +249,7 @@ def cases():
     add((3,), "tnd-mask", mode=0, pre=3, next=3, mask="packed", pse="dense", comm="allgather", dtype=bf16)
     add((2,), "tnd-mask", mode=1, mask="packed", pse="dense", comm="ring", scheme="llama3")
     add((1, 3), "tnd-whole", mode=0, pre=4, next=0, mask="max", pse="dense", comm="ring", scheme="whole")
-    add((2,), "tnd-whole", mode=1, mask="packed", pse="rows", comm="ring", scheme="whole", keep=KEEP)
+    add((2,), "tnd-whole", mode=0, pre=6, next=2, mask="packed", pse="rows", comm="ring", scheme="whole", keep=KEEP)
     add((), "tnd-mask", mode=1, mask="packed", pse="dense", comm="ring", hybrid=True)
     add((), "tnd-mask", mode=0, pre=2, next=6, mask="max", pse="rows", comm="ulysses", scheme="contiguous")
     # Packed cross-attention (per-sequence key lengths): masks, pse, the prefix and split modes, alibi.

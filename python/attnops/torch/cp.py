@@ -1453,13 +1453,11 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
         if prefix is not None:
             prefix = [0]
     if drop[0] < 1.0 and world > 1:
-        mode, mask = _plain_rule_args(sparse_mode, None)
+        mode, mask = _plain_rule_args(sparse_mode, atten_mask)
         c = torch.tensor(local_cum, dtype=torch.int64)
         geo = _ops.DropoutGeometry(head_num=query.shape[1], actual_seq_qlen=torch.tensor(cum, dtype=torch.int64),
                                    actual_seq_kvlen=torch.tensor(cum, dtype=torch.int64),
                                    seq_index=torch.tensor(mine, dtype=torch.int64))
-        if atten_mask is not None:
-            mask = atten_mask
         kw = dict(drop=geo, pse=pse, pse_type=pse_type, prefix=prefix)
         if tuple(alibi_start) != (0, 0):
             kw.update(q_start_idx=[alibi_start[0]], kv_start_idx=[alibi_start[1]])
