@@ -341,7 +341,8 @@ def check_flash_alibi(case, world, rank, failures):
 
 
 def flash_cases():
-    return [dict(api="flash", comm="ring", seed=1200, w=(1, 2)), dict(api="varlen", comm="allgather", seed=1201, w=(3,))]
+    return [dict(api="flash", comm="ring", seed=1200, w=(1, 2)),
+            dict(api="varlen", comm="allgather", seed=1201, w=(3,))]
 
 
 def all_cases():

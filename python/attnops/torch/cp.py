@@ -716,7 +716,8 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
 
     Masks beyond ``causal`` (``sparse_mode`` 0-8 with pre_tokens/next_tokens, prefix, an explicit
     global atten_mask: fixed layouts [S1, S2], [B, N|1, S1, S2], [1, 1, S1, S2]; TND [maxSq, maxSkv]
-    or [T1, T2] of the global packed sequences), a learnable ``sink`` (fp32 [N], its gradient returned whole on every rank),
+    or [T1, T2] of the global packed sequences), a learnable ``sink`` (fp32 [N], its gradient
+    returned whole on every rank),
     ``pse`` (alibi slopes with pse_type 2/3 on global positions, offset by ``q_start_idx`` /
     ``kv_start_idx`` as in the plain op; a dense global bias with 0/1: fixed layouts [B|1, N,
     S1|1, S2], TND the flattened [sum N*Sq_i*Skv_i] or row-broadcast [sum N*Skv_i]) and
@@ -867,8 +868,8 @@ def _checked_kv_tnd(key, value, cu_seqlens_kv, world: int, scheme: str, count: i
         total = _cum_list(cu_seqlens_kv)[-1] if len(cu_seqlens_kv) else 0
         a, b = _llama3_slice(total, world, rank)
         if key.shape[0] != b - a:
-            raise ValueError(f"key: {key.shape[0]} local tokens: rank {rank} of {world} holds {b - a} of the packed key "
-                             f"stream of {total} tokens under scheme 'llama3' (tokens [{a}, {b}))")
+            raise ValueError(f"key: {key.shape[0]} local tokens: rank {rank} of {world} holds {b - a} of the packed "
+                             f"key stream of {total} tokens under scheme 'llama3' (tokens [{a}, {b}))")
         kv_lengths = _lengths(cu_seqlens_kv, total)
     else:
         kv_lengths = _lengths(cu_seqlens_kv, key.shape[0] * world)
