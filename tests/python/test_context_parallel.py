@@ -7,15 +7,14 @@ op on the whole sequence (the same dtype), sharded the same way:
   (plus the small absolute term of reference.ABS_TOL), the design's tolerance rule;
 - W = 1: bit for bit equal to the plain op; any W: a second run gives the same bits;
 - the number of transfers per step is the schedule's (comm_stats).
-Each W runs its whole matrix in one set of processes (start-up dominates these small shapes);
-the workers report failures as text. Long runs (bigger shapes) need ATTNOPS_TEST_LONG=1.
+Each W runs its whole matrix in one set of processes (start-up dominates these small shapes),
+joined by cp_harness (deadline, per-rank reports). Long runs (bigger shapes) need ATTNOPS_TEST_LONG=1.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from datetime import timedelta
 
 import pytest
 import torch
@@ -231,19 +230,8 @@ CASES = {"default": default_cases, "long": long_cases}
 
 
 def worker(rank, world, store, out_dir, which):
-    import attnops
-
-    attnops.set_threads(1)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=DEADLINE_S))
-    failures = []
-    try:
-        for case in CASES[which](world):
-            check_case(case, world, rank, failures)
-    finally:
-        torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
+    cp_harness.run_cases(rank, world, store, out_dir, [(check_case, c) for c in CASES[which](world)],
+                         deadline_s=DEADLINE_S)
 
 
 def run_world(world, tmp_path, which="default"):

@@ -13,13 +13,11 @@ every rank, and a run repeats bit for bit.
 from __future__ import annotations
 
 import math
-import os
-import time
-from datetime import timedelta
 
 import pytest
 import torch
 
+import cp_harness
 from reference import ABS_TOL
 from test_context_parallel import DEADLINE_S, N, SEQ_DIM, bits, global_inputs, tnd_lengths
 
@@ -117,39 +115,15 @@ def cases():
     return out
 
 
-def worker(rank, world, store, out_dir):
-    import attnops
-    import torch.distributed as dist
+def check_seed_case(case, world, rank, failures):
+    check_seed(world, rank, failures)
 
-    attnops.set_threads(1)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=DEADLINE_S))
-    failures = []
-    try:
-        for case in cases():
-            check(case, world, rank, failures)
-        check_seed(world, rank, failures)
-    except Exception as e:  # reported like a failed comparison, with the rank
-        failures.append(f"W={world} rank={rank}: {type(e).__name__}: {e}")
-    finally:
-        torch.save(failures, os.path.join(out_dir, f"rank{rank}.pt"))
-        dist.destroy_process_group()
+
+def worker(rank, world, store, out_dir, which):
+    cases_run = [(check, c) for c in cases()] + [(check_seed_case, dict(kind="seed"))]
+    cp_harness.run_cases(rank, world, store, out_dir, cases_run, deadline_s=DEADLINE_S)
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_dropout_matches_single_process(tmp_path, world):
-    import torch.multiprocessing as mp
-
-    ctx = mp.start_processes(worker, args=(world, str(tmp_path / "store"), str(tmp_path)), nprocs=world,
-                             start_method="spawn", join=False)
-    deadline = time.monotonic() + DEADLINE_S
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"W={world}: still running after {DEADLINE_S} s (deadlock?)")
-    failures = []
-    for rank in range(world):
-        failures += torch.load(tmp_path / f"rank{rank}.pt")
-    assert not failures, "\n".join(failures[:30])
+    cp_harness.run_world(worker, world, tmp_path, "default", DEADLINE_S)

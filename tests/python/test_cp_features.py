@@ -448,7 +448,8 @@ def test_feature_argument_errors(tmp_path):
     try:
         q = torch.randn(1, 8, 4, 8)
         kv = torch.randn(1, 12, 4, 8)
-        with pytest.raises(ValueError, match="sparse_mode = 6: cross-attention shards"):
+        # Cross-attention takes the prefix modes (test_cp_mask_pse_cross.py), with the plain op's prefix range.
+        with pytest.raises(ValueError, match="prefix\\[0\\] = 2: must be in \\[4, 12\\] \\(Sq = 8, Skv = 12\\)"):
             cp.attention(q, kv, kv, 4, "BSND", scale=1.0, sparse_mode=6, prefix=[2])
         with pytest.raises(ValueError, match="atten_mask: shape \\[8, 8\\].*S1 = 8, S2 = 12"):
             cp.attention(q, kv, kv, 4, "BSND", scale=1.0, sparse_mode=1, atten_mask=torch.zeros(8, 8, dtype=torch.bool))

@@ -30,6 +30,7 @@ import torch.distributed as dist
 import cp_harness
 import test_context_parallel_masks as masks
 import test_cp_features as feat
+import test_cp_mask_pse_cross as mpc
 from test_context_parallel import layout_tensor
 from test_context_parallel_masks import B, CAUSAL, D, DV, INT32_MAX, N, NK, groups
 
@@ -361,7 +362,8 @@ def entry_cases():
 
 def all_cases():
     return ([(check_uneven, c) for c in llama3_uneven_cases()] + [(feat.check_case, c) for c in cross_ulysses_cases()]
-            + [(check_tnd_cross, c) for c in tnd_cross_cases()] + [(check_entry_points, c) for c in entry_cases()])
+            + [(check_tnd_cross, c) for c in tnd_cross_cases()] + [(check_entry_points, c) for c in entry_cases()]
+            + mpc.all_cases())  # explicit masks and dense pse with TND, cross-attention masks and alibi
 
 
 def worker(rank, world, store, out_dir, which):
@@ -417,7 +419,8 @@ def test_cross_tnd_geometry():
     assert g.band(0) == (-gen.UNBOUNDED, 2) and g.band(1) == (-gen.UNBOUNDED, -2)
     g = gen.geometry(4, 3, 1, None, None, None, 1, batch=1, heads=1, seq_len=5, lengths=[2, 3], kv_lengths=[4, 1])
     assert g.band(0) == (-1, 3) and g.band(1) == (-5, -1)
-    with pytest.raises(ValueError, match="sparse_mode = 6: cross-attention shards \\(key lengths per sequence\\)"):
+    # Mode 6 with per-sequence key lengths (test_cp_mask_pse_cross.py): the plain op's prefix range per sequence.
+    with pytest.raises(ValueError, match="prefix\\[0\\] = 1: must be in \\[2, 4\\] \\(Sq = 2, Skv = 4\\)"):
         gen.geometry(6, INT32_MAX, 0, None, [1, 1], None, 1, batch=1, heads=1, seq_len=5, lengths=[2, 3],
                      kv_lengths=[4, 1])
 
@@ -435,8 +438,10 @@ def test_gap_argument_errors(tmp_path):
             cp.attention(q[None], kv[None], kv[None], 4, "BSND", scale=1.0, cu_seqlens_kv=[10])
         with pytest.raises(ValueError, match="cu_seqlens_kv: 1 sequences: must be as many as the queries' 2"):
             cp.attention(q, kv, kv, 4, "TND", scale=1.0, cu_seqlens=[2, 6], cu_seqlens_kv=[10])
-        with pytest.raises(ValueError, match="cu_seqlens_kv: given with scheme 'llama3'"):
-            cp.attention(q, kv, kv, 4, "TND", scale=1.0, cu_seqlens=[2, 6], cu_seqlens_kv=[4, 10], scheme="llama3")
+        # "llama3" cross-attention slices the key stream on its own (test_cp_mask_pse_cross.py).
+        with pytest.raises(ValueError, match="key: 9 local tokens: rank 0 of 1 holds 10 of the packed key stream"):
+            cp.attention(q, kv[:9], kv[:9], 4, "TND", scale=1.0, cu_seqlens=[2, 6], cu_seqlens_kv=[4, 10],
+                         scheme="llama3")
         with pytest.raises(ValueError, match="key/value: local token counts 10/9: must equal each other"):
             cp.attention(q, kv, kv[:9], 4, "TND", scale=1.0, cu_seqlens=[2, 6], cu_seqlens_kv=[4, 10])
         with pytest.raises(ValueError, match="key length of sequence 1 5: must be divisible by 2"):

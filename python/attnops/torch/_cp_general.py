@@ -1,6 +1,8 @@
 """Context parallelism for everything beyond "no mask or causal": sparse modes 0-8 (bands,
-prefixes, the TND split modes 7/8, explicit masks), learnable sinks, pse (alibi slopes from global
-positions, dense pse sliced per block), and the Ulysses-inside, ring-across hybrid.
+prefixes, the TND split modes 7/8, explicit masks: TND in its [maxSq, maxSkv] and [T1, T2] forms),
+learnable sinks, pse (alibi slopes from global positions, dense pse sliced per block: TND's
+flattened forms cut into per-sequence [N, Sq_i|1, Skv_i] blocks first), and the Ulysses-inside,
+ring-across hybrid.
 
 One mechanism serves all of them. Every row a rank holds has a global position (a sequence and
 a position in it); the rows of a shard form a few contiguous runs (one for "contiguous", two for
@@ -74,31 +76,37 @@ def _clamp_tokens(x: int) -> int:
 @dataclass
 class Geometry:
     """What a query at global position i (in its sequence) sees of the keys j of its sequence:
-    lo <= j - i <= hi (the band; per sequence for TND modes 7/8), or j < prefix[b]; and not
-    where the explicit mask is True. Plus the position bias."""
+    lo <= j - i <= hi (the band; per sequence for TND modes 7/8 and TND cross-attention), or
+    j < prefix[b]; and not where the explicit mask is True. Plus the position bias."""
 
     lo: int = -UNBOUNDED
     hi: int = UNBOUNDED
     seq_bands: dict = field(default_factory=dict)  # sequence -> (lo, hi), overrides (TND)
     prefix: Optional[List[int]] = None  # per batch (fixed layouts) or per sequence (TND)
-    mask: Optional[Tensor] = None  # global, True = masked: [S, S] or [B|1, N|1, S, S]
+    mask: Optional[Tensor] = None  # global, True = masked: [S, S] or [B|1, N|1, S, S]; TND: 2-D
+    mask_origin: Optional[list] = None  # TND: per sequence, the mask's (row, column) of its (0, 0)
     pse: Optional[Tensor] = None  # pse_type 2/3: slopes [N] / [B, N]; 0/1: [B|1, N, S|1, S]
     pse_type: int = 1
     tnd: bool = False
     drop: Optional["DropSpec"] = None  # dropout keyed by global positions, or None
+    seq_pse: Optional[list] = None  # TND dense pse: per sequence [N, Sq_i | 1, Skv_i] views
+    alibi_start: tuple = (0, 0)  # pse_type 2/3: (qStartIdx, kvStartIdx) of the global problem
 
     def band(self, seq: int):
         return self.seq_bands.get(seq, (self.lo, self.hi))
 
     def heads(self, h0: int, h1: int, n: int) -> "Geometry":
         """The rule for query heads [h0, h1) of n (Ulysses): per-head tensors sliced."""
-        mask, pse = self.mask, self.pse
+        mask, pse, seq_pse = self.mask, self.pse, self.seq_pse
         if mask is not None and mask.dim() == 4 and mask.shape[1] == n:
             mask = mask[:, h0:h1]
-        if pse is not None:
+        if seq_pse is not None:
+            seq_pse = [p[h0:h1] for p in seq_pse]
+        elif pse is not None:
             pse = pse[..., h0:h1] if self.pse_type >= 2 else pse[:, h0:h1]
         drop = self.drop._replace(head_offset=self.drop.head_offset + h0) if self.drop is not None else None
-        return Geometry(self.lo, self.hi, self.seq_bands, self.prefix, mask, pse, self.pse_type, self.tnd, drop)
+        return Geometry(self.lo, self.hi, self.seq_bands, self.prefix, mask, self.mask_origin, pse, self.pse_type,
+                        self.tnd, drop, seq_pse, self.alibi_start)
 
 
 class DropSpec(NamedTuple):
@@ -121,24 +129,20 @@ class DropSpec(NamedTuple):
 
 def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Optional[Tensor], prefix,
              pse: Optional[Tensor], pse_type: int, *, batch: int, heads: int, seq_len: int, lengths=None,
-             kv_len: Optional[int] = None, kv_lengths=None) -> Geometry:
+             kv_len: Optional[int] = None, kv_lengths=None, q_start_idx: int = 0, kv_start_idx: int = 0) -> Geometry:
     """The global rule of a call, validated. Self-attention (Sq = Skv: top-left and bottom-right
     origins coincide) or, with ``kv_len`` != seq_len (fixed layouts) or ``kv_lengths`` !=
-    ``lengths`` (TND, per sequence), cross-attention: sparse modes 0-4, the bottom-right modes
-    3/4 shifted by d = Skv - Sq (per sequence for TND); ``lengths``: the packed sequences'
-    lengths (TND)."""
+    ``lengths`` (TND, per sequence), cross-attention: the bottom-right modes 3/4/5/6/7 (and mode
+    8's band) shifted by d = Skv - Sq (per sequence for TND), as the plain op does; ``lengths``:
+    the packed sequences' lengths (TND). q_start_idx/kv_start_idx: the alibi offsets (pse_type
+    2/3) of the global problem."""
     tnd = lengths is not None
     if sparse_mode not in range(9):
         raise ValueError(f"sparse_mode = {sparse_mode}: must be in [0, 8]")
     kv_len = seq_len if kv_len is None else kv_len
     d = kv_len - seq_len
-    seq_d = [b - a for a, b in zip(lengths, kv_lengths)] if tnd and kv_lengths is not None else []
-    # A dense pse (pse_type 0/1, fixed layouts) is sliced per block like the mask, cross or not.
-    dense_pse = pse is not None and pse_type in (0, 1) and not tnd
-    if (d or any(seq_d)) and (sparse_mode > 4 or prefix is not None or (pse is not None and not dense_pse)):
-        what = "key lengths per sequence" if seq_d else f"query length {seq_len}, key length {kv_len}"
-        raise ValueError(f"sparse_mode = {sparse_mode}: cross-attention shards ({what}) take sparse modes 0-4, "
-                         "without prefix or alibi pse (a dense pse, fixed layouts, is supported)")
+    q_lens = list(lengths) if tnd else []
+    kv_lens = list(kv_lengths) if tnd and kv_lengths is not None else q_lens
     if sparse_mode in (7, 8) and not tnd:
         raise ValueError(f"sparse_mode = {sparse_mode}: modes 7 and 8 split packed sequences; they need input_layout "
                          "TND")
@@ -153,18 +157,22 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
         g.lo, g.hi = -pre, nxt
     elif sparse_mode == 4:  # bottom-right: -pre <= j - i - d <= next
         g.lo, g.hi = _clamp_tokens(d - pre), _clamp_tokens(d + nxt)
-    elif sparse_mode == 3:
+    elif sparse_mode in (3, 5, 6, 7):
         g.lo, g.hi = -UNBOUNDED, d
-    elif sparse_mode in (2, 5, 6, 7, 8):
+    elif sparse_mode in (2, 8):
         g.lo, g.hi = -UNBOUNDED, 0
-    if any(seq_d) and sparse_mode in (3, 4):  # bottom-right: every sequence's band shifted by its own d
-        for s, ds in enumerate(seq_d):
-            g.seq_bands[s] = ((-UNBOUNDED, ds) if sparse_mode == 3 else
-                              (_clamp_tokens(ds - pre), _clamp_tokens(ds + nxt)))
-    if sparse_mode in (7, 8):
-        live = [i for i, n in enumerate(lengths) if n > 0]
+    if tnd and kv_lens != q_lens and sparse_mode in (3, 4, 6, 7):
+        # Bottom-right: every sequence's band shifted by its own d.
+        for s, (nq, nk) in enumerate(zip(q_lens, kv_lens)):
+            ds = nk - nq
+            g.seq_bands[s] = ((_clamp_tokens(ds - pre), _clamp_tokens(ds + nxt)) if sparse_mode == 4 else
+                              (-UNBOUNDED, ds))
+    if sparse_mode in (7, 8):  # the band sequence: the last / first with queries and keys
+        live = [i for i, (nq, nk) in enumerate(zip(q_lens, kv_lens)) if nq > 0 and nk > 0]
         if live:
-            g.seq_bands[live[-1] if sparse_mode == 7 else live[0]] = (-pre, nxt)
+            s = live[-1] if sparse_mode == 7 else live[0]
+            ds = kv_lens[s] - q_lens[s]
+            g.seq_bands[s] = (_clamp_tokens(ds - pre), _clamp_tokens(ds + nxt))
     if sparse_mode in (5, 6):
         count = len(lengths) if tnd else batch
         if prefix is None:
@@ -174,49 +182,92 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
             raise ValueError(f"prefix: {len(values)} values: must be one per {'sequence' if tnd else 'batch'} "
                              f"({count})")
         for b, p in enumerate(values):
-            n = lengths[b] if tnd else seq_len
-            if not 0 <= p <= n:
-                raise ValueError(f"prefix[{b}] = {p}: must be in [0, {n}]")
+            nq, nk = (q_lens[b], kv_lens[b]) if tnd else (seq_len, kv_len)
+            low = 0 if nq > nk else nk - nq  # the plain op's rule
+            if not low <= p <= nk:
+                raise ValueError(f"prefix[{b}] = {p}: must be in [{low}, {nk}]" +
+                                 (f" (Sq = {nq}, Skv = {nk})" if nq != nk else ""))
         g.prefix = values
     elif prefix is not None:
         raise ValueError(f"prefix: given: only used with sparse_mode 5 or 6 (got {sparse_mode})")
     if atten_mask is not None and sparse_mode in (0, 1, 5):
-        if tnd:
-            raise ValueError("atten_mask: an explicit mask (sparse_mode 0, 1) is not supported with input_layout TND "
-                             "under context parallelism; use sparse modes 2-4, 6-8")
         if atten_mask.dtype not in (torch.bool, torch.uint8):
             raise ValueError(f"atten_mask: dtype {atten_mask.dtype}: must be bool or uint8")
-        shape = tuple(atten_mask.shape)
-        ok = shape == (seq_len, kv_len) or (len(shape) == 4 and shape[2:] == (seq_len, kv_len) and (
-            (shape[0] == batch and shape[1] in (1, heads)) or shape[:2] == (1, 1)))
-        if not ok:
-            raise ValueError(f"atten_mask: shape {list(shape)}: with sparse_mode {sparse_mode} under context "
-                             f"parallelism it is the global mask, [S1, S2], [B, N|1, S1, S2] or [1, 1, S1, S2] with "
-                             f"S1 = {seq_len}, S2 = {kv_len}")
-        g.mask = atten_mask.bool()
+        if tnd:
+            g.mask, g.mask_origin = _tnd_mask_geometry(atten_mask, q_lens, kv_lens, sparse_mode)
+        else:
+            shape = tuple(atten_mask.shape)
+            ok = shape == (seq_len, kv_len) or (len(shape) == 4 and shape[2:] == (seq_len, kv_len) and (
+                (shape[0] == batch and shape[1] in (1, heads)) or shape[:2] == (1, 1)))
+            if not ok:
+                raise ValueError(f"atten_mask: shape {list(shape)}: with sparse_mode {sparse_mode} under context "
+                                 f"parallelism it is the global mask, [S1, S2], [B, N|1, S1, S2] or [1, 1, S1, S2] "
+                                 f"with S1 = {seq_len}, S2 = {kv_len}")
+            g.mask = atten_mask.bool()
     if pse is not None:
         if pse_type in (2, 3):
             if pse.dtype != torch.float32 or tuple(pse.shape) not in ((heads,), (batch, heads)) or \
                     (tnd and pse.dim() != 1):
                 raise ValueError(f"pse: shape {list(pse.shape)} dtype {pse.dtype}: with pse_type {pse_type} must be fp32 "
                                  f"slopes [N] = [{heads}]" + ("" if tnd else f" or [B, N] = [{batch}, {heads}]"))
+            g.alibi_start = (int(q_start_idx), int(kv_start_idx))
         elif pse_type in (0, 1):
             if tnd:
-                raise ValueError("pse: a dense pse with input_layout TND is not supported under context parallelism "
-                                 "(alibi slopes, pse_type 2/3, are)")
-            shape = tuple(pse.shape)
-            if not (len(shape) == 4 and shape[0] in (1, batch) and shape[1] == heads and shape[2] in (1, seq_len)
-                    and shape[3] == kv_len):
-                sizes = f"S = {seq_len}" if kv_len == seq_len else f"S1 = {seq_len}, S2 = {kv_len}"
-                form = "[B|1, N, S|1, S]" if kv_len == seq_len else "[B|1, N, S1|1, S2]"
-                raise ValueError(f"pse: shape {list(shape)}: with pse_type {pse_type} under context parallelism it is "
-                                 f"the global bias {form} with {sizes} (no compressed form)")
+                g.seq_pse = _tnd_pse_blocks(pse, heads, q_lens, kv_lens, pse_type)
+            else:
+                shape = tuple(pse.shape)
+                if not (len(shape) == 4 and shape[0] in (1, batch) and shape[1] == heads and shape[2] in (1, seq_len)
+                        and shape[3] == kv_len):
+                    sizes = f"S = {seq_len}" if kv_len == seq_len else f"S1 = {seq_len}, S2 = {kv_len}"
+                    form = "[B|1, N, S|1, S]" if kv_len == seq_len else "[B|1, N, S1|1, S2]"
+                    raise ValueError(f"pse: shape {list(shape)}: with pse_type {pse_type} under context parallelism it "
+                                     f"is the global bias {form} with {sizes} (no compressed form)")
         else:
             raise ValueError(f"pse_type = {pse_type}: must be 0, 1, 2 or 3")
         g.pse, g.pse_type = pse, pse_type
     elif pse_type != 1:
         raise ValueError(f"pse_type = {pse_type}: must be 1 when pse is None")
     return g
+
+
+def _tnd_mask_geometry(mask: Tensor, q_lens, kv_lens, sparse_mode: int):
+    """(mask, per-sequence (query row, key column) origin) of a global TND mask: [maxSq, maxSkv]
+    applies to every sequence from its first position (origin 0), [T1, T2] is indexed by packed
+    rows (origin: the sequence's starts); the plain op's two forms, the first one preferred when
+    both shapes match (spec 2.2: TND takes [maxSq, maxSkv] or [T1, T2])."""
+    max_q, max_k = max(q_lens, default=0), max(kv_lens, default=0)
+    t1, t2 = sum(q_lens), sum(kv_lens)
+    shape = tuple(mask.shape)
+    if shape == (max_q, max_k):
+        origin = [(0, 0)] * len(q_lens)
+    elif shape == (t1, t2):
+        qs = torch.tensor([0] + q_lens).cumsum(0).tolist()
+        ks = torch.tensor([0] + kv_lens).cumsum(0).tolist()
+        origin = list(zip(qs[:-1], ks[:-1]))
+    else:
+        raise ValueError(f"atten_mask: shape {list(shape)}: with sparse_mode {sparse_mode} and input_layout TND under "
+                         f"context parallelism it is the global mask, [maxSq, maxSkv] = [{max_q}, {max_k}] (every "
+                         f"sequence from its start) or [T1, T2] = [{t1}, {t2}] (packed rows)")
+    return mask.bool(), origin
+
+
+def _tnd_pse_blocks(pse: Tensor, heads: int, q_lens, kv_lens, pse_type: int) -> List[Tensor]:
+    """Per-sequence views [N, Sq_i | 1, Skv_i] of a global TND pse (pse_type 0/1): the flattened
+    [sum N*Sq_i*Skv_i] form, or the row-broadcast [sum N*Skv_i] form (spec 2.5; the first one
+    preferred when both sizes match, as the plain op does)."""
+    dense = sum(heads * a * b for a, b in zip(q_lens, kv_lens))
+    rows = sum(heads * b for b in kv_lens)
+    if pse.dim() != 1 or pse.shape[0] not in (dense, rows):
+        raise ValueError(f"pse: shape {list(pse.shape)}: with pse_type {pse_type} and input_layout TND under context "
+                         f"parallelism it is the global bias [sum N*Sq_i*Skv_i] = [{dense}] or [sum N*Skv_i] = "
+                         f"[{rows}] (no compressed form)")
+    broadcast = pse.shape[0] != dense
+    out, at = [], 0
+    for nq, nk in zip(q_lens, kv_lens):
+        r = 1 if broadcast else nq
+        out.append(pse[at:at + heads * r * nk].view(heads, r, nk))
+        at += heads * r * nk
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,7 +331,8 @@ def _plan_one(geom: Geometry, s, q0, a, qr, k0, c, kr) -> Optional[Block]:
             pref = geom.prefix[s:s + 1] if geom.tnd else geom.prefix
             keep = keep | (j < torch.tensor(pref).view(-1, 1, 1, 1))
         if geom.mask is not None:
-            m = geom.mask[..., q0:q0 + a, k0:k0 + c]
+            qo, ko = geom.mask_origin[s] if geom.mask_origin is not None else (0, 0)
+            m = geom.mask[..., qo + q0:qo + q0 + a, ko + k0:ko + k0 + c]
             keep = keep & ~m
         if not keep.any():
             return None
@@ -307,14 +359,18 @@ def _plan_one(geom: Geometry, s, q0, a, qr, k0, c, kr) -> Optional[Block]:
 # Kernel calls (BSND: [B, rows, N, D])
 
 
-def _pse_args(geom: Geometry, blk: Block):
+def _pse_args(geom: Geometry, blk: Block, tnd_call: bool = False):
+    """(pse, qStartIdx, kvStartIdx) of a block's call: alibi slopes with the block's global
+    starts; a dense pse sliced to the block, [1|B, N, a|1, c] (flattened to the 1-D TND forms for a
+    TND call: [N*a*c] or row-broadcast [N*c])."""
     if geom.pse is None:
         return None, None, None
     if geom.pse_type >= 2:
-        return geom.pse, [blk.q0], [blk.k0]
-    p = geom.pse
+        return geom.pse, [geom.alibi_start[0] + blk.q0], [geom.alibi_start[1] + blk.k0]
+    p = geom.pse if geom.seq_pse is None else geom.seq_pse[blk.seq][None]
     rows = p[:, :, :, blk.k0:blk.k0 + blk.c] if p.shape[2] == 1 else p[:, :, blk.q0:blk.q0 + blk.a, blk.k0:blk.k0 + blk.c]
-    return rows.float().contiguous(), None, None  # the block-wise path calls the kernels in fp32
+    rows = rows.float().contiguous()  # the block-wise path calls the kernels in fp32
+    return (rows.view(-1) if tnd_call else rows), None, None
 
 
 def _mask_arg(blk: Block, batch: int):
@@ -349,7 +405,7 @@ def _tnd_mask(m):
 
 
 def _fwd_drop(q, k, v, blk: Block, geom: Geometry, scale: float):
-    pse, qs, ks = _pse_args(geom, blk)
+    pse, qs, ks = _pse_args(geom, blk, geom.tnd)
     keep, seed, offset, geo = _drop_call(geom, blk)
     mask = _mask_arg(blk, q.shape[0])
     kw = dict(drop=geo, pse=pse, q_start_idx=qs, kv_start_idx=ks, pse_type=geom.pse_type)
@@ -364,7 +420,7 @@ def _fwd_drop(q, k, v, blk: Block, geom: Geometry, scale: float):
 
 
 def _bwd_drop(q, k, v, dout, mx, sm, out, blk: Block, geom: Geometry, scale: float):
-    pse, qs, ks = _pse_args(geom, blk)
+    pse, qs, ks = _pse_args(geom, blk, geom.tnd)
     keep, seed, offset, geo = _drop_call(geom, blk)
     mask = _mask_arg(blk, q.shape[0])
     kw = dict(drop=geo, pse=pse, q_start_idx=qs, kv_start_idx=ks, pse_type=geom.pse_type)

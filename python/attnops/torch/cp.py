@@ -34,8 +34,9 @@ Supported now: layouts BSND, BNSD, BSH, SBH, and TND (packed sequences, each sha
 whole sequences per rank with ``scheme="whole"``, balanced by work, no communication; or
 ``scheme="llama3"``, contiguous slices of the packed token stream, sequences cut anywhere, any T:
 rank r holds tokens [floor(rT/W), floor((r+1)T/W)));
-self-attention, and cross-attention shards (global S1 != S2, every comm and the hybrid; TND with
-``cu_seqlens_kv``, per-sequence query and key lengths);
+self-attention, and cross-attention shards (global S1 != S2, every comm and the hybrid, every
+sparse mode, explicit masks, pse; TND with ``cu_seqlens_kv``, per-sequence query and key lengths,
+schemes zigzag, contiguous and llama3);
 GQA/MQA; Dv != D. No mask or causal take the paths below; sparse modes 0-8 (bands, prefixes, TND
 modes 7/8, explicit global masks), learnable sinks, pse (alibi slopes on global positions, dense
 global bias), the Ulysses-inside, ring-across hybrid (``ulysses_group=``), "llama3" and
@@ -698,7 +699,8 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
               sparse_mode: Optional[int] = None, pre_tokens: int = INT32_MAX, next_tokens: int = INT32_MAX,
               atten_mask: Optional[Tensor] = None, prefix=None, sink: Optional[Tensor] = None,
               pse: Optional[Tensor] = None, pse_type: int = 1, ulysses_group=None,
-              keep_prob: float = 1.0, seed: int = 0, offset: int = 0, cu_seqlens_kv=None):
+              keep_prob: float = 1.0, seed: int = 0, offset: int = 0, cu_seqlens_kv=None, q_start_idx=None,
+              kv_start_idx=None):
     """Attention over the global sequence, called with this rank's shards (held as ``scheme``
     says). Differentiable in query, key and value. Returns (out in the input layout, softmax_max,
     softmax_sum), the statistics fp32 [B, N, S_local] (TND: [T_local, N], token-major) of the
@@ -709,11 +711,16 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     leading 0); every sequence is sharded on its own (``shard(..., cu_seqlens=)``).
     ``cu_seqlens_kv`` (TND cross-attention): the keys' global cumulative lengths, one per query
     sequence, each key sequence sharded on its own by the same scheme (``shard(key, ...,
-    cu_seqlens=cu_seqlens_kv)``); sparse modes 0-4, the bottom-right modes 3/4 per sequence.
+    cu_seqlens=cu_seqlens_kv)``); every sparse mode of the plain op (0-4, 6-8), the bottom-right
+    modes shifted per sequence by that sequence's Skv - Sq.
 
     Masks beyond ``causal`` (``sparse_mode`` 0-8 with pre_tokens/next_tokens, prefix, an explicit
-    global atten_mask), a learnable ``sink`` (fp32 [N], its gradient returned whole on every rank),
-    ``pse`` (alibi slopes with pse_type 2/3 on global positions; a dense global bias with 0/1) and
+    global atten_mask: fixed layouts [S1, S2], [B, N|1, S1, S2], [1, 1, S1, S2]; TND [maxSq, maxSkv]
+    or [T1, T2] of the global packed sequences), a learnable ``sink`` (fp32 [N], its gradient
+    returned whole on every rank),
+    ``pse`` (alibi slopes with pse_type 2/3 on global positions, offset by ``q_start_idx`` /
+    ``kv_start_idx`` as in the plain op; a dense global bias with 0/1: fixed layouts [B|1, N,
+    S1|1, S2], TND the flattened [sum N*Sq_i*Skv_i] or row-broadcast [sum N*Skv_i]) and
     the Ulysses-inside, ring-across hybrid (``ulysses_group``: the inner group; ``group``: the ring
     across; ranks in the flat order ring rank * inner size + inner rank, see :func:`shard`) take
     the block-wise path of attnops.torch._cp_general. ``sparse_mode`` there is the rule itself:
@@ -739,22 +746,22 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
             cu_seqlens_kv = None  # self-attention lengths
         else:
             cross = True
+    alibi_start = _start_idx(q_start_idx, kv_start_idx, pse, pse_type)
     if scheme == "whole":
         if cu_seqlens_kv is not None:
             raise ValueError("cu_seqlens_kv: differs from cu_seqlens with scheme 'whole': whole sequences are "
-                             "spread by the query lengths; TND cross-attention takes 'zigzag' or 'contiguous'")
-        if atten_mask is not None and sparse_mode in (None, 0, 1, 5):
-            raise ValueError("atten_mask: an explicit mask is not supported with scheme 'whole' (use sparse modes "
-                             "2-4, 6)")
+                             "assigned to ranks by the query lengths alone (assign_sequences), which key lengths "
+                             "would assign differently; TND cross-attention takes 'zigzag', 'contiguous' or 'llama3'")
         if ulysses_group is not None:
             raise ValueError("ulysses_group: given with scheme 'whole': whole sequences need no communication")
         return _whole_attention(query, key, value, head_num, input_layout, scale, causal, group, cu_seqlens,
-                                sparse_mode, pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop)
+                                sparse_mode, pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop,
+                                atten_mask, alibi_start)
     if cross or (scheme == "llama3" and input_layout == "TND") or \
             _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
         return _general_attention(query, key, value, head_num, input_layout, scale, causal, group, comm, scheme,
                                   cu_seqlens, sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse,
-                                  pse_type, ulysses_group, drop, cu_seqlens_kv)
+                                  pse_type, ulysses_group, drop, cu_seqlens_kv, alibi_start)
     if sparse_mode is not None:
         causal = sparse_mode in (2, 3)
     g, world, rank = _group_info(group)
@@ -773,6 +780,24 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     else:
         out, mx, sm = _ulysses(q, k, v, scale, causal, scheme, g, world, rank, None, dropout)
     return _from_bsnd(out, input_layout), mx[..., 0].transpose(1, 2), sm[..., 0].transpose(1, 2)
+
+
+def _start_idx(q_start_idx, kv_start_idx, pse, pse_type: int):
+    """(qStartIdx, kvStartIdx) of the alibi distance (element 0 of a list, as the plain op reads
+    them); only with alibi slopes (pse_type 2/3), where they are the global problem's offsets."""
+    vals = []
+    for name, x in (("q_start_idx", q_start_idx), ("kv_start_idx", kv_start_idx)):
+        if x is None:
+            vals.append(0)
+            continue
+        if pse is None or pse_type not in (2, 3):
+            raise ValueError(f"{name}: given with pse_type {pse_type}{'' if pse is not None else ' and no pse'}: only "
+                             "alibi slopes (pse_type 2/3) use it")
+        lst = [int(y) for y in (x.tolist() if isinstance(x, Tensor) else (x if isinstance(x, (list, tuple)) else [x]))]
+        if not lst:
+            raise ValueError(f"{name}: []: must hold at least one value (element 0 is used)")
+        vals.append(lst[0])
+    return vals[0], vals[1]
 
 
 def _is_cross(query: Tensor, key: Tensor, layout: str) -> bool:
@@ -832,20 +857,25 @@ def _checked(query, key, value, head_num, input_layout, comm, scheme, world, cu_
     return q, k, v
 
 
-def _checked_kv_tnd(key, value, cu_seqlens_kv, world: int, scheme: str, count: int) -> list:
+def _checked_kv_tnd(key, value, cu_seqlens_kv, world: int, scheme: str, count: int, rank: int = 0) -> list:
     """The key sequences' lengths of TND cross-attention shards (``cu_seqlens_kv``: the global
     cumulative key lengths, one per query sequence), each sequence sharded on its own like the
-    queries."""
-    if scheme == "llama3":
-        raise ValueError("cu_seqlens_kv: given with scheme 'llama3': TND cross-attention shards every sequence on its "
-                         "own, use scheme 'zigzag' or 'contiguous'")
+    queries; scheme "llama3": the rank's slice of the packed key stream, cut like the queries'."""
     if value.shape[0] != key.shape[0]:
         raise ValueError(f"key/value: local token counts {key.shape[0]}/{value.shape[0]}: must equal each other "
                          "(cross-attention shards)")
-    kv_lengths = _lengths(cu_seqlens_kv, key.shape[0] * world)
+    if scheme == "llama3":
+        total = _cum_list(cu_seqlens_kv)[-1] if len(cu_seqlens_kv) else 0
+        a, b = _llama3_slice(total, world, rank)
+        if key.shape[0] != b - a:
+            raise ValueError(f"key: {key.shape[0]} local tokens: rank {rank} of {world} holds {b - a} of the packed "
+                             f"key stream of {total} tokens under scheme 'llama3' (tokens [{a}, {b}))")
+        kv_lengths = _lengths(cu_seqlens_kv, total)
+    else:
+        kv_lengths = _lengths(cu_seqlens_kv, key.shape[0] * world)
     if len(kv_lengths) != count:
         raise ValueError(f"cu_seqlens_kv: {len(kv_lengths)} sequences: must be as many as the queries' {count}")
-    for i, n in enumerate(kv_lengths):
+    for i, n in enumerate(kv_lengths if scheme != "llama3" else []):
         _shard_one(n, world, 0, scheme, None, f"key length of sequence {i}")
     return kv_lengths
 
@@ -899,13 +929,14 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     for this rank's rows. Masks as in torch_npu: atten_mask None means full attention, whatever
     sparse_mode says; with a mask, sparse modes 2-4 and 6-8 are computed from the mode (the
     compressed mask is not read) on global positions, and modes 0, 1, 5 take the global mask
-    ([S, S], [B, N|1, S, S] or [1, 1, S, S]; fixed layouts), sliced per block. prefix (modes 5/6),
+    (fixed layouts [S1, S2], [B, N|1, S1, S2] or [1, 1, S1, S2]; TND [maxSq, maxSkv] or [T1, T2]),
+    sliced per block. prefix (modes 5/6),
     sink, and pse (alibi slopes with pse_type 2/3 on global positions, or a dense global bias)
     are supported; q_start_idx/kv_start_idx are computed from the shards and must be None.
 
     TND: actual_seq_qlen, actual_seq_kvlen = the global cumulative lengths (CANN style; when
     they differ, cross-attention: key/value sharded by actual_seq_kvlen, every sequence on its
-    own, sparse modes 0-4); the statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
+    own, or slices of the packed streams with scheme="llama3"); the statistics [T_local,N,8] are in the order softmax_layout names, over the local sequences
     (the rank's share of each sequence, or its whole sequences with scheme="whole"). With a group
     of one process this is the plain op."""
     _, _, _, _, world, _ = _flat(group, ulysses_group)
@@ -976,9 +1007,10 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     return out, mx, sm, query.new_empty((0,)), 0, 0, 0
 
 
-def _window_args(causal: bool, window_size, alibi_slopes):
-    """cp.attention keywords for flash-attn's causal flag, window and alibi slopes (Sq = Sk, so
-    the bottom-right window and alibi distances are those of global positions)."""
+def _window_args(causal: bool, window_size, alibi_slopes, shift: int = 0):
+    """cp.attention keywords for flash-attn's causal flag, window and alibi slopes on global
+    positions; shift = Sk - Sq of the global problem: flash-attn's alibi distance |i + Sk - Sq -
+    j| (bottom-right aligned, as attnops.torch.flash_attn passes it)."""
     from .flash_attn import _mask_args
 
     mode, pre, nxt, _ = _mask_args(causal, window_size)
@@ -986,8 +1018,21 @@ def _window_args(causal: bool, window_size, alibi_slopes):
     if mode == 4:
         kw = dict(sparse_mode=4, pre_tokens=pre, next_tokens=nxt)
     if alibi_slopes is not None:
-        kw.update(pse=alibi_slopes, pse_type=2)
+        kw.update(pse=alibi_slopes, pse_type=2, q_start_idx=max(shift, 0), kv_start_idx=max(-shift, 0))
     return kw
+
+
+def _varlen_alibi_shift(cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, alibi_slopes) -> int:
+    """Sk - Sq of every packed sequence (flash-attn's alibi distance); as in
+    attnops.torch.flash_attn, one value must serve them all."""
+    if alibi_slopes is None:
+        return 0
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    shifts = {(ck[i + 1] - ck[i]) - (cq[i + 1] - cq[i]) for i in range(len(cq) - 1)}
+    if len(shifts) > 1:
+        raise ValueError(f"alibi_slopes with cu_seqlens_k - cu_seqlens_q differences {sorted(shifts)}: attnops needs "
+                         "the same key-minus-query length in every sequence")
+    return shifts.pop() if shifts else 0
 
 
 def _shared_seed(g) -> int:
@@ -1035,7 +1080,7 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
     seed = _shared_seed(g) if dropout_p > 0.0 else 0
     out, mx, sm = attention(q, k, v, q.shape[2], "BSND", scale=scale, group=group, comm=comm, scheme=scheme,
                             ulysses_group=ulysses_group, keep_prob=1.0 - dropout_p, seed=seed,
-                            **_window_args(causal, window_size, alibi_slopes))
+                            **_window_args(causal, window_size, alibi_slopes, (k.shape[1] - q.shape[1]) * world))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach(), None
     return out
@@ -1075,7 +1120,8 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     out, mx, sm = attention(q, k, v, q.shape[1], "TND", scale=scale, group=group, comm=comm, scheme=scheme,
                             cu_seqlens=cu_seqlens_q, ulysses_group=ulysses_group, keep_prob=1.0 - dropout_p, seed=seed,
                             cu_seqlens_kv=cu_seqlens_k if cross else None,
-                            **_window_args(causal, window_size, alibi_slopes))
+                            **_window_args(causal, window_size, alibi_slopes,
+                                           _varlen_alibi_shift(cu_seqlens_q, cu_seqlens_k, alibi_slopes)))
     if return_attn_probs:
         return out, (mx + torch.log(sm)).detach().transpose(0, 1), None
     return out
@@ -1126,17 +1172,18 @@ def _plain_rule_args(sparse_mode: int, atten_mask):
 
 
 def _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_tokens, next_tokens, atten_mask,
-                   prefix, sink, pse, pse_type, cum, drop=(1.0, 0, 0), kv_cum=None):
+                   prefix, sink, pse, pse_type, cum, drop=(1.0, 0, 0), kv_cum=None, alibi_start=(0, 0)):
     """One process: the plain op with every argument (bit for bit); statistics [B,N,S] / [T,N].
     drop: (keep_prob, seed, offset). kv_cum: the keys' cumulative lengths (TND cross-attention),
-    else cum."""
+    else cum. alibi_start: the alibi (qStartIdx, kvStartIdx)."""
+    qs, ks = ([alibi_start[0]], [alibi_start[1]]) if tuple(alibi_start) != (0, 0) else (None, None)
     mode, mask = _plain_rule_args(sparse_mode, atten_mask)
     kv_cum = cum if kv_cum is None else kv_cum
     if drop[0] < 1.0:  # the op itself with the caller's seed (npu_fusion_attention draws its own)
         c = torch.tensor([int(x) for x in cum], dtype=torch.int64) if layout == "TND" else None
         ck = torch.tensor([int(x) for x in kv_cum], dtype=torch.int64) if layout == "TND" else None
         pl = None if prefix is None else [int(x) for x in (prefix.tolist() if isinstance(prefix, Tensor) else prefix)]
-        out, mx, sm = _ops.flash_attention_score(query, key, value, pse, None, mask, c, ck, sink, pl, None, None,
+        out, mx, sm = _ops.flash_attention_score(query, key, value, pse, None, mask, c, ck, sink, pl, qs, ks,
                                                  float(scale), float(drop[0]), pre_tokens, next_tokens, head_num,
                                                  layout, 0, mode, pse_type, drop[1], drop[2])
         return out, mx[..., 0], sm[..., 0]
@@ -1144,7 +1191,7 @@ def _plain_general(query, key, value, head_num, layout, scale, sparse_mode, pre_
     out, mx, sm = _plain_npu_fusion_attention(query, key, value, head_num, layout, pse=pse, atten_mask=mask,
                                               scale=scale, pre_tockens=pre_tokens, next_tockens=next_tokens,
                                               prefix=prefix, sparse_mode=mode, pse_type=pse_type, sink=sink,
-                                              **extra)[:3]
+                                              q_start_idx=qs, kv_start_idx=ks, **extra)[:3]
     return out, mx[..., 0], sm[..., 0]
 
 
@@ -1171,7 +1218,7 @@ def _check_sink(sink, heads: int) -> None:
 
 def _general_attention(query, key, value, head_num, layout, scale, causal, group, comm, scheme, cu_seqlens,
                        sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group,
-                       drop=(1.0, 0, 0), cu_seqlens_kv=None):
+                       drop=(1.0, 0, 0), cu_seqlens_kv=None, alibi_start=(0, 0)):
     g, world, rank, inner, fw, fr = _flat(group, ulysses_group)
     if inner is not None and comm not in ("ring", "allgather"):
         raise ValueError(f"comm = {comm!r} with ulysses_group: the hybrid runs Ulysses inside ulysses_group and "
@@ -1189,7 +1236,7 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
         batch, heads, seq_len = 1, query.shape[1], int(sum(lengths))
         kv_len = seq_len
         if cu_seqlens_kv is not None:
-            kv_lengths = _checked_kv_tnd(key, value, cu_seqlens_kv, fw, scheme, len(lengths))
+            kv_lengths = _checked_kv_tnd(key, value, cu_seqlens_kv, fw, scheme, len(lengths), fr)
             kv_cum = _cum(kv_lengths, query.device)
             kv_starts = [0] + kv_cum.tolist()[:-1]
             kv_len = int(sum(kv_lengths))
@@ -1201,11 +1248,11 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
     _check_sink(sink, heads)
     geom = gen.geometry(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, pse, pse_type, batch=batch,
                         heads=heads, seq_len=seq_len, lengths=lengths, kv_len=None if layout == "TND" else kv_len,
-                        kv_lengths=kv_lengths)
+                        kv_lengths=kv_lengths, q_start_idx=alibi_start[0], kv_start_idx=alibi_start[1])
     band = _plain_band(sparse_mode, atten_mask, cross, pre_tokens, next_tokens, seq_len, kv_len, lengths, kv_lengths)
     if fw == 1 and band is not None:
         return _plain_general(query, key, value, head_num, layout, scale, sparse_mode, band[0], band[1],
-                              atten_mask, prefix, sink, pse, pse_type, cum, drop, kv_cum)
+                              atten_mask, prefix, sink, pse, pse_type, cum, drop, kv_cum, alibi_start)
     if drop[0] < 1.0:
         geom.drop = gen.DropSpec(drop[0], drop[1], drop[2], heads, 0, seq_len, kv_len,
                                  cum.cpu() if cum is not None else None, kv_cum.cpu() if kv_cum is not None else None)
@@ -1214,19 +1261,25 @@ def _general_attention(query, key, value, head_num, layout, scale, causal, group
     # the longest slice (equal transfers for the ring, the all-gather and Ulysses); padded rows
     # have position -1, which gen.runs leaves out, so they are in no block: no kernel call reads
     # or writes them, and they are cut off the output (their gradients are then zero).
-    pad_to = -(-seq_len // fw) if layout == "TND" and scheme == "llama3" and seq_len % fw else 0
-    if pad_to:
-        local_rows = q.shape[1]
-        q, k, v = (torch.cat([t, t.new_zeros((1, pad_to - local_rows) + tuple(t.shape[2:]))], 1) for t in (q, k, v))
+    # Cross-attention pads the key/value slices on their own (their stream has its own length).
+    llama3 = layout == "TND" and scheme == "llama3"
+    pad_to = -(-seq_len // fw) if llama3 and seq_len % fw else 0
+    kv_pad_to = (-(-kv_len // fw) if llama3 and kv_len % fw else 0) if cross else pad_to
+
+    def padded(t, rows):
+        return torch.cat([t, t.new_zeros((1, rows - t.shape[1]) + tuple(t.shape[2:]))], 1) if rows else t
+
+    local_rows = q.shape[1]
+    q, k, v = padded(q, pad_to), padded(k, kv_pad_to), padded(v, kv_pad_to)
+
+    def with_padding(pos, rows):
+        return torch.cat([pos, pos.new_full((rows - pos.numel(),), -1)]) if rows else pos
 
     def positions_of(flat_rank):
-        pos = shard_index(seq_len, fw, flat_rank, scheme, query.device, cu_seqlens=cum)
-        if pad_to:
-            pos = torch.cat([pos, pos.new_full((pad_to - pos.numel(),), -1)])
-        return pos
+        return with_padding(shard_index(seq_len, fw, flat_rank, scheme, query.device, cu_seqlens=cum), pad_to)
 
     def kv_positions_of(flat_rank):
-        return shard_index(kv_len, fw, flat_rank, scheme, query.device, cu_seqlens=kv_cum)
+        return with_padding(shard_index(kv_len, fw, flat_rank, scheme, query.device, cu_seqlens=kv_cum), kv_pad_to)
 
     if comm == "ulysses":
         inner, g, world, rank, comm = (g, world, rank), None, 1, 0, "allgather"
@@ -1357,8 +1410,10 @@ class _WholeDropAttention(torch.autograd.Function):
 
 
 def _whole_attention(query, key, value, head_num, layout, scale, causal, group, cu_seqlens, sparse_mode,
-                     pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop=(1.0, 0, 0)):
-    """Whole sequences per rank: each rank attends within its own sequences, no communication."""
+                     pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop=(1.0, 0, 0), atten_mask=None,
+                     alibi_start=(0, 0)):
+    """Whole sequences per rank: each rank attends within its own sequences, no communication. A
+    global explicit mask and a global dense pse (TND forms) are cut down to the rank's sequences."""
     g, world, rank = _group_info(group)
     if layout != "TND":
         raise ValueError(f"scheme = 'whole': spreads whole packed sequences; input_layout must be TND, not {layout!r}")
@@ -1386,21 +1441,50 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
     if sink is not None and world > 1:
         sink = ReplicatedGrad.apply(sink, g, world)  # dsink of every rank's sequences, on every rank
     mine = [i for i, r in enumerate(owner) if r == rank]
+    lengths = [b - a for a, b in zip([0] + cum[:-1], cum)]
+    if atten_mask is not None and sparse_mode in (0, 1, 5):
+        atten_mask = _whole_mask(atten_mask, lengths, mine, sparse_mode)
+    elif sparse_mode not in (0, 1, 5):
+        atten_mask = None  # the rule comes from the mode (the compressed mask is not read)
+    if pse is not None and pse_type in (0, 1):
+        pse = _whole_pse(pse, query.shape[1], lengths, mine, pse_type)
     if not local_cum:
         local_cum = [0]  # no sequence here: one empty one, so the op still runs (and autograd connects)
         mine = [0]  # (drawing no bits)
         if prefix is not None:
             prefix = [0]
     if drop[0] < 1.0 and world > 1:
-        mode, mask = _plain_rule_args(sparse_mode, None)
+        mode, mask = _plain_rule_args(sparse_mode, atten_mask)
         c = torch.tensor(local_cum, dtype=torch.int64)
         geo = _ops.DropoutGeometry(head_num=query.shape[1], actual_seq_qlen=torch.tensor(cum, dtype=torch.int64),
                                    actual_seq_kvlen=torch.tensor(cum, dtype=torch.int64),
                                    seq_index=torch.tensor(mine, dtype=torch.int64))
         kw = dict(drop=geo, pse=pse, pse_type=pse_type, prefix=prefix)
+        if tuple(alibi_start) != (0, 0):
+            kw.update(q_start_idx=[alibi_start[0]], kv_start_idx=[alibi_start[1]])
         out, mx, sm = _WholeDropAttention.apply(query, key, value, sink,
                                                 (mask, c, scale, drop[0], pre_tokens, next_tokens, head_num, mode,
                                                  drop[1], drop[2]), kw)
         return out, mx[..., 0], sm[..., 0]
-    return _plain_general(query, key, value, head_num, "TND", scale, sparse_mode, pre_tokens, next_tokens, None,
-                          prefix, sink, pse, pse_type, local_cum, drop)
+    return _plain_general(query, key, value, head_num, "TND", scale, sparse_mode, pre_tokens, next_tokens,
+                          atten_mask, prefix, sink, pse, pse_type, local_cum, drop, alibi_start=alibi_start)
+
+
+def _whole_mask(mask: Tensor, lengths, mine, sparse_mode: int) -> Tensor:
+    """The rank's [T_local, T_local] explicit mask (packed rows of its sequences) from the global
+    one, [maxSq, maxSkv] or [T1, T2] (the plain op reads both forms; only pairs inside a sequence
+    matter)."""
+    mask, origin = gen._tnd_mask_geometry(mask, lengths, lengths, sparse_mode)
+    rows = [torch.arange(origin[i][0], origin[i][0] + lengths[i]) for i in mine]
+    cols = [torch.arange(origin[i][1], origin[i][1] + lengths[i]) for i in mine]
+    r = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+    c = torch.cat(cols) if cols else torch.zeros(0, dtype=torch.int64)
+    return mask.index_select(0, r.to(mask.device)).index_select(1, c.to(mask.device)).contiguous()
+
+
+def _whole_pse(pse: Tensor, heads: int, lengths, mine, pse_type: int) -> Tensor:
+    """The rank's TND dense pse (its sequences' [N, Sq_i|1, Skv_i] blocks, flattened in local
+    order) from the global one."""
+    blocks = gen._tnd_pse_blocks(pse, heads, lengths, lengths, pse_type)
+    parts = [blocks[i].reshape(-1) for i in mine]
+    return torch.cat(parts) if parts else pse.new_zeros((0,))
