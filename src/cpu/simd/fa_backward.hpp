@@ -233,7 +233,7 @@ ATTNOPS_SIMD_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n, i
 
 // y[c] += a * x[c], c < n, as simd::axpy (the same FMAs) with whole vectors stored unmasked:
 // the row steps call it per kept (row, key) pair, and AMD cores microcode vmaskmovps stores
-// (about 10 cycles each on Zen 3; bench/results/amd-epyc-zen3-avx2/masked_store_cost.cpp).
+// (3-4 ns more each than a plain store on Zen 3; bench/results/amd-epyc-zen3-avx2/masked_store_cost.cpp).
 template <class V>
 ATTNOPS_SIMD_INLINE void axpyRow(int64_t n, float a, const float* __restrict x, float* __restrict y) {
     const auto av = V::set1(a);
