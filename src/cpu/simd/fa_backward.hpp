@@ -231,26 +231,60 @@ ATTNOPS_SIMD_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n, i
         cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * cols);
 }
 
+// y[c] += a * x[c], c < n, as simd::axpy (the same FMAs) with whole vectors stored unmasked:
+// the row steps call it per kept (row, key) pair, and AMD cores microcode vmaskmovps stores
+// (3-4 ns more each than a plain store on Zen 3; bench/results/amd-epyc-zen3-avx2/masked_store_cost.cpp).
+template <class V>
+ATTNOPS_SIMD_INLINE void axpyRow(int64_t n, float a, const float* __restrict x, float* __restrict y) {
+    const auto av = V::set1(a);
+    int64_t c = 0;
+    for (; c + V::kLanes <= n; c += V::kLanes) V::store(y + c, V::fmadd(av, V::load(x + c), V::load(y + c)));
+    if (c < n) {
+        const auto mk = V::tail(n - c);
+        V::storeMasked(y + c, mk, V::fmadd(av, V::loadMasked(mk, x + c), V::loadMasked(mk, y + c)));
+    }
+}
+
+// One vector of rowProbabilities: keys j .. j + kLanes (the first `live` of them with Masked).
+template <class V, bool Masked>
+ATTNOPS_SIMD_INLINE void probabilityVector(int64_t j, int64_t live, typename V::Vec vs, typename V::Vec vm,
+                                           typename V::Vec invL, typename V::Vec vd, float* s, float* dp,
+                                           const simd::BandLanes<V>* band, int64_t row, int64_t key0,
+                                           typename V::Vec* sumPdP) {
+    const auto mk = V::tail(live);
+    const auto kept = band != nullptr ? simd::keptKeys<V>(*band, key0 + j, row) : V::all();
+    const auto x = V::mul(Masked ? V::loadMasked(mk, s + j) : V::load(s + j), vs);  // rounded like the forward's
+    const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(x, vm)), invL));
+    const auto g = Masked ? V::loadMasked(mk, dp + j) : V::load(dp + j);
+    if (sumPdP != nullptr) *sumPdP = V::fmadd(pr, V::zeroUnless(kept, g), *sumPdP);  // masked dP may be inf
+    const auto ds = V::zeroUnless(kept, V::mul(V::mul(pr, V::sub(g, vd)), vs));
+    if constexpr (Masked) {
+        V::storeMasked(s + j, mk, pr);
+        V::storeMasked(dp + j, mk, ds);
+    } else {
+        V::store(s + j, pr);
+        V::store(dp + j, ds);
+    }
+}
+
 // P = exp(scale * s - m) / l and dp := scale * P * (dp - delta) for query row `row` against nk
 // keys from key0; with a band, both are 0 for the pairs it masks. With exactDelta, adds
 // sum_j P dP to it (per lane over the key vectors ascending, then the lanes ascending).
+// Whole vectors are loaded and stored unmasked, only a tail vector masked: AMD cores microcode
+// the vmaskmovps store (two per vector here, 3840 per block of 120 rows and 128 keys: 13 us of
+// a block's 200-300 us on Zen 3, masked_store_cost.cpp).
 template <class V>
 ATTNOPS_SIMD_INLINE void rowProbabilities(int64_t nk, float scale, float m, float l, float delta, float* s, float* dp,
                                           const simd::BandLanes<V>* band, int64_t row, int64_t key0,
                                           float* exactDelta = nullptr) {
     const auto vs = V::set1(scale), vm = V::set1(m), invL = V::set1(1.0f / l), vd = V::set1(delta);
     auto sumPdP = V::zero();
-    for (int64_t j = 0; j < nk; j += V::kLanes) {
-        const auto mk = V::tail(nk - j);
-        const auto kept = band != nullptr ? simd::keptKeys<V>(*band, key0 + j, row) : V::all();
-        const auto x = V::mul(V::loadMasked(mk, s + j), vs);  // rounded like the forward's
-        const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(x, vm)), invL));
-        V::storeMasked(s + j, mk, pr);
-        const auto g = V::loadMasked(mk, dp + j);
-        if (exactDelta != nullptr) sumPdP = V::fmadd(pr, V::zeroUnless(kept, g), sumPdP);  // masked dP may be inf
-        const auto ds = V::mul(pr, V::sub(g, vd));
-        V::storeMasked(dp + j, mk, V::zeroUnless(kept, V::mul(ds, vs)));
-    }
+    auto* sums = exactDelta != nullptr ? &sumPdP : nullptr;
+    const int64_t whole = nk / V::kLanes * V::kLanes;
+    for (int64_t j = 0; j < whole; j += V::kLanes)
+        probabilityVector<V, false>(j, V::kLanes, vs, vm, invL, vd, s, dp, band, row, key0, sums);
+    // (Lanes past nk load 0 and are not stored: the values of the masked loop this replaced.)
+    if (whole < nk) probabilityVector<V, true>(whole, nk - whole, vs, vm, invL, vd, s, dp, band, row, key0, sums);
     if (exactDelta != nullptr) {
         float lanes[V::kLanes];
         V::store(lanes, sumPdP);
@@ -395,9 +429,9 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                     if (!sc.kept[j]) continue;
                     float pd = s[j];
                     if (p.dropout.enabled) pd = sc.keep[j] ? pd * p.dropout.invKeepProb : 0.0f;
-                    simd::axpy<V>(dv, pd, doRows + r * ldv, dvAcc + j * dv);
-                    simd::axpy<V>(d, p.scale * dp[j], qRows + r * ld, dkAcc + j * d);
-                    if (dq != nullptr) simd::axpy<V>(d, p.scale * dp[j], kRows + j * ld, dq + r * d);
+                    axpyRow<V>(dv, pd, doRows + r * ldv, dvAcc + j * dv);
+                    axpyRow<V>(d, p.scale * dp[j], qRows + r * ld, dkAcc + j * d);
+                    if (dq != nullptr) axpyRow<V>(d, p.scale * dp[j], kRows + j * ld, dq + r * d);
                 }
             }
         }
@@ -594,7 +628,7 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
                                         exactDelta ? exactDelta + r : nullptr))
                     continue;
                 for (int64_t j = 0; j < nk; ++j)
-                    if (sc.kept[j]) simd::axpy<V>(d, p.scale * sc.dp1[j], kRows + j * d, sc.dqAcc + r * d);
+                    if (sc.kept[j]) axpyRow<V>(d, p.scale * sc.dp1[j], kRows + j * d, sc.dqAcc + r * d);
             }
         }
         storeRows(bp.dq, u.b, n1, qRow0, rows, d, sc.dqAcc);
