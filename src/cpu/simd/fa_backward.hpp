@@ -231,20 +231,6 @@ ATTNOPS_SIMD_INLINE void storeRows(const MutView4& view, int64_t b, int64_t n, i
         cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * cols);
 }
 
-// y[c] += a * x[c], c < n, as simd::axpy (the same FMAs) with whole vectors stored unmasked:
-// the row steps call it per kept (row, key) pair, and AMD cores microcode vmaskmovps stores
-// (3-4 ns more each than a plain store on Zen 3; bench/results/amd-epyc-zen3-avx2/masked_store_cost.cpp).
-template <class V>
-ATTNOPS_SIMD_INLINE void axpyRow(int64_t n, float a, const float* __restrict x, float* __restrict y) {
-    const auto av = V::set1(a);
-    int64_t c = 0;
-    for (; c + V::kLanes <= n; c += V::kLanes) V::store(y + c, V::fmadd(av, V::load(x + c), V::load(y + c)));
-    if (c < n) {
-        const auto mk = V::tail(n - c);
-        V::storeMasked(y + c, mk, V::fmadd(av, V::loadMasked(mk, x + c), V::loadMasked(mk, y + c)));
-    }
-}
-
 // One vector of rowProbabilities: keys j .. j + kLanes (the first `live` of them with Masked).
 template <class V, bool Masked>
 ATTNOPS_SIMD_INLINE void probabilityVector(int64_t j, int64_t live, typename V::Vec vs, typename V::Vec vm,
@@ -429,9 +415,9 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                     if (!sc.kept[j]) continue;
                     float pd = s[j];
                     if (p.dropout.enabled) pd = sc.keep[j] ? pd * p.dropout.invKeepProb : 0.0f;
-                    axpyRow<V>(dv, pd, doRows + r * ldv, dvAcc + j * dv);
-                    axpyRow<V>(d, p.scale * dp[j], qRows + r * ld, dkAcc + j * d);
-                    if (dq != nullptr) axpyRow<V>(d, p.scale * dp[j], kRows + j * ld, dq + r * d);
+                    simd::axpy<V>(dv, pd, doRows + r * ldv, dvAcc + j * dv);
+                    simd::axpy<V>(d, p.scale * dp[j], qRows + r * ld, dkAcc + j * d);
+                    if (dq != nullptr) simd::axpy<V>(d, p.scale * dp[j], kRows + j * ld, dq + r * d);
                 }
             }
         }
@@ -628,7 +614,7 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
                                         exactDelta ? exactDelta + r : nullptr))
                     continue;
                 for (int64_t j = 0; j < nk; ++j)
-                    if (sc.kept[j]) axpyRow<V>(d, p.scale * sc.dp1[j], kRows + j * d, sc.dqAcc + r * d);
+                    if (sc.kept[j]) simd::axpy<V>(d, p.scale * sc.dp1[j], kRows + j * d, sc.dqAcc + r * d);
             }
         }
         storeRows(bp.dq, u.b, n1, qRow0, rows, d, sc.dqAcc);
