@@ -90,7 +90,6 @@ struct Scratch {
     int64_t* rLines;    // [ropeDim / kLanes]
     int64_t kLineCount = 0, vLineCount = 0, rLineCount = 0;
     bool kDense = false, vDense = false;  // vector v of every key / value row at element v * kLanes
-    int64_t kRowBytes = 0, vRowBytes = 0;  // bytes of a dense key / value row (0: not dense)
     uint8_t* kept;      // [keyRows]
     // Packed blocks (packs(): several row tiles share each key/value row): the block's key rows
     // [k ; k_rope] and value rows converted to fp32 once, read by every row tile.
@@ -210,22 +209,6 @@ ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int6
     for (int64_t i = 0; i < count; ++i) __builtin_prefetch(row + lines[i], 0, 3);
 }
 
-// The lines of rows [i0, i1) of a block: when the rows lie back to back (`bytes` each: a page of
-// a BnNBsD cache, BNSD), one walk over their span, fewer instructions than row by row through
-// the line offsets; otherwise row by row. A prefetch is a hint: a wrong guess costs time only.
-ATTNOPS_SIMD_INLINE void prefetchRows(const char* const* rows, int64_t i0, int64_t i1, int64_t bytes,
-                                      const int64_t* lines, int64_t count) {
-    const char* first = rows[i0];
-    if (bytes > 0 && rows[i1 - 1] == first + (i1 - 1 - i0) * bytes) {
-        const char* end = first + (i1 - i0) * bytes;
-#pragma GCC unroll 4
-        for (const char* a = first; a < end; a += kLineBytes) __builtin_prefetch(a, 0, 3);
-        __builtin_prefetch(end - 1, 0, 3);  // the last line when the span does not start on one
-        return;
-    }
-    for (int64_t i = i0; i < i1; ++i) prefetchRow(rows[i], lines, count);
-}
-
 // out[i] = the lanes of x[i] summed by V::sum8's tree, i < N (dotStep: NK x kRowTile): whole
 // groups of 8, then the rest padded by repeating it (each output depends on its own vector only).
 template <class V, int N>
@@ -295,12 +278,12 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
                              float* st, int64_t ldst, const Scratch* pre) {
     static_assert(kDotKeys == 3, "the remainder below takes one or two keys");
     for (int64_t j = 0; j < nk; j += kDotKeys) {
-        if (pre != nullptr && j < pre->nextRows) {
-            const int64_t i1 = std::min(j + kDotKeys, pre->nextRows);
-            prefetchRows(pre->kNext, j, i1, pre->kRowBytes, pre->kLines, pre->kLineCount);
-            if (pre->prefetchValues) prefetchRows(pre->vNext, j, i1, pre->vRowBytes, pre->vLines, pre->vLineCount);
-            for (int64_t i = j; i < i1 && dr > 0; ++i) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
-        }
+        if (pre != nullptr)
+            for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
+                prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
+                if (pre->prefetchValues) prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
+                if (dr > 0) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
+            }
         const char* const* ropes = dr > 0 ? rRow + j : nullptr;
         switch (std::min(kDotKeys, nk - j)) {
             case 1: dotStep<V, T, NR, 1, Dense>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, ldst); break;
@@ -696,8 +679,6 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
     sc.kDense = denseChunks(sc.kChunk, d, V::kLanes);
     sc.vDense = denseChunks(sc.vChunk, dv, V::kLanes);
-    sc.kRowBytes = sc.kDense ? byteOffset(p.key.dtype, d) : 0;
-    sc.vRowBytes = sc.vDense ? byteOffset(p.value.dtype, dv) : 0;
     sc.prefetchValues = !p.valueIsKey;
     const bool pack = packs(p, R);
     const int64_t keyRun = runKeys(d + p.ropeDim), valueRun = runKeys(dv);
