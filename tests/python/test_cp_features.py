@@ -79,16 +79,7 @@ def sharded(case, q, k, v, dout, lengths, extra, scale, keep, grp):
     scheme = case.get("scheme", "zigzag")
     local = [cp.shard(t, group, seq_dim=dim, scheme=scheme, cu_seqlens=cum, ulysses_group=ug).requires_grad_(i < 3)
              for i, t in enumerate((q, k, v, dout))]
-    mode = case["mode"]
-    kw = dict(sparse_mode=mode, pre_tokens=case.get("pre", INT32_MAX), next_tokens=case.get("next", INT32_MAX))
-    if mode in (0, 1, 5) and "atten_mask" in extra:
-        kw["atten_mask"] = extra["atten_mask"]
-    if mode in (5, 6):
-        kw["prefix"] = extra["prefix"]
-    if "sink" in extra:
-        kw["sink"] = extra["sink"].clone().requires_grad_()
-    if "pse" in extra:
-        kw.update(pse=extra["pse"], pse_type=extra["pse_type"])
+    kw = mask_kwargs(case, extra)
     cp.comm_stats.reset()
     _cp_general.kernel_calls.clear()
     out, mx, sm = cp.attention(local[0], local[1], local[2], N, layout, scale=scale, group=group, ulysses_group=ug,
@@ -130,12 +121,49 @@ def compare(tag, case, world, got, again, want, ref32, failures, exact=False):
                 failures.append(f"{tag}: {NAMES[i]} error {err:.3e} against fp32 > {bound:.3e} (single-process "
                                 f"{base:.3e})")
             continue
-        a, w = a.double(), w.double()
-        finite = w[torch.isfinite(w)]
-        bound = 1e-5 * max(1.0, finite.abs().max().item() if finite.numel() else 0.0)
-        err = torch.where(a == w, torch.zeros_like(a), a - w).abs().max().item() if a.numel() else 0.0
+        err, bound = fp32_error(a, w)
         if not err <= bound:
             failures.append(f"{tag}: {NAMES[i]} error {err:.3e} against the single-process op > {bound:.3e}")
+
+
+def fp32_error(a, w):
+    """(error, bound) of a against w under the fp32 rule: 1e-5 relative to w's largest finite
+    magnitude (at least 1); equal values, infinities included, count as no error."""
+    a, w = a.double(), w.double()
+    finite = w[torch.isfinite(w)]
+    bound = 1e-5 * max(1.0, finite.abs().max().item() if finite.numel() else 0.0)
+    err = torch.where(a == w, torch.zeros_like(a), a - w).abs().max().item() if a.numel() else 0.0
+    return err, bound
+
+
+def expect_matches_plain(tag, names, got, want, world, failures):
+    """Sharded fp32 results against the plain entry point's (sharded the same way): the same
+    shapes; at W = 1 the same bits; otherwise the fp32 rule (fp32_error)."""
+    for name, a, w in zip(names, got, want):
+        if a.shape != w.shape:
+            failures.append(f"{tag}: {name} shape {list(a.shape)}, expected {list(w.shape)}")
+        elif world == 1:
+            if not torch.equal(bits(a), bits(w)):
+                failures.append(f"{tag}: {name} is not bit-identical to the plain entry point")
+        else:
+            err, bound = fp32_error(a, w)
+            if not err <= bound:
+                failures.append(f"{tag}: {name} error {err:.3e} against the plain entry point > {bound:.3e}")
+
+
+def mask_kwargs(case, extra):
+    """The sparse mode, band and the case's mask, prefix, pse and sink as attention keywords."""
+    mode = case["mode"]
+    kw = dict(sparse_mode=mode, pre_tokens=case.get("pre", INT32_MAX), next_tokens=case.get("next", INT32_MAX))
+    if mode in (0, 1, 5) and "atten_mask" in extra:
+        kw["atten_mask"] = extra["atten_mask"]
+    if mode in (5, 6):
+        kw["prefix"] = extra["prefix"]
+    if "sink" in extra:
+        kw["sink"] = extra["sink"].clone().requires_grad_()
+    if "pse" in extra:
+        kw.update(pse=extra["pse"], pse_type=extra["pse_type"])
+    return kw
 
 
 def seen_pairs(case, s, lengths, extra):

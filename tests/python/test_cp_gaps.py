@@ -327,20 +327,7 @@ def check_entry_points(case, world, rank, failures):
         want = [local(want[0], qc), local(want[1], qc), local(want[2], qc), local(want[3], kc), local(want[4], kc)]
         got = run(sharded, local(q, qc), local(k, kc), local(v, kc), local(dout, qc), lambda r: r[1][..., 0].detach())
     tag = f"{case['kind']} W={world} rank={rank} {dict((a, b) for a, b in case.items() if a not in ('w', 'kind'))}"
-    for name, a, w in zip(["out", "lse/max", "dq", "dk", "dv"], got, want):
-        if a.shape != w.shape:
-            failures.append(f"{tag}: {name} shape {list(a.shape)}, expected {list(w.shape)}")
-            continue
-        if world == 1:
-            if not torch.equal(feat.bits(a), feat.bits(w)):
-                failures.append(f"{tag}: {name} is not bit-identical to the plain entry point")
-            continue
-        a, w = a.double(), w.double()
-        finite = w[torch.isfinite(w)]
-        bound = 1e-5 * max(1.0, finite.abs().max().item() if finite.numel() else 0.0)
-        err = torch.where(a == w, torch.zeros_like(a), a - w).abs().max().item() if a.numel() else 0.0
-        if not err <= bound:
-            failures.append(f"{tag}: {name} error {err:.3e} against the plain entry point > {bound:.3e}")
+    feat.expect_matches_plain(tag, ["out", "lse/max", "dq", "dk", "dv"], got, want, world, failures)
 
 
 def entry_cases():

@@ -157,16 +157,7 @@ def sharded(case, q, k, v, dout, lens, extra, keep, grp):
         return cp.shard(t, group, seq_dim=dim, scheme=scheme, cu_seqlens=cum, ulysses_group=ug)
 
     lq, lk, lv = local(q, qc).requires_grad_(), local(k, kc).requires_grad_(), local(v, kc).requires_grad_()
-    mode = case["mode"]
-    kw = dict(sparse_mode=mode, pre_tokens=case.get("pre", INT32_MAX), next_tokens=case.get("next", INT32_MAX))
-    if mode in (0, 1, 5) and "atten_mask" in extra:
-        kw["atten_mask"] = extra["atten_mask"]
-    if mode in (5, 6):
-        kw["prefix"] = extra["prefix"]
-    if "pse" in extra:
-        kw.update(pse=extra["pse"], pse_type=extra["pse_type"])
-    if "sink" in extra:
-        kw["sink"] = extra["sink"].clone().requires_grad_()
+    kw = feat.mask_kwargs(case, extra)
     if lens is not None and case.get("cross"):
         kw["cu_seqlens_kv"] = kc
     cp.comm_stats.reset()
@@ -324,20 +315,7 @@ def check_flash_alibi(case, world, rank, failures):
             local(want[4], kc)]
     got = run(cp_fn[0], local(q, qc), local(k, kc), local(v, kc), local(dout, qc), comm=case["comm"])
     tag = f"flash-alibi W={world} rank={rank} {case}"
-    for name, a, w in zip(["out", "softmax_lse", "dq", "dk", "dv"], got, want):
-        if a.shape != w.shape:
-            failures.append(f"{tag}: {name} shape {list(a.shape)}, expected {list(w.shape)}")
-            continue
-        if world == 1:
-            if not torch.equal(feat.bits(a), feat.bits(w)):
-                failures.append(f"{tag}: {name} is not bit-identical to the plain entry point")
-            continue
-        a, w = a.double(), w.double()
-        finite = w[torch.isfinite(w)]
-        bound = 1e-5 * max(1.0, finite.abs().max().item() if finite.numel() else 0.0)
-        err = torch.where(a == w, torch.zeros_like(a), a - w).abs().max().item() if a.numel() else 0.0
-        if not err <= bound:
-            failures.append(f"{tag}: {name} error {err:.3e} against the plain entry point > {bound:.3e}")
+    feat.expect_matches_plain(tag, ["out", "softmax_lse", "dq", "dk", "dv"], got, want, world, failures)
 
 
 def flash_cases():
