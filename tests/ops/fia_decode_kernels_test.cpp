@@ -16,40 +16,18 @@
 #include <utility>
 
 #include "attnops/attnops.h"
-#include "forced_impl.hpp"
+#include "fia_problems.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
 
 using namespace attnops;
 using namespace attnops::tools;
 using attnops::fia::kSplitKeys;
-using attnops::testsupport::ForcedImpl;
+using attnops::testing::expectVectorKernel;
 
 namespace {
 
 const char* const kVectorImplementations[] = {"avx512", "avx2"};
-
-// Runs p with `impl` forced; false (and nothing checked) when this CPU lacks it. The kernel must
-// take the problem (no fallback) and match the reference.
-bool expectVectorKernel(const char* impl, const FiaProblem& p) {
-    SCOPED_TRACE(std::string(impl) + ": " + p.describe());
-    FiaInstance inst(p);
-    attnopsStatus st;
-    {
-        ForcedImpl force(impl);
-        st = inst.run();
-    }
-    if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) return false;
-    EXPECT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-    if (st != ATTNOPS_SUCCESS) return true;
-    EXPECT_EQ(lastImplementation(), impl);
-    const FiaCheck r = checkFia(inst);
-    EXPECT_TRUE(r.passed) << r.firstFailure << " (rows " << r.rows << ", error " << r.maxAbsError << ", tolerance " << r.tolerance
-                          << ", lse error " << r.maxLseError << ")";
-    EXPECT_GT(r.rows, 0);
-    EXPECT_GT(r.maxAbsReference, 0.0);
-    return true;
-}
 
 enum class Kv { Bf16, Fp16, Int8PerChannel, Int8PerToken };
 

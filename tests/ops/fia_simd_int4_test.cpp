@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
@@ -25,6 +26,7 @@
 using namespace attnops;
 using namespace attnops::tools;
 using attnops::fia::kSplitKeys;
+using attnops::testing::expectVectorKernel;
 using attnops::testsupport::ForcedImpl;
 
 namespace {
@@ -45,27 +47,6 @@ FiaProblem int4Decode(const std::string& layout, int64_t heads, int64_t kvHeads,
     p.keyQuantMode = keyMode;
     p.valueQuantMode = valueMode;
     return p;
-}
-
-// Runs p with `impl` forced; false (and nothing checked) when this CPU lacks it. The kernel must
-// take the problem (no fallback) and match the reference.
-bool expectVectorKernel(const char* impl, const FiaProblem& p) {
-    SCOPED_TRACE(std::string(impl) + ": " + p.describe());
-    FiaInstance inst(p);
-    attnopsStatus st;
-    {
-        ForcedImpl force(impl);
-        st = inst.run();
-    }
-    if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) return false;
-    EXPECT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-    if (st != ATTNOPS_SUCCESS) return true;
-    EXPECT_EQ(lastImplementation(), impl);
-    const FiaCheck r = checkFia(inst);
-    EXPECT_TRUE(r.passed) << r.firstFailure << " (rows " << r.rows << ", error " << r.maxAbsError << ", tolerance " << r.tolerance
-                          << ", lse error " << r.maxLseError << ")";
-    EXPECT_GT(r.rows, 0);
-    return true;
 }
 
 struct Outputs {

@@ -76,4 +76,26 @@ inline void expectFiaMatchesReference(const tools::FiaProblem& p, std::initializ
     }
 }
 
+// Runs p with the vector kernel `impl` forced; false (and nothing checked) when this CPU lacks
+// it. The kernel must take the problem (no fallback), attend something and match the reference.
+inline bool expectVectorKernel(const char* impl, const tools::FiaProblem& p) {
+    SCOPED_TRACE(std::string(impl) + ": " + p.describe());
+    tools::FiaInstance inst(p);
+    attnopsStatus st;
+    {
+        testsupport::ForcedImpl force(impl);
+        st = inst.run();
+    }
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) return false;
+    EXPECT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    if (st != ATTNOPS_SUCCESS) return true;
+    EXPECT_EQ(tools::lastImplementation(), impl);
+    const tools::FiaCheck r = tools::checkFia(inst);
+    EXPECT_TRUE(r.passed) << r.firstFailure << " (rows " << r.rows << ", error " << r.maxAbsError << ", tolerance "
+                          << r.tolerance << ", lse error " << r.maxLseError << ")";
+    EXPECT_GT(r.rows, 0);
+    EXPECT_GT(r.maxAbsReference, 0.0);
+    return true;
+}
+
 }  // namespace attnops::testing
