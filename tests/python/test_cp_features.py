@@ -71,7 +71,7 @@ def single(case, q, k, v, dout, lengths, extra, scale, keep, q_lengths=None):
 
 
 def sharded(case, q, k, v, dout, lengths, extra, scale, keep, grp):
-    from attnops.torch import _cp_general, cp
+    from attnops.torch import cp
 
     group, ug = grp
     layout, dim = case["layout"], SEQ_DIM[case["layout"]]
@@ -79,17 +79,29 @@ def sharded(case, q, k, v, dout, lengths, extra, scale, keep, grp):
     scheme = case.get("scheme", "zigzag")
     local = [cp.shard(t, group, seq_dim=dim, scheme=scheme, cu_seqlens=cum, ulysses_group=ug).requires_grad_(i < 3)
              for i, t in enumerate((q, k, v, dout))]
-    kw = mask_kwargs(case, extra)
+    res, fwd, both = attend_and_backward(
+        lambda a, b, c, **kw: cp.attention(a, b, c, N, layout, scale=scale, group=group, ulysses_group=ug,
+                                           comm=case["comm"], scheme=scheme, cu_seqlens=cum, keep_prob=keep,
+                                           seed=SEED, **kw),
+        *local, mask_kwargs(case, extra))
+    return res, (fwd, *both)
+
+
+def attend_and_backward(attend, q, k, v, dout, kw):
+    """attend(q, k, v, **kw) -> (out, softmax_max, softmax_sum) with the transfer and kernel-call
+    counters reset, then out.backward(dout). Returns [out, max, sum, dq, dk, dv (, dsink with a
+    sink in kw)], the counters (transfers, kernel calls) after the forward, and after both."""
+    from attnops.torch import _cp_general, cp
+
     cp.comm_stats.reset()
     _cp_general.kernel_calls.clear()
-    out, mx, sm = cp.attention(local[0], local[1], local[2], N, layout, scale=scale, group=group, ulysses_group=ug,
-                               comm=case["comm"], scheme=scheme, cu_seqlens=cum, keep_prob=keep, seed=SEED, **kw)
+    out, mx, sm = attend(q, k, v, **kw)
     fwd = (dict(cp.comm_stats.transfers), dict(_cp_general.kernel_calls))
-    out.backward(local[3])
-    res = [out.detach(), mx, sm, local[0].grad, local[1].grad, local[2].grad]
+    out.backward(dout)
+    res = [out.detach(), mx, sm, q.grad, k.grad, v.grad]
     if "sink" in kw:
         res.append(kw["sink"].grad)
-    return res, (fwd, dict(cp.comm_stats.transfers), dict(_cp_general.kernel_calls))
+    return res, fwd, (dict(cp.comm_stats.transfers), dict(_cp_general.kernel_calls))
 
 
 NAMES = ["out", "softmax_max", "softmax_sum", "dq", "dk", "dv", "dsink"]

@@ -190,7 +190,7 @@ def single_tnd_cross(case, q, k, v, dout, ql, kl, extra, scale, keep):
 
 
 def sharded_tnd_cross(case, q, k, v, dout, ql, kl, extra, scale, keep, grp):
-    from attnops.torch import _cp_general, cp
+    from attnops.torch import cp
 
     group, ug = grp
     qc, kc = (torch.tensor(x).cumsum(0).tolist() for x in (ql, kl))
@@ -204,16 +204,12 @@ def sharded_tnd_cross(case, q, k, v, dout, ql, kl, extra, scale, keep, grp):
     kw = dict(sparse_mode=case["mode"], pre_tokens=case.get("pre", INT32_MAX), next_tokens=case.get("next", INT32_MAX))
     if "sink" in extra:
         kw["sink"] = extra["sink"].clone().requires_grad_()
-    cp.comm_stats.reset()
-    _cp_general.kernel_calls.clear()
-    out, mx, sm = cp.attention(lq, lk, lv, N, "TND", scale=scale, group=group, ulysses_group=ug, comm=case["comm"],
-                               scheme=scheme, cu_seqlens=qc, cu_seqlens_kv=kc, keep_prob=keep, seed=SEED, **kw)
-    fwd = dict(cp.comm_stats.transfers)
-    out.backward(ld)
-    res = [out.detach(), mx, sm, lq.grad, lk.grad, lv.grad]
-    if "sink" in kw:
-        res.append(kw["sink"].grad)
-    return res, (fwd, dict(cp.comm_stats.transfers))
+    res, fwd, both = feat.attend_and_backward(
+        lambda a, b, c, **kw: cp.attention(a, b, c, N, "TND", scale=scale, group=group, ulysses_group=ug,
+                                           comm=case["comm"], scheme=scheme, cu_seqlens=qc, cu_seqlens_kv=kc,
+                                           keep_prob=keep, seed=SEED, **kw),
+        lq, lk, lv, ld, kw)
+    return res, (fwd[0], both[0])
 
 
 def check_tnd_cross(case, world, rank, failures):

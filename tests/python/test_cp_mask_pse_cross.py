@@ -146,7 +146,7 @@ def single(case, q, k, v, dout, lens, extra, keep):
 
 
 def sharded(case, q, k, v, dout, lens, extra, keep, grp):
-    from attnops.torch import _cp_general, cp
+    from attnops.torch import cp
 
     group, ug = grp
     layout, dim = case["layout"], SEQ_DIM[case["layout"]]
@@ -160,16 +160,12 @@ def sharded(case, q, k, v, dout, lens, extra, keep, grp):
     kw = feat.mask_kwargs(case, extra)
     if lens is not None and case.get("cross"):
         kw["cu_seqlens_kv"] = kc
-    cp.comm_stats.reset()
-    _cp_general.kernel_calls.clear()
-    out, mx, sm = cp.attention(lq, lk, lv, N, layout, scale=1 / math.sqrt(D), group=group, ulysses_group=ug,
-                               comm=case["comm"], scheme=scheme, cu_seqlens=qc, keep_prob=keep, seed=SEED, **kw)
-    fwd = dict(cp.comm_stats.transfers)
-    out.backward(local(dout, qc))
-    res = [out.detach(), mx, sm, lq.grad, lk.grad, lv.grad]
-    if "sink" in kw:
-        res.append(kw["sink"].grad)
-    return res, (fwd, dict(cp.comm_stats.transfers))
+    res, fwd, both = feat.attend_and_backward(
+        lambda a, b, c, **kw: cp.attention(a, b, c, N, layout, scale=1 / math.sqrt(D), group=group, ulysses_group=ug,
+                                           comm=case["comm"], scheme=scheme, cu_seqlens=qc, keep_prob=keep,
+                                           seed=SEED, **kw),
+        lq, lk, lv, local(dout, qc), kw)
+    return res, (fwd[0], both[0])
 
 
 def check_case(case, world, rank, failures):
