@@ -317,7 +317,6 @@ ATTNOPS_SIMD_FN static void bandValues(const SeqRule& rule, int64_t skv, int64_t
 //     (acc clobbered; tmp: a scratch row of max(keyRows, d, dv) floats).
 // FaSteps is FlashAttentionScore's; FusedInferAttentionScore's prefill route has its own
 // (cpu/simd/fia_prefill.hpp: probabilities rounded to the query dtype, FIA's end of row).
-#define ATTNOPS_SIMD_STEP __attribute__((always_inline)) ATTNOPS_SIMD_FN
 
 // FlashAttentionScore: P multiplies V as the softmax leaves it (dropout in the row steps); rows
 // end with the output and the softmax statistics.

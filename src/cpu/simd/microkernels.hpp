@@ -24,6 +24,8 @@
 #include "ops/flash_attention_score/semantics.hpp"
 
 #define ATTNOPS_SIMD_INLINE static inline __attribute__((always_inline)) ATTNOPS_SIMD_FN
+// A member step of a kernel policy (FaSteps, PrefillSteps): inlined into the unit loop that calls it.
+#define ATTNOPS_SIMD_STEP __attribute__((always_inline)) ATTNOPS_SIMD_FN
 
 namespace attnops::cpu::simd {
 
