@@ -1,8 +1,9 @@
 """Context parallelism for everything beyond "no mask or causal": sparse modes 0-8 (bands,
 prefixes, the TND split modes 7/8, explicit masks: TND in its [maxSq, maxSkv] and [T1, T2] forms),
 learnable sinks, pse (alibi slopes from global positions, dense pse sliced per block: TND's
-flattened forms cut into per-sequence [N, Sq_i|1, Skv_i] blocks first), and the Ulysses-inside,
-ring-across hybrid.
+flattened forms cut into per-sequence [N, Sq_i|1, Skv_i] blocks first; the compressed 1024-row
+alibi form expanded into each block's dense bias from its global positions), and the
+Ulysses-inside, ring-across hybrid.
 
 One mechanism serves all of them. Every row a rank holds has a global position (a sequence and
 a position in it); the rows of a shard form a few contiguous runs (one for "contiguous", two for

@@ -36,7 +36,8 @@ whole sequences per rank with ``scheme="whole"``, balanced by work, no communica
 rank r holds tokens [floor(rT/W), floor((r+1)T/W)));
 self-attention, and cross-attention shards (global S1 != S2, every comm and the hybrid, every
 sparse mode, explicit masks, pse; TND with ``cu_seqlens_kv``, per-sequence query and key lengths,
-schemes zigzag, contiguous and llama3);
+schemes zigzag, contiguous, llama3, and whole: keys on their queries' rank, shard(..., assign_by=));
+the compressed 1024-row alibi pse form (each block's bias expanded from its global positions);
 GQA/MQA; Dv != D. No mask or causal take the paths below; sparse modes 0-8 (bands, prefixes, TND
 modes 7/8, explicit global masks), learnable sinks, pse (alibi slopes on global positions, dense
 global bias), the Ulysses-inside, ring-across hybrid (``ulysses_group=``), "llama3" and
