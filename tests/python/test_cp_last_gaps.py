@@ -324,5 +324,11 @@ def test_last_gaps_argument_errors(tmp_path):
         assert all(torch.equal(a, b) for a, b in zip(got[:3], want[:3]))
         got = cp.npu_fusion_attention(t, kv, kv, 4, "TND", **kw)
         assert all(torch.equal(a, b) for a, b in zip(got[:3], want[:3]))
+        # ... and cp.flash_attn_varlen_func with scheme "whole" and cu_seqlens_k != cu_seqlens_q.
+        from attnops.torch import flash_attn_varlen_func
+        fq, fk = torch.tensor([0, 4, 12], dtype=torch.int32), torch.tensor([0, 6, 14], dtype=torch.int32)
+        want = flash_attn_varlen_func(t, kv, kv, fq, fk, 8, 8, causal=True, return_attn_probs=True)
+        got = cp.flash_attn_varlen_func(t, kv, kv, fq, fk, 8, 8, causal=True, return_attn_probs=True, scheme="whole")
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     finally:
         dist.destroy_process_group()

@@ -1113,7 +1113,9 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     sharded by cu_seqlens_k, every sequence on its own. Returns out
     [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs). window_size and
     alibi_slopes ([H]) apply per sequence, on global positions; dropout (no window or alibi) draws
-    the single-process op's keep bits. scheme="whole": whole sequences per rank (:func:`shard_whole`)."""
+    the single-process op's keep bits. scheme="whole": whole sequences per rank (:func:`shard_whole`;
+    with cross-attention k/v follow their queries: ``shard_whole(k, cu_seqlens=cu_seqlens_k,
+    assign_by=cu_seqlens_q)``)."""
     g, _, _, _, world, _ = _flat(group, ulysses_group)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p = {dropout_p}: must be in [0, 1)")
