@@ -61,6 +61,7 @@ def cases():
         keep=KEEP, comm="ring")
     add((3,), "whole-cross", cross=True, scheme="whole", mode=6, pse="alibi3", comm="ring")
     add((2,), "whole-cross", cross=True, scheme="whole", mode=1, mask="max", pse="rows", comm="ring", dtype=bf16)
+    add((3,), "whole-cross", cross=True, scheme="whole", few=True, mode=3, sink=True, keep=KEEP, comm="ring")
     return c
 
 

@@ -45,7 +45,9 @@ def lengths_of(case, world):
     if case["layout"] != "TND":
         return None
     scheme = case.get("scheme", "zigzag")
-    if case.get("cross") and scheme == "whole":  # uneven; a sequence with keys but no query; ranks without one at W >= 5
+    if case.get("cross") and scheme == "whole":  # uneven; a sequence with keys but no query
+        if case.get("few"):  # two sequences: ranks without one at W >= 3
+            return [5, 13], [9, 4]
         return [5, 0, 13, 2, 7], [9, 3, 4, 2, 12]
     if case.get("cross") and scheme == "llama3":  # T1 = 25, T2 = 30: slices uneven at most W; empty pieces
         return [5, 0, 11, 1, 8], [9, 3, 4, 2, 12]
