@@ -70,6 +70,7 @@ def cases():
 
 
 FIXED_S, FIXED_B, FIXED_N, FIXED_NK = 1032, 1, 2, 1  # S = 1032: 2W chunks for W = 1, 2, 3, 4
+ULYSSES_N = 12  # query heads divisible by every W of the long run
 
 
 def fixed_cases():
@@ -82,7 +83,7 @@ def fixed_cases():
 
     add((1, 2), layout="BSND", mode=3, comm="ring")
     add((3,), layout="SBH", mode=0, next=0, comm="allgather", pse_batch=True)
-    add((2,), layout="BNSD", mode=2, comm="ulysses", pse_type=0, scheme="contiguous")
+    add((2,), layout="BNSD", mode=2, comm="ulysses", pse_type=0, scheme="contiguous", heads=ULYSSES_N)
     add((2,), layout="BSH", mode=3, comm="ring", dtype=torch.bfloat16)
     return c
 
@@ -96,7 +97,7 @@ def check_compressed_fixed(case, world, rank, failures):
     layout, dtype, mode = case["layout"], case["dtype"], case["mode"]
     scheme = case.get("scheme", "zigzag")
     g = torch.Generator().manual_seed(case["seed"])
-    s, b, n, nk = FIXED_S, FIXED_B, FIXED_N, FIXED_NK
+    s, b, n, nk = FIXED_S, FIXED_B, case.get("heads", FIXED_N), FIXED_NK
     q, k, v, dout = (layout_tensor(layout, b, h, s, d, dtype, g) for h, d in ((n, D), (nk, D), (nk, DV), (n, DV)))
     comp = torch.randn(b if case.get("pse_batch") else 1, n, 1024, s, generator=g).to(dtype)
     pse_type = case.get("pse_type", 1)
