@@ -11,6 +11,11 @@ configuration is recorded (a shared machine's other work slows every figure).
 
   PYTHONPATH=python python3 bench/cp_bench.py --seq 4096 --heads 8 --dim 64 --dtype fp32 \
       --json bench/results/<machine>/cp_bench.json   (<machine>: a slug naming the CPU)
+
+--quick: W = 1 and 2 with ring, all-gather and Ulysses on a shorter sequence (S = 2048, N = 8,
+D = 64, fp32, 2 timed steps): four process groups, a few seconds each on an idle machine (the
+process start-up and the first kernel call are most of it), well under 3 minutes in all; any
+option given beside it wins over its preset. It prints the total wall time at the end.
 """
 import argparse
 import json
@@ -28,22 +33,33 @@ import torch.multiprocessing as mp
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def parse_args():
+# Defaults, and the --quick preset (options given explicitly win over both).
+FULL = dict(seq=4096, worlds="1,2,4", comms="ring,allgather,ulysses,hybrid", steps=3)
+QUICK = dict(seq=2048, worlds="1,2", comms="ring,allgather,ulysses", steps=2)
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seq", type=int, default=4096, help="global sequence length")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"preset for a short check: {', '.join(f'--{k} {v}' for k, v in QUICK.items())}")
+    ap.add_argument("--seq", type=int, default=None, help=f"global sequence length (default {FULL['seq']})")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    ap.add_argument("--worlds", default="1,2,4")
-    ap.add_argument("--comms", default="ring,allgather,ulysses,hybrid")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--worlds", default=None, help=f"process counts (default {FULL['worlds']})")
+    ap.add_argument("--comms", default=None, help=f"schemes for W > 1 (default {FULL['comms']})")
+    ap.add_argument("--steps", type=int, default=None, help=f"timed steps after a warm-up (default {FULL['steps']})")
     ap.add_argument("--no-accumulate", action="store_true",
                     help="ring backward: per-block gradients added in Python instead of the kernel adding into the "
                          "fp32 accumulators (accumulateGrads); for the before/after comparison")
     ap.add_argument("--json", help="write the results here")
-    return ap.parse_args()
+    args = ap.parse_args(argv)
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 def worker(rank, world, comm, args, store, out_dir):
@@ -89,6 +105,7 @@ def worker(rank, world, comm, args, store, out_dir):
 
 def main():
     args = parse_args()
+    start = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for world in (int(w) for w in args.worlds.split(",")):
@@ -109,9 +126,12 @@ def main():
                            load_after=os.getloadavg()[0])
                 rows.append(row)
                 print(f"W={world} {comm:9s} step {step * 1e3:9.1f} ms  waiting {wait * 1e3:8.1f} ms "
-                      f"({100 * wait / step:5.1f}%)  sent {row['sent_mib_per_rank']:8.2f} MiB/rank  "
+                      f"({100 * wait / step:5.1f}%)  sent {row['sent_mib_per_rank']:8.2f} MiB/rank/step  "
                       f"threads/rank {row['threads_per_rank']}  load {load_before:.1f}/{row['load_after']:.1f}",
                       flush=True)
+    print(f"total wall time {time.perf_counter() - start:.1f} s (S = {args.seq}, N = {args.heads}, Nk = "
+          f"{args.kv_heads}, D = {args.dim}, {args.dtype}, {args.steps} timed steps; CPU: {_cpu_name()}, "
+          f"{os.cpu_count()} logical CPUs)", flush=True)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

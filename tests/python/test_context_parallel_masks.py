@@ -470,7 +470,7 @@ def test_argument_errors_name_the_culprit(tmp_path):
             cp.attention(q, q, q, 4, "BSND", scale=1.0, sink=torch.zeros(3))
         with pytest.raises(ValueError, match="pse: shape \\[4\\] dtype torch.float64"):
             cp.attention(q, q, q, 4, "BSND", scale=1.0, pse=torch.zeros(4, dtype=torch.float64), pse_type=2)
-        with pytest.raises(ValueError, match="q_start_idx/kv_start_idx"):
+        with pytest.raises(ValueError, match="q_start_idx: given with pse_type 1 and no pse"):
             cp.npu_fusion_attention(q, q, q, 4, "BSND", q_start_idx=[0])
         with pytest.raises(ValueError, match="scheme = 'whole'.*TND"):
             cp.attention(q, q, q, 4, "BSND", scale=1.0, scheme="whole")

@@ -30,6 +30,7 @@ import torch.distributed as dist
 import cp_harness
 import test_context_parallel_masks as masks
 import test_cp_features as feat
+import test_cp_last_gaps as last
 import test_cp_mask_pse_cross as mpc
 from test_context_parallel import layout_tensor
 from test_context_parallel_masks import B, CAUSAL, D, DV, INT32_MAX, N, NK, groups
@@ -346,7 +347,8 @@ def entry_cases():
 def all_cases():
     return ([(check_uneven, c) for c in llama3_uneven_cases()] + [(feat.check_case, c) for c in cross_ulysses_cases()]
             + [(check_tnd_cross, c) for c in tnd_cross_cases()] + [(check_entry_points, c) for c in entry_cases()]
-            + mpc.all_cases())  # explicit masks and dense pse with TND, cross-attention masks and alibi
+            + mpc.all_cases()  # explicit masks and dense pse with TND, cross-attention masks and alibi
+            + last.all_cases())  # q_start_idx through npu_fusion_attention, compressed alibi, "whole" cross-attention
 
 
 def worker(rank, world, store, out_dir, which):

@@ -45,6 +45,10 @@ def lengths_of(case, world):
     if case["layout"] != "TND":
         return None
     scheme = case.get("scheme", "zigzag")
+    if case.get("cross") and scheme == "whole":  # uneven; a sequence with keys but no query
+        if case.get("few"):  # two sequences: ranks without one at W >= 3
+            return [5, 13], [9, 4]
+        return [5, 0, 13, 2, 7], [9, 3, 4, 2, 12]
     if case.get("cross") and scheme == "llama3":  # T1 = 25, T2 = 30: slices uneven at most W; empty pieces
         return [5, 0, 11, 1, 8], [9, 3, 4, 2, 12]
     if case.get("cross"):
@@ -66,6 +70,8 @@ def make(case, world):
     lens = lengths_of(case, world)
     if lens is not None:
         s1, s2 = sum(lens[0]), sum(lens[1])
+    elif case.get("seq"):  # self-attention of a given length (the compressed alibi form needs S > 1024)
+        s1 = s2 = case["seq"]
     else:
         s1, s2 = 4 * world * 3, 4 * world * case.get("kv_chunk", 3)
     q = layout_tensor(layout, B, N, s1, D, dtype, g)
@@ -91,6 +97,11 @@ def make(case, world):
         else:
             extra["pse"] = torch.randn(B, N, s1 if pse == "dense" else 1, s2, generator=g,
                                        dtype=torch.float64).to(dtype)
+        extra["pse_type"] = case.get("pse_type", 1)
+    elif pse == "compressed":  # [B|1, N, 1024, W]: the op reads row 1023 only; the other rows are noise
+        rows = (len(lens[0]) if lens is not None else B) if case.get("pse_batch") else 1
+        cols = max(lens[1]) + 3 if lens is not None else s2
+        extra["pse"] = torch.randn(rows, N, 1024, cols, generator=g, dtype=torch.float32).to(dtype)
         extra["pse_type"] = case.get("pse_type", 1)
     elif pse in ("alibi2", "alibi3"):
         extra["pse"] = (torch.rand(N, generator=g, dtype=torch.float64) * 0.5).float()
@@ -154,7 +165,8 @@ def sharded(case, q, k, v, dout, lens, extra, keep, grp):
     qc, kc = ((torch.tensor(x).cumsum(0).tolist() for x in lens) if lens is not None else (None, None))
 
     def local(t, cum):
-        return cp.shard(t, group, seq_dim=dim, scheme=scheme, cu_seqlens=cum, ulysses_group=ug)
+        return cp.shard(t, group, seq_dim=dim, scheme=scheme, cu_seqlens=cum, ulysses_group=ug,
+                        assign_by=qc if scheme == "whole" else None)
 
     lq, lk, lv = local(q, qc).requires_grad_(), local(k, kc).requires_grad_(), local(v, kc).requires_grad_()
     kw = feat.mask_kwargs(case, extra)
@@ -181,7 +193,8 @@ def check_case(case, world, rank, failures):
     qc, kc = ((torch.tensor(x).cumsum(0).tolist() for x in lens) if lens is not None else (None, None))
 
     def local(t, seq_dim, cum):
-        return cp.shard(t, grp[0], seq_dim=seq_dim, scheme=scheme, cu_seqlens=cum, ulysses_group=grp[1])
+        return cp.shard(t, grp[0], seq_dim=seq_dim, scheme=scheme, cu_seqlens=cum, ulysses_group=grp[1],
+                        assign_by=qc if scheme == "whole" else None)
 
     def sharded_ref(res):
         return ([local(res[0], dim, qc), local(res[1], stat_dim, qc), local(res[2], stat_dim, qc),
@@ -364,8 +377,8 @@ def test_mask_pse_cross_argument_errors(tmp_path):
                                          "\\[T1, T2\\] = \\[5, 5\\]"):
         gen.geometry(1, INT32_MAX, INT32_MAX, torch.zeros(4, 4, dtype=torch.bool), None, None, 1, batch=1, heads=2,
                      seq_len=5, lengths=[2, 3], kv_lengths=[4, 1])
-    with pytest.raises(ValueError, match="pse: shape \\[1, 2, 1024, 4\\]: .*TND.*\\[22\\].*\\[10\\] \\(no compressed"):
-        gen.geometry(3, INT32_MAX, 0, None, None, torch.zeros(1, 2, 1024, 4), 1, batch=1, heads=2, seq_len=5,
+    with pytest.raises(ValueError, match="pse: shape \\[2, 22\\]: .*TND.*\\[22\\].*\\[10\\], or the 4-D compressed"):
+        gen.geometry(3, INT32_MAX, 0, None, None, torch.zeros(2, 22), 1, batch=1, heads=2, seq_len=5,
                      lengths=[2, 3], kv_lengths=[4, 1])
     with pytest.raises(ValueError, match="prefix\\[1\\] = 0: must be in \\[1, 4\\] \\(Sq = 3, Skv = 4\\)"):
         gen.geometry(6, INT32_MAX, INT32_MAX, None, [0, 0], None, 1, batch=1, heads=2, seq_len=5, lengths=[2, 3],
@@ -373,8 +386,8 @@ def test_mask_pse_cross_argument_errors(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         t = torch.randn(12, 4, 8)
-        with pytest.raises(ValueError, match="cu_seqlens_kv: differs from cu_seqlens with scheme 'whole'"):
-            cp.attention(t, t, t, 4, "TND", scale=1.0, scheme="whole", cu_seqlens=[4, 12], cu_seqlens_kv=[6, 12])
+        with pytest.raises(ValueError, match="key: shape \\[12, 4, 8\\]: rank 0 holds 14 tokens .* keys follow"):
+            cp.attention(t, t, t, 4, "TND", scale=1.0, scheme="whole", cu_seqlens=[4, 12], cu_seqlens_kv=[6, 14])
         with pytest.raises(ValueError, match="q_start_idx: given with pse_type 1 and no pse: only alibi slopes"):
             cp.attention(t, t, t, 4, "TND", scale=1.0, cu_seqlens=[4, 12], q_start_idx=[2])
         with pytest.raises(ValueError, match="kv_start_idx: \\[\\]: must hold at least one value"):

@@ -1,8 +1,9 @@
 """Context parallelism for everything beyond "no mask or causal": sparse modes 0-8 (bands,
 prefixes, the TND split modes 7/8, explicit masks: TND in its [maxSq, maxSkv] and [T1, T2] forms),
 learnable sinks, pse (alibi slopes from global positions, dense pse sliced per block: TND's
-flattened forms cut into per-sequence [N, Sq_i|1, Skv_i] blocks first), and the Ulysses-inside,
-ring-across hybrid.
+flattened forms cut into per-sequence [N, Sq_i|1, Skv_i] blocks first; the compressed 1024-row
+alibi form expanded into each block's dense bias from its global positions), and the
+Ulysses-inside, ring-across hybrid.
 
 One mechanism serves all of them. Every row a rank holds has a global position (a sequence and
 a position in it); the rows of a shard form a few contiguous runs (one for "contiguous", two for
@@ -91,6 +92,7 @@ class Geometry:
     drop: Optional["DropSpec"] = None  # dropout keyed by global positions, or None
     seq_pse: Optional[list] = None  # TND dense pse: per sequence [N, Sq_i | 1, Skv_i] views
     alibi_start: tuple = (0, 0)  # pse_type 2/3: (qStartIdx, kvStartIdx) of the global problem
+    pse_compressed: bool = False  # pse_type 0/1: the compressed alibi form [B|1, N, 1024, W] (expanded per block)
 
     def band(self, seq: int):
         return self.seq_bands.get(seq, (self.lo, self.hi))
@@ -106,7 +108,7 @@ class Geometry:
             pse = pse[..., h0:h1] if self.pse_type >= 2 else pse[:, h0:h1]
         drop = self.drop._replace(head_offset=self.drop.head_offset + h0) if self.drop is not None else None
         return Geometry(self.lo, self.hi, self.seq_bands, self.prefix, mask, self.mask_origin, pse, self.pse_type,
-                        self.tnd, drop, seq_pse, self.alibi_start)
+                        self.tnd, drop, seq_pse, self.alibi_start, self.pse_compressed)
 
 
 class DropSpec(NamedTuple):
@@ -212,7 +214,10 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
                                  f"slopes [N] = [{heads}]" + ("" if tnd else f" or [B, N] = [{batch}, {heads}]"))
             g.alibi_start = (int(q_start_idx), int(kv_start_idx))
         elif pse_type in (0, 1):
-            if tnd:
+            if compressed_alibi(pse, sparse_mode, atten_mask, next_tokens, batch=batch, heads=heads,
+                                seq_len=seq_len, kv_len=kv_len, lengths=q_lens if tnd else None, kv_lengths=kv_lens):
+                g.pse_compressed = True  # expanded per block from the global positions (_pse_args)
+            elif tnd:
                 g.seq_pse = _tnd_pse_blocks(pse, heads, q_lens, kv_lens, pse_type)
             else:
                 shape = tuple(pse.shape)
@@ -221,13 +226,69 @@ def geometry(sparse_mode: int, pre_tokens: int, next_tokens: int, atten_mask: Op
                     sizes = f"S = {seq_len}" if kv_len == seq_len else f"S1 = {seq_len}, S2 = {kv_len}"
                     form = "[B|1, N, S|1, S]" if kv_len == seq_len else "[B|1, N, S1|1, S2]"
                     raise ValueError(f"pse: shape {list(shape)}: with pse_type {pse_type} under context parallelism it "
-                                     f"is the global bias {form} with {sizes} (no compressed form)")
+                                     f"is the global bias {form} with {sizes}, or the compressed alibi form "
+                                     f"[B|1, N, 1024, S2] (S1 == S2 > 1024)")
         else:
             raise ValueError(f"pse_type = {pse_type}: must be 0, 1, 2 or 3")
         g.pse, g.pse_type = pse, pse_type
     elif pse_type != 1:
         raise ValueError(f"pse_type = {pse_type}: must be 1 when pse is None")
     return g
+
+
+COMPRESSED_ROWS = 1024  # the compressed alibi form holds the last 1024 rows of the bias (spec 2.5)
+
+
+def compressed_alibi(pse: Tensor, sparse_mode: int, atten_mask: Optional[Tensor], next_tokens: int, *, batch: int,
+                     heads: int, seq_len: int, kv_len: int, lengths=None, kv_lengths=None) -> bool:
+    """Whether a pse_type 0/1 ``pse`` is the compressed alibi form [B|1, N, 1024, W] of the
+    global problem (spec 2.5: the last 1024 rows of a Toeplitz alibi bias; the bias of query i
+    and key j of a sequence is pse[b, n, 1023, W - 1 - (i - j)] for 0 <= i - j < W, and no key
+    after its query is visible), checked by the plain op's rules: S1 == S2 > 1024 and W == S2
+    (fixed layouts), Sq_i == Skv_i <= W for every sequence (TND: ``lengths``/``kv_lengths``, the
+    batch dim one per sequence), and a lower-triangular mask (sparse mode 2 or 3, or 0 with an
+    explicit mask and next_tokens <= 0). False for the dense forms (a [B|1, N, 1024, S2] pse with
+    S1 = 1024 is dense, as in the plain op)."""
+    tnd = lengths is not None
+    if pse.dim() != 4 or pse.shape[2] != COMPRESSED_ROWS:
+        return False
+    if not tnd and pse.shape[3] == kv_len and seq_len == COMPRESSED_ROWS:
+        return False  # the dense [B|1, N, S1, S2] form
+    count = len(lengths) if tnd else batch
+    w = pse.shape[3]
+    if pse.shape[0] not in (1, count) or pse.shape[1] != heads:
+        raise ValueError(f"pse: shape {list(pse.shape)}: the compressed alibi form is [B|1, N, 1024, W] with "
+                         f"{'B = the number of sequences' if tnd else 'B'} = {count}, N = {heads}")
+    lower = sparse_mode in (2, 3) or (sparse_mode == 0 and atten_mask is not None and next_tokens <= 0)
+    if not lower:
+        raise ValueError(f"pse: shape {list(pse.shape)}: the compressed alibi form needs a lower-triangular mask "
+                         f"(sparse_mode 2 or 3, or 0 with an explicit atten_mask and next_tokens <= 0); got "
+                         f"sparse_mode {sparse_mode}" + (f", next_tokens {next_tokens}" if sparse_mode == 0 else "")
+                         + ("" if sparse_mode != 0 or atten_mask is not None else ", no atten_mask"))
+    if tnd:
+        bad = [i for i, (a, b) in enumerate(zip(lengths, kv_lengths)) if a != b or b > w]
+        if bad:
+            i = bad[0]
+            raise ValueError(f"pse: shape {list(pse.shape)}: the compressed alibi form needs Sq_i == Skv_i <= W = {w} "
+                             f"for every sequence; sequence {i} has Sq = {lengths[i]}, Skv = {kv_lengths[i]}")
+    elif not (seq_len > COMPRESSED_ROWS and seq_len == kv_len and w == kv_len):
+        raise ValueError(f"pse: shape {list(pse.shape)}: the compressed alibi form [B|1, N, 1024, S2] needs S1 == S2 "
+                         f"> 1024 and W == S2; got S1 = {seq_len}, S2 = {kv_len}")
+    return True
+
+
+def expand_compressed_alibi(pse: Tensor, q0: int, a: int, k0: int, c: int) -> Tensor:
+    """The dense bias [B|1, N, a, c] of queries q0..q0+a-1 and keys k0..k0+c-1 (positions within
+    their sequence) from the compressed alibi form [B|1, N, 1024, W]: pse[.., 1023, W - 1 - (i - j)]
+    where 0 <= i - j < W, else 0 (keys after their query, which the form's mask hides), as the
+    plain op reads it."""
+    w = pse.shape[3]
+    i = torch.arange(q0, q0 + a, device=pse.device)[:, None]
+    j = torch.arange(k0, k0 + c, device=pse.device)[None, :]
+    col = w - 1 - (i - j)
+    inside = (col >= 0) & (col < w)
+    vals = pse[:, :, COMPRESSED_ROWS - 1][:, :, col.clamp(0, w - 1)]
+    return torch.where(inside, vals, torch.zeros((), dtype=vals.dtype))
 
 
 def _tnd_mask_geometry(mask: Tensor, q_lens, kv_lens, sparse_mode: int):
@@ -260,7 +321,7 @@ def _tnd_pse_blocks(pse: Tensor, heads: int, q_lens, kv_lens, pse_type: int) -> 
     if pse.dim() != 1 or pse.shape[0] not in (dense, rows):
         raise ValueError(f"pse: shape {list(pse.shape)}: with pse_type {pse_type} and input_layout TND under context "
                          f"parallelism it is the global bias [sum N*Sq_i*Skv_i] = [{dense}] or [sum N*Skv_i] = "
-                         f"[{rows}] (no compressed form)")
+                         f"[{rows}], or the 4-D compressed alibi form [B|1, N, 1024, W]")
     broadcast = pse.shape[0] != dense
     out, at = [], 0
     for nq, nk in zip(q_lens, kv_lens):
@@ -367,6 +428,10 @@ def _pse_args(geom: Geometry, blk: Block, tnd_call: bool = False):
         return None, None, None
     if geom.pse_type >= 2:
         return geom.pse, [geom.alibi_start[0] + blk.q0], [geom.alibi_start[1] + blk.k0]
+    if geom.pse_compressed:  # the block's own bias from its global positions (TND: its sequence's batch row)
+        p = geom.pse if not geom.tnd or geom.pse.shape[0] == 1 else geom.pse[blk.seq:blk.seq + 1]
+        rows = expand_compressed_alibi(p, blk.q0, blk.a, blk.k0, blk.c).float().contiguous()
+        return (rows.view(-1) if tnd_call else rows), None, None
     p = geom.pse if geom.seq_pse is None else geom.seq_pse[blk.seq][None]
     rows = p[:, :, :, blk.k0:blk.k0 + blk.c] if p.shape[2] == 1 else p[:, :, blk.q0:blk.q0 + blk.a, blk.k0:blk.k0 + blk.c]
     rows = rows.float().contiguous()  # the block-wise path calls the kernels in fp32

@@ -36,7 +36,8 @@ whole sequences per rank with ``scheme="whole"``, balanced by work, no communica
 rank r holds tokens [floor(rT/W), floor((r+1)T/W)));
 self-attention, and cross-attention shards (global S1 != S2, every comm and the hybrid, every
 sparse mode, explicit masks, pse; TND with ``cu_seqlens_kv``, per-sequence query and key lengths,
-schemes zigzag, contiguous and llama3);
+schemes zigzag, contiguous, llama3, and whole: keys on their queries' rank, shard(..., assign_by=));
+the compressed 1024-row alibi pse form (each block's bias expanded from its global positions);
 GQA/MQA; Dv != D. No mask or causal take the paths below; sparse modes 0-8 (bands, prefixes, TND
 modes 7/8, explicit global masks), learnable sinks, pse (alibi slopes on global positions, dense
 global bias), the Ulysses-inside, ring-across hybrid (``ulysses_group=``), "llama3" and
@@ -143,6 +144,12 @@ def shard_index(seq_len: int, world_size: int, rank: int, scheme: str = "zigzag"
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
 
 
+def _no_assign_by(assign_by, scheme: str) -> None:
+    if assign_by is not None:
+        raise ValueError(f"assign_by: given with scheme {scheme!r}: only scheme 'whole' places a tensor by other "
+                         "lengths (the keys/values of cross-attention by their queries' sequences)")
+
+
 def _llama3_slice(total: int, world: int, rank: int):
     """[a, b): the tokens of the packed stream rank ``rank`` holds under scheme "llama3" (uneven
     by at most one token when ``world`` does not divide ``total``)."""
@@ -155,22 +162,25 @@ def _held(seq_len: int, world: int, scheme: str, device, cu_seqlens=None) -> Ten
 
 
 def shard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None,
-          ulysses_group=None) -> Tensor:
+          ulysses_group=None, assign_by=None) -> Tensor:
     """This rank's shard of a global tensor (no communication). With ``ulysses_group`` (the
     hybrid) the shards follow the flat order: ring rank (in ``group``) * inner size + rank in
-    ``ulysses_group``. scheme="whole": whole packed sequences (:func:`shard_whole`)."""
+    ``ulysses_group``. scheme="whole": whole packed sequences (:func:`shard_whole`; ``assign_by``:
+    the queries' cumulative lengths, which place the keys/values of cross-attention)."""
     if scheme == "whole":
-        return shard_whole(x, group, cu_seqlens=cu_seqlens, seq_dim=seq_dim)
+        return shard_whole(x, group, cu_seqlens=cu_seqlens, seq_dim=seq_dim, assign_by=assign_by)
+    _no_assign_by(assign_by, scheme)
     *_, world, rank = _flat(group, ulysses_group)
     return x.index_select(seq_dim, shard_index(x.shape[seq_dim], world, rank, scheme, x.device,
                                                cu_seqlens=cu_seqlens))
 
 
 def unshard(x: Tensor, group=None, *, seq_dim: int, scheme: str = "zigzag", cu_seqlens=None,
-            ulysses_group=None) -> Tensor:
+            ulysses_group=None, assign_by=None) -> Tensor:
     """The global tensor from every rank's shard (an all-gather; every rank gets it)."""
     if scheme == "whole":
-        return unshard_whole(x, group, cu_seqlens=cu_seqlens, seq_dim=seq_dim)
+        return unshard_whole(x, group, cu_seqlens=cu_seqlens, seq_dim=seq_dim, assign_by=assign_by)
+    _no_assign_by(assign_by, scheme)
     g, world, _, inner, fw, fr = _flat(group, ulysses_group)
     counts = None
     local = x.contiguous()
@@ -712,7 +722,9 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
     ``cu_seqlens_kv`` (TND cross-attention): the keys' global cumulative lengths, one per query
     sequence, each key sequence sharded on its own by the same scheme (``shard(key, ...,
     cu_seqlens=cu_seqlens_kv)``); every sparse mode of the plain op (0-4, 6-8), the bottom-right
-    modes shifted per sequence by that sequence's Skv - Sq.
+    modes shifted per sequence by that sequence's Skv - Sq. With ``scheme="whole"`` the sequences
+    are assigned by the query lengths and the keys follow their queries (``shard(key, ...,
+    scheme="whole", cu_seqlens=cu_seqlens_kv, assign_by=cu_seqlens)``).
 
     Masks beyond ``causal`` (``sparse_mode`` 0-8 with pre_tokens/next_tokens, prefix, an explicit
     global atten_mask: fixed layouts [S1, S2], [B, N|1, S1, S2], [1, 1, S1, S2]; TND [maxSq, maxSkv]
@@ -748,15 +760,11 @@ def attention(query: Tensor, key: Tensor, value: Tensor, head_num: int, input_la
             cross = True
     alibi_start = _start_idx(q_start_idx, kv_start_idx, pse, pse_type)
     if scheme == "whole":
-        if cu_seqlens_kv is not None:
-            raise ValueError("cu_seqlens_kv: differs from cu_seqlens with scheme 'whole': whole sequences are "
-                             "assigned to ranks by the query lengths alone (assign_sequences), which key lengths "
-                             "would assign differently; TND cross-attention takes 'zigzag', 'contiguous' or 'llama3'")
         if ulysses_group is not None:
             raise ValueError("ulysses_group: given with scheme 'whole': whole sequences need no communication")
         return _whole_attention(query, key, value, head_num, input_layout, scale, causal, group, cu_seqlens,
                                 sparse_mode, pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop,
-                                atten_mask, alibi_start)
+                                atten_mask, alibi_start, cu_seqlens_kv)
     if cross or (scheme == "llama3" and input_layout == "TND") or \
             _needs_general(sparse_mode, pre_tokens, next_tokens, atten_mask, prefix, sink, pse, pse_type, ulysses_group):
         return _general_attention(query, key, value, head_num, input_layout, scale, causal, group, comm, scheme,
@@ -931,8 +939,12 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     compressed mask is not read) on global positions, and modes 0, 1, 5 take the global mask
     (fixed layouts [S1, S2], [B, N|1, S1, S2] or [1, 1, S1, S2]; TND [maxSq, maxSkv] or [T1, T2]),
     sliced per block. prefix (modes 5/6),
-    sink, and pse (alibi slopes with pse_type 2/3 on global positions, or a dense global bias)
-    are supported; q_start_idx/kv_start_idx are computed from the shards and must be None.
+    sink, and pse (alibi slopes with pse_type 2/3 on global positions, a dense global bias, or
+    the compressed 1024-row alibi form) are supported. q_start_idx/kv_start_idx (torch_npu's
+    keyword arguments, element 0 used; only with alibi slopes, pse_type 2/3) are the offsets of
+    the global problem, as the plain op reads them: the bias of global query i and key j is
+    -slope * |(j + kv_start_idx[0]) - (i + q_start_idx[0])| (sqrt of it with pse_type 3); each
+    shard's own offset within the global problem is added internally.
 
     TND: actual_seq_qlen, actual_seq_kvlen = the global cumulative lengths (CANN style; when
     they differ, cross-attention: key/value sharded by actual_seq_kvlen, every sequence on its
@@ -942,9 +954,8 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
     _, _, _, _, world, _ = _flat(group, ulysses_group)
     if padding_mask is not None:
         raise ValueError("padding_mask: given: reserved, must be None")
-    if q_start_idx is not None or kv_start_idx is not None:
-        raise ValueError("q_start_idx/kv_start_idx: given: under context parallelism the global offsets come from "
-                         "the shards, must be None")
+    # The alibi offsets of the global problem (checked here, so that W = 1 refuses what W > 1 refuses).
+    alibi_start = _start_idx(q_start_idx, kv_start_idx, pse, pse_type)
     pre = pre_tockens if pre_tokens is None else pre_tokens
     nxt = next_tockens if next_tokens is None else next_tokens
     if input_layout != "TND" and (actual_seq_qlen is not None or actual_seq_kvlen is not None):
@@ -972,7 +983,7 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
             cum = [int(x) for x in actual_seq_qlen] if input_layout == "TND" else None
             out, mx, sm = _plain_general(query, key, value, head_num, input_layout, scale, mode, pre, nxt,
                                          atten_mask if mode in (0, 1, 5) else None, prefix if mode in (5, 6) else None,
-                                         sink, pse, pse_type, cum, (keep_prob, seed, 0), kv_cum)
+                                         sink, pse, pse_type, cum, (keep_prob, seed, 0), kv_cum, alibi_start)
             mx, sm = (x[..., None].expand(*x.shape, _ops.STAT_LANES).contiguous() for x in (mx, sm))
             if input_layout == "TND" and softmax_layout != "TND":
                 mx, sm = (tnd_stats_from_token_major(x, actual_seq_qlen) for x in (mx, sm))
@@ -982,14 +993,17 @@ def npu_fusion_attention(query: Tensor, key: Tensor, value: Tensor, head_num: in
                                            scale=scale, pre_tockens=pre, next_tockens=nxt,
                                            inner_precise=inner_precise, prefix=prefix, sparse_mode=sparse_mode,
                                            actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen,
-                                           softmax_layout=softmax_layout, pse_type=pse_type, sink=sink)
+                                           softmax_layout=softmax_layout, pse_type=pse_type, sink=sink,
+                                           q_start_idx=None if q_start_idx is None else [alibi_start[0]],
+                                           kv_start_idx=None if kv_start_idx is None else [alibi_start[1]])
     out, mx, sm = attention(query, key, value, head_num, input_layout, scale=scale, group=group, comm=comm,
                             scheme=scheme, cu_seqlens=actual_seq_qlen, sparse_mode=mode,
                             pre_tokens=pre if mode in (0, 4, 7, 8) else INT32_MAX,
                             next_tokens=nxt if mode in (0, 4, 7, 8) else INT32_MAX,
                             atten_mask=atten_mask if mode in (0, 1, 5) else None,
                             prefix=prefix if mode in (5, 6) else None, sink=sink, pse=pse, pse_type=pse_type,
-                            ulysses_group=ulysses_group, keep_prob=keep_prob, seed=seed, cu_seqlens_kv=kv_cum)
+                            ulysses_group=ulysses_group, keep_prob=keep_prob, seed=seed, cu_seqlens_kv=kv_cum,
+                            q_start_idx=q_start_idx, kv_start_idx=kv_start_idx)
     lanes = _ops.STAT_LANES
     mx, sm = (x[..., None].expand(*x.shape, lanes).contiguous() for x in (mx, sm))
     if input_layout == "TND" and softmax_layout != "TND":
@@ -1099,7 +1113,9 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     sharded by cu_seqlens_k, every sequence on its own. Returns out
     [T_local, H, D] (and softmax_lse [H, T_local] with return_attn_probs). window_size and
     alibi_slopes ([H]) apply per sequence, on global positions; dropout (no window or alibi) draws
-    the single-process op's keep bits. scheme="whole": whole sequences per rank (:func:`shard_whole`)."""
+    the single-process op's keep bits. scheme="whole": whole sequences per rank (:func:`shard_whole`;
+    with cross-attention k/v follow their queries: ``shard_whole(k, cu_seqlens=cu_seqlens_k,
+    assign_by=cu_seqlens_q)``)."""
     g, _, _, _, world, _ = _flat(group, ulysses_group)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p = {dropout_p}: must be in [0, 1)")
@@ -1337,41 +1353,58 @@ def assign_sequences(cu_seqlens, world_size: int) -> list:
     return owner
 
 
-def whole_cu_seqlens(cu_seqlens, world_size: int, rank: int) -> list:
-    """Cumulative lengths (no leading 0) of the sequences ``rank`` holds, in global order."""
+def _owner(cum: list, world_size: int, assign_by=None) -> list:
+    """The rank of each sequence of ``cum`` under whole-sequence spreading: assign_sequences of
+    ``assign_by`` (the queries' cumulative lengths: keys/values of cross-attention follow their
+    queries, whatever their own lengths) or of ``cum`` itself."""
+    if assign_by is None:
+        return assign_sequences(cum, world_size)
+    by = _cum_list(assign_by)
+    if len(by) != len(cum):
+        raise ValueError(f"assign_by: {len(by)} sequences: must be as many as cu_seqlens' {len(cum)} (the queries' "
+                         "cumulative lengths of the same packed sequences)")
+    return assign_sequences(by, world_size)
+
+
+def whole_cu_seqlens(cu_seqlens, world_size: int, rank: int, assign_by=None) -> list:
+    """Cumulative lengths (no leading 0) of the sequences ``rank`` holds, in global order.
+    ``assign_by``: place the sequences by these (the queries') cumulative lengths instead."""
     cum = _cum_list(cu_seqlens)
     lengths = [b - a for a, b in zip([0] + cum[:-1], cum)]
-    owner = assign_sequences(cum, world_size)
+    owner = _owner(cum, world_size, assign_by)
     mine = [n for n, r in zip(lengths, owner) if r == rank]
     return torch.tensor(mine, dtype=torch.int64).cumsum(0).tolist()
 
 
-def whole_index(cu_seqlens, world_size: int, rank: int, device=None) -> Tensor:
-    """Global token positions held by ``rank`` under whole-sequence spreading, in local order."""
+def whole_index(cu_seqlens, world_size: int, rank: int, device=None, assign_by=None) -> Tensor:
+    """Global token positions held by ``rank`` under whole-sequence spreading, in local order.
+    ``assign_by``: place the sequences by these (the queries') cumulative lengths instead."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank = {rank}, world_size = {world_size}: need 0 <= rank < world_size")
     cum = _cum_list(cu_seqlens)
-    owner = assign_sequences(cum, world_size)
+    owner = _owner(cum, world_size, assign_by)
     parts = [torch.arange(a, b, device=device) for a, b, r in zip([0] + cum[:-1], cum, owner) if r == rank]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
 
 
-def shard_whole(x: Tensor, group=None, *, cu_seqlens, seq_dim: int = 0) -> Tensor:
-    """This rank's whole sequences of a packed global tensor (no communication)."""
+def shard_whole(x: Tensor, group=None, *, cu_seqlens, seq_dim: int = 0, assign_by=None) -> Tensor:
+    """This rank's whole sequences of a packed global tensor (no communication). Cross-attention
+    keys/values: ``cu_seqlens`` their own cumulative lengths, ``assign_by`` the queries', so that
+    every sequence's keys land on the rank of its queries."""
     _, world, rank = _group_info(group)
     cum = _cum_list(cu_seqlens)
     if (cum[-1] if cum else 0) != x.shape[seq_dim]:
         raise ValueError(f"cu_seqlens: total {cum[-1] if cum else 0}: must equal x.shape[{seq_dim}] = "
                          f"{x.shape[seq_dim]}")
-    return x.index_select(seq_dim, whole_index(cum, world, rank, x.device))
+    return x.index_select(seq_dim, whole_index(cum, world, rank, x.device, assign_by))
 
 
-def unshard_whole(x: Tensor, group=None, *, cu_seqlens, seq_dim: int = 0) -> Tensor:
+def unshard_whole(x: Tensor, group=None, *, cu_seqlens, seq_dim: int = 0, assign_by=None) -> Tensor:
     """The packed global tensor from every rank's whole sequences (an all-gather of the shards
-    padded to the longest; every rank gets it)."""
+    padded to the longest; every rank gets it). ``assign_by``: as in :func:`shard_whole`."""
     g, world, rank = _group_info(group)
     cum = _cum_list(cu_seqlens)
-    idx = [whole_index(cum, world, j, x.device) for j in range(world)]
+    idx = [whole_index(cum, world, j, x.device, assign_by) for j in range(world)]
     if x.shape[seq_dim] != idx[rank].numel():
         raise ValueError(f"x: {x.shape[seq_dim]} rows along seq_dim {seq_dim}: rank {rank} holds "
                          f"{idx[rank].numel()} tokens under whole-sequence spreading")
@@ -1391,9 +1424,9 @@ class _WholeDropAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, sink, args, kw):
-        mask, cum, scale, keep, pre, nxt, heads, mode, seed, offset = args
-        out, mx, sm = _ops.flash_attention_score_ex(q, k, v, mask, cum, cum, scale, keep, pre, nxt, heads, "TND", mode,
-                                                    seed, offset, sink=sink, **kw)
+        mask, cum, kv_cum, scale, keep, pre, nxt, heads, mode, seed, offset = args
+        out, mx, sm = _ops.flash_attention_score_ex(q, k, v, mask, cum, kv_cum, scale, keep, pre, nxt, heads, "TND",
+                                                    mode, seed, offset, sink=sink, **kw)
         ctx.save_for_backward(q, k, v, out, mx, sm, sink)
         ctx.cfg = (args, kw)
         ctx.mark_non_differentiable(mx, sm)
@@ -1402,18 +1435,22 @@ class _WholeDropAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dmx, _dsm):
         q, k, v, out, mx, sm, sink = ctx.saved_tensors
-        (mask, cum, scale, keep, pre, nxt, heads, mode, seed, offset), kw = ctx.cfg
+        (mask, cum, kv_cum, scale, keep, pre, nxt, heads, mode, seed, offset), kw = ctx.cfg
         dq, dk, dv, dsink = _ops.flash_attention_score_grad_ex(q, k, v, dout.to(q.dtype).contiguous(), mask, mx, sm, out,
-                                                               cum, cum, scale, keep, pre, nxt, heads, "TND", mode,
+                                                               cum, kv_cum, scale, keep, pre, nxt, heads, "TND", mode,
                                                                seed, offset, sink=sink, **kw)
         return dq, dk, dv, (dsink if sink is not None else None), None, None
 
 
 def _whole_attention(query, key, value, head_num, layout, scale, causal, group, cu_seqlens, sparse_mode,
                      pre_tokens, next_tokens, prefix, sink, pse, pse_type, drop=(1.0, 0, 0), atten_mask=None,
-                     alibi_start=(0, 0)):
+                     alibi_start=(0, 0), cu_seqlens_kv=None):
     """Whole sequences per rank: each rank attends within its own sequences, no communication. A
-    global explicit mask and a global dense pse (TND forms) are cut down to the rank's sequences."""
+    global explicit mask and a global dense pse (TND forms) are cut down to the rank's sequences.
+    Cross-attention (``cu_seqlens_kv``: the keys' global cumulative lengths): the sequences are
+    assigned by the query lengths (assign_sequences), and each rank holds the keys of its own
+    queries' sequences (shard_whole(key, cu_seqlens=cu_seqlens_kv, assign_by=cu_seqlens)), so
+    every sequence is still attended on one rank, the plain op's rules applied per sequence."""
     g, world, rank = _group_info(group)
     if layout != "TND":
         raise ValueError(f"scheme = 'whole': spreads whole packed sequences; input_layout must be TND, not {layout!r}")
@@ -1425,13 +1462,22 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
         raise ValueError(f"sparse_mode = {sparse_mode}: modes 7/8 single out the globally last/first sequence; not "
                          "available with scheme 'whole'")
     cum = _cum_list(cu_seqlens)
-    owner = assign_sequences(cum, world)
+    kv_cum = cum if cu_seqlens_kv is None else _cum_list(cu_seqlens_kv)
+    if len(kv_cum) != len(cum):
+        raise ValueError(f"cu_seqlens_kv: {len(kv_cum)} sequences: must be as many as the queries' {len(cum)}")
+    owner = assign_sequences(cum, world)  # by the query lengths; keys follow their queries
     local_cum = whole_cu_seqlens(cum, world, rank)
+    local_kv_cum = whole_cu_seqlens(kv_cum, world, rank, assign_by=cum)
     t_local = local_cum[-1] if local_cum else 0
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if t.dim() != 3 or t.shape[0] != t_local:
-            raise ValueError(f"{name}: shape {list(t.shape)}: rank {rank} holds {t_local} tokens under whole-sequence "
-                             "spreading ([T_local, N, D]; see shard_whole)")
+    tk_local = local_kv_cum[-1] if local_kv_cum else 0
+    for name, t, n in (("query", query, t_local), ("key", key, tk_local), ("value", value, tk_local)):
+        if t.dim() != 3 or t.shape[0] != n:
+            how = ("see shard_whole" if name == "query" or cu_seqlens_kv is None else
+                   "keys follow their queries' rank: shard_whole(..., cu_seqlens=cu_seqlens_kv, assign_by=cu_seqlens)")
+            raise ValueError(f"{name}: shape {list(t.shape)}: rank {rank} holds {n} tokens under whole-sequence "
+                             f"spreading ([T_local, N, D]; {how})")
+    lengths = [b - a for a, b in zip([0] + cum[:-1], cum)]
+    kv_lengths = [b - a for a, b in zip([0] + kv_cum[:-1], kv_cum)]
     if prefix is not None:
         values = [int(x) for x in (prefix.tolist() if isinstance(prefix, Tensor) else prefix)]
         if len(values) != len(owner):
@@ -1441,50 +1487,61 @@ def _whole_attention(query, key, value, head_num, layout, scale, causal, group, 
     if sink is not None and world > 1:
         sink = ReplicatedGrad.apply(sink, g, world)  # dsink of every rank's sequences, on every rank
     mine = [i for i, r in enumerate(owner) if r == rank]
-    lengths = [b - a for a, b in zip([0] + cum[:-1], cum)]
     if atten_mask is not None and sparse_mode in (0, 1, 5):
-        atten_mask = _whole_mask(atten_mask, lengths, mine, sparse_mode)
+        atten_mask = _whole_mask(atten_mask, lengths, kv_lengths, mine, sparse_mode)
     elif sparse_mode not in (0, 1, 5):
         atten_mask = None  # the rule comes from the mode (the compressed mask is not read)
     if pse is not None and pse_type in (0, 1):
-        pse = _whole_pse(pse, query.shape[1], lengths, mine, pse_type)
+        pse = _whole_pse(pse, query.shape[1], lengths, kv_lengths, mine, pse_type, sparse_mode, atten_mask,
+                         next_tokens)
     if not local_cum:
-        local_cum = [0]  # no sequence here: one empty one, so the op still runs (and autograd connects)
-        mine = [0]  # (drawing no bits)
+        local_cum = local_kv_cum = [0]  # no sequence here: one empty one, so the op still runs (and autograd
+        mine = [0]  # connects; drawing no bits)
         if prefix is not None:
             prefix = [0]
     if drop[0] < 1.0 and world > 1:
         mode, mask = _plain_rule_args(sparse_mode, atten_mask)
         c = torch.tensor(local_cum, dtype=torch.int64)
+        ck = torch.tensor(local_kv_cum, dtype=torch.int64)
         geo = _ops.DropoutGeometry(head_num=query.shape[1], actual_seq_qlen=torch.tensor(cum, dtype=torch.int64),
-                                   actual_seq_kvlen=torch.tensor(cum, dtype=torch.int64),
+                                   actual_seq_kvlen=torch.tensor(kv_cum, dtype=torch.int64),
                                    seq_index=torch.tensor(mine, dtype=torch.int64))
         kw = dict(drop=geo, pse=pse, pse_type=pse_type, prefix=prefix)
         if tuple(alibi_start) != (0, 0):
             kw.update(q_start_idx=[alibi_start[0]], kv_start_idx=[alibi_start[1]])
         out, mx, sm = _WholeDropAttention.apply(query, key, value, sink,
-                                                (mask, c, scale, drop[0], pre_tokens, next_tokens, head_num, mode,
+                                                (mask, c, ck, scale, drop[0], pre_tokens, next_tokens, head_num, mode,
                                                  drop[1], drop[2]), kw)
         return out, mx[..., 0], sm[..., 0]
     return _plain_general(query, key, value, head_num, "TND", scale, sparse_mode, pre_tokens, next_tokens,
-                          atten_mask, prefix, sink, pse, pse_type, local_cum, drop, alibi_start=alibi_start)
+                          atten_mask, prefix, sink, pse, pse_type, local_cum, drop,
+                          None if cu_seqlens_kv is None else local_kv_cum, alibi_start=alibi_start)
 
 
-def _whole_mask(mask: Tensor, lengths, mine, sparse_mode: int) -> Tensor:
-    """The rank's [T_local, T_local] explicit mask (packed rows of its sequences) from the global
-    one, [maxSq, maxSkv] or [T1, T2] (the plain op reads both forms; only pairs inside a sequence
-    matter)."""
-    mask, origin = gen._tnd_mask_geometry(mask, lengths, lengths, sparse_mode)
+def _whole_mask(mask: Tensor, lengths, kv_lengths, mine, sparse_mode: int) -> Tensor:
+    """The rank's [T_local, Tk_local] explicit mask (packed rows and columns of its sequences) from
+    the global one, [maxSq, maxSkv] or [T1, T2] (the plain op reads both forms; only pairs inside a
+    sequence matter)."""
+    mask, origin = gen._tnd_mask_geometry(mask, lengths, kv_lengths, sparse_mode)
     rows = [torch.arange(origin[i][0], origin[i][0] + lengths[i]) for i in mine]
-    cols = [torch.arange(origin[i][1], origin[i][1] + lengths[i]) for i in mine]
+    cols = [torch.arange(origin[i][1], origin[i][1] + kv_lengths[i]) for i in mine]
     r = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
     c = torch.cat(cols) if cols else torch.zeros(0, dtype=torch.int64)
     return mask.index_select(0, r.to(mask.device)).index_select(1, c.to(mask.device)).contiguous()
 
 
-def _whole_pse(pse: Tensor, heads: int, lengths, mine, pse_type: int) -> Tensor:
-    """The rank's TND dense pse (its sequences' [N, Sq_i|1, Skv_i] blocks, flattened in local
-    order) from the global one."""
-    blocks = gen._tnd_pse_blocks(pse, heads, lengths, lengths, pse_type)
+def _whole_pse(pse: Tensor, heads: int, lengths, kv_lengths, mine, pse_type: int, sparse_mode: int, atten_mask,
+               next_tokens: int) -> Tensor:
+    """The rank's TND pse from the global one: its sequences' [N, Sq_i|1, Skv_i] blocks of the
+    flattened forms, in local order; or the compressed alibi form [B|1, N, 1024, W] (checked
+    against the global problem, so that every rank accepts or refuses alike) with its batch rows
+    cut down to the rank's sequences (one row when the rank holds none: the op then runs on one
+    empty sequence)."""
+    if gen.compressed_alibi(pse, sparse_mode, atten_mask, next_tokens, batch=len(lengths), heads=heads,
+                            seq_len=sum(lengths), kv_len=sum(kv_lengths), lengths=lengths, kv_lengths=kv_lengths):
+        if pse.shape[0] == 1:
+            return pse
+        return pse.index_select(0, torch.tensor(mine or [0], dtype=torch.int64, device=pse.device))
+    blocks = gen._tnd_pse_blocks(pse, heads, lengths, kv_lengths, pse_type)
     parts = [blocks[i].reshape(-1) for i in mine]
     return torch.cat(parts) if parts else pse.new_zeros((0,))
