@@ -416,7 +416,9 @@ int runBench(const BenchOptions& o) {
             const int64_t context = p.kvLen(0);
             json j = {{"workload", w.name},
                       {"description", w.description},
-                      {"dtype", p.mlaFullQuant ? "int8" : "bf16"},  // the query; the KV dtype is in the name and problem.kvDtype
+                      // The query (MLA full quant: the rope and output beside an int8 query, problem.mlaFullQuant);
+                      // the KV dtype is in the name and problem.kvDtype.
+                      {"dtype", "bf16"},
                       {"direction", "fwd"},
                       {"implementation", r.implementation},
                       {"problem", problemJson(w)},
