@@ -20,7 +20,11 @@
 //
 // MLA: the rope part of a score, q_rope . k_rope, continues the same dot (the query row holds
 // [q ; q_rope], the key rope row is read from its own tensor at the key's row), and decode MLA's
-// value is the key itself, so each page is fetched once and serves both passes. pseShift is
+// value is the key itself, so each page is fetched once and serves both passes. MLA full
+// quantisation (int8 query x dequantScaleQuery per token and head, int8 key x per-tensor scales,
+// bf16 rope): the int8 query is kept unscaled, so q.k over the int8 key is the exact integer
+// (mlaFullQuant below); the rope dot is then taken apart, and the two meet per score as
+// q.k * (dequantScaleQuery * keyScale) + q_rope.k_rope; the value scale ends the accumulator. pseShift is
 // added per key by the shared row step (like an explicit mask), and the tree mask of sparse mode
 // 9 right after it.
 //
@@ -68,7 +72,8 @@ inline bool packs(const Params& p, int64_t R) {
 inline bool mlaFullQuant(const Params& p) { return p.queryDequant.scale != nullptr; }
 
 struct Scratch {
-    float* q;        // [R][dk] query rows [q ; q_rope] (key per-channel scale folded in), R = G * queryRows
+    float* q;        // [R][dk] query rows [q ; q_rope] (key per-channel scale folded in; MLA full
+                     // quantisation: the int8 query unscaled), R = G * queryRows
     float* qa;       // [R] A: q'.keyOffset (per channel)
     float* qb;       // [R] B: sum of q (per-token key offsets)
     float* st;       // [R][keyRows] scores, then probabilities
@@ -542,15 +547,15 @@ ATTNOPS_SIMD_FN void loadQueries(const Params& p, const WorkUnit& u, int64_t row
             float* q = sc.q + i * (d + p.ropeDim);
             const int64_t n1 = u.n2 * c.group + g;
             if (p.ropeDim > 0) simd::loadRow<V>(p.queryRope, u.b, n1, qRow0 + r, p.ropeDim, q + d);
-            float a = 0.0f, bsum = 0.0f;
-            sc.qa[i] = sc.qb[i] = 0.0f;
             if (mlaFullQuant(p)) {  // the int8 query as it is (exact dots); its scale and the key's go to qs
                 const auto* q8 = static_cast<const int8_t*>(c.q.data) + c.q.offset(u.b, n1, qRow0 + r, 0);
                 for (int64_t e = 0; e < d; ++e) q[e] = float(q8[e * c.q.stride[3]]);
                 sc.qs[i] = p.queryDequant.at(u.b, n1, qRow0 + r) * kq.scale[0];
+                sc.qa[i] = sc.qb[i] = 0.0f;
                 continue;
             }
             simd::loadRow<V>(c.q, u.b, n1, qRow0 + r, d, q);
+            float a = 0.0f, bsum = 0.0f;
             if (kq.mode == Antiquant::PerChannel) {
                 for (int64_t e = 0; e < d; ++e) {
                     q[e] *= channelScale(kq, u.n2, e);
