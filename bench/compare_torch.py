@@ -174,6 +174,15 @@ class TorchCase:
             cache = lambda: self.rand(blocks, n2, bs, d)
         # MLA (ropeDim > 0): one cache of [k_nope ; k_pe] rows, whose first D dims are the value.
         self.rope = p.get("ropeDim", 0)
+        if self.rope and self.int8:  # MLA full quant: int8 query and key cache, bf16 ropes beside them
+            self.k_cache = torch.randint(-127, 128, (blocks, n2, bs, d), dtype=torch.int8, generator=g)
+            self.rope_cache = self.rand(blocks, n2, bs, self.rope)
+            self.q8 = torch.randint(-127, 128, (b, n1, 1, d), dtype=torch.int8, generator=g)
+            self.q_scale = torch.rand(b, n1, 1, 1, generator=g) * 0.01  # per token and head
+            self.q_pe = self.rand(b, n1, 1, self.rope)
+            self.k_scale, self.v_scale = 0.01, 0.02  # per tensor
+            self.scale = 1.0 / math.sqrt(d + self.rope)
+            return
         if self.rope:
             self.k_cache = self.v_cache = self.rand(blocks, n2, bs, d + self.rope)
             self.q = self.rand(b, n1, 1, d + self.rope)
@@ -188,9 +197,15 @@ class TorchCase:
         pages = cache[self.table]  # (B, blocks per request, KV_N, block size, D)
         x = pages.permute(0, 2, 1, 3, 4).reshape(b, cache.shape[1], per_request * cache.shape[2], cache.shape[3])
         x = x[:, :, :self.context]
-        return (x.to(self.dtype) * scale) if self.int8 else x
+        return (x.to(self.dtype) * scale) if scale is not None else x
 
     def _decode(self):
+        if self.rope and self.int8:  # MLA full quant: dequantise, then SDPA over [k ; k_pe], value = k
+            k8 = self._gather(self.k_cache, None).to(self.dtype)
+            k = self.torch.cat([k8 * self.k_scale, self._gather(self.rope_cache, None)], -1)
+            q = self.torch.cat([(self.q8.to(self.torch.float32) * self.q_scale).to(self.dtype), self.q_pe], -1)
+            F = self.torch.nn.functional
+            return F.scaled_dot_product_attention(q, k, k8 * self.v_scale, scale=self.scale, enable_gqa=True)
         k = self._gather(self.k_cache, self.k_scale if self.int8 else None)
         if self.rope:  # MLA: the value is the key's first D dims
             v = k[..., :k.shape[-1] - self.rope]

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <utility>
 #include <numbers>
 #include <numeric>
 #include <optional>
@@ -87,14 +88,24 @@ tools::FiaProblem mlaDecodeStep(int64_t requests, int64_t context, int64_t heads
     return p;
 }
 
+// The MLA step of mlaDecodeStep with full int8 quantisation (spec 9.2 "MLA full quant"): int8
+// query with a per-token-per-head scale, int8 key cache (read as the value) with per-tensor
+// scales, the key rope left bf16 beside it.
+tools::FiaProblem mlaQuantDecodeStep(int64_t requests, int64_t context, int64_t heads) {
+    tools::FiaProblem p = mlaDecodeStep(requests, context, heads);
+    p.int8Kv = true;
+    p.mlaFullQuant = true;
+    return p;
+}
+
 // Bytes of key and value cache a decode step must read (plus per-token scales if any; MLA: the
-// key rope, and a key that is also the value once).
+// key rope, bf16 beside an int8 key with full quantisation, and a key that is also the value once).
 double kvBytes(const tools::FiaProblem& p) {
-    const double element = p.int8Kv ? 1.0 : 2.0;
+    const double element = p.int8Kv ? 1.0 : 2.0, ropeElement = p.mlaFullQuant ? 2.0 : element;
     double bytes = 0.0;
     for (int64_t b = 0; b < p.batches(); ++b) {
         const double rows = double(p.kvLen(b)) * double(p.kvHeads);
-        bytes += rows * double(p.dim + p.ropeDim + (p.valueIsKey() ? 0 : p.vdim())) * element;
+        bytes += rows * (double(p.dim + (p.valueIsKey() ? 0 : p.vdim())) * element + double(p.ropeDim) * ropeElement);
         if (p.int8Kv) bytes += double(p.kvLen(b)) * 4.0 * double(p.keyQuantMode + p.valueQuantMode);
     }
     return bytes;
@@ -198,6 +209,15 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
                                     "block 128, bf16",
                                     requests, context, heads);
         w.push_back(std::move(d));
+        Workload quant;
+        quant.fia = true;
+        quant.fiaProblem = mlaQuantDecodeStep(requests, context, heads);
+        quant.name = fmt::format("mla-decode-b{}-s{}-h{}-int8", requests, context, heads);
+        quant.description = fmt::format("FIA decode MLA full quant B={} context={} N1={} N2=1 D=512+64 rope, int8 query "
+                                        "(per token and head scale), int8 key = value (per-tensor scales), bf16 rope, paged "
+                                        "BnBsH block 128",
+                                        requests, context, heads);
+        w.push_back(std::move(quant));
     }
     Workload bar;
     bar.bar = true;
@@ -233,7 +253,8 @@ json problemJson(const Workload& w) {
         const tools::FiaProblem& p = w.fiaProblem;
         return {{"op", "fused-infer-attention-decode"}, {"layout", p.layout}, {"batch", p.batch}, {"kvLens", p.kvLens},
                 {"heads", p.heads}, {"kvHeads", p.kvHeads}, {"dim", p.dim}, {"cache", p.cache}, {"blockSize", p.blockSize},
-                {"kvDtype", p.int8Kv ? "int8" : "bf16"}, {"ropeDim", p.ropeDim}, {"valueIsKey", p.valueIsKey()}};
+                {"kvDtype", p.int8Kv ? "int8" : "bf16"}, {"ropeDim", p.ropeDim}, {"valueIsKey", p.valueIsKey()},
+                {"mlaFullQuant", p.mlaFullQuant}};
     }
     if (w.bar)
         return {{"op", "block-attention-residuals"}, {"tokens", w.barProblem.tokens}, {"blocks", w.barProblem.blocks},
@@ -383,7 +404,8 @@ int runBench(const BenchOptions& o) {
         std::fflush(stdout);
     }
     const bool forward = std::find(o.directions.begin(), o.directions.end(), "fwd") != o.directions.end();
-    std::map<int64_t, double> bf16DecodeMs;  // by context: the bf16 KV time the int8 KV one is compared with
+    // By (rope dim, context): the bf16 KV time the int8 KV one (GQA, or MLA full quant) is compared with.
+    std::map<std::pair<int64_t, int64_t>, double> bf16DecodeMs;
     for (const Workload& w : chosen) {
         if (w.fia) {  // a decode step: bf16 query whatever --dtypes says, forward only
             if (!forward) continue;
@@ -394,7 +416,9 @@ int runBench(const BenchOptions& o) {
             const int64_t context = p.kvLen(0);
             json j = {{"workload", w.name},
                       {"description", w.description},
-                      {"dtype", "bf16"},  // the query; the KV dtype is in the name and problem.kvDtype
+                      // The query (MLA full quant: the rope and output beside an int8 query, problem.mlaFullQuant);
+                      // the KV dtype is in the name and problem.kvDtype.
+                      {"dtype", "bf16"},
                       {"direction", "fwd"},
                       {"implementation", r.implementation},
                       {"problem", problemJson(w)},
@@ -408,10 +432,10 @@ int runBench(const BenchOptions& o) {
                 j["ratioToPeak"] = rate / peaks.readGBs;
             }
             std::string speedText;
-            const bool gqa = p.ropeDim == 0;  // MLA has no int8 twin to compare with
-            if (gqa && !p.int8Kv) bf16DecodeMs[context] = r.timing.median();
-            else if (gqa && bf16DecodeMs.count(context) != 0) {
-                const double speedup = bf16DecodeMs[context] / r.timing.median();
+            const std::pair<int64_t, int64_t> twin{p.ropeDim, context};  // GQA and MLA each against their bf16 KV run
+            if (!p.int8Kv) bf16DecodeMs[twin] = r.timing.median();
+            else if (bf16DecodeMs.count(twin) != 0) {
+                const double speedup = bf16DecodeMs[twin] / r.timing.median();
                 j["speedupOverBf16Kv"] = speedup;
                 speedText = fmt::format(", {:.2f}x bf16 KV", speedup);
             }

@@ -20,7 +20,11 @@
 //
 // MLA: the rope part of a score, q_rope . k_rope, continues the same dot (the query row holds
 // [q ; q_rope], the key rope row is read from its own tensor at the key's row), and decode MLA's
-// value is the key itself, so each page is fetched once and serves both passes. pseShift is
+// value is the key itself, so each page is fetched once and serves both passes. MLA full
+// quantisation (int8 query x dequantScaleQuery per token and head, int8 key x per-tensor scales,
+// bf16 rope): the int8 query is kept unscaled, so q.k over the int8 key is the exact integer
+// (mlaFullQuant below); the rope dot is then taken apart, and the two meet per score as
+// q.k * (dequantScaleQuery * keyScale) + q_rope.k_rope; the value scale ends the accumulator. pseShift is
 // added per key by the shared row step (like an explicit mask), and the tree mask of sparse mode
 // 9 right after it.
 //
@@ -60,8 +64,16 @@ inline bool packs(const Params& p, int64_t R) {
     return R > (kPackTiles - 1) * kRowTile && p.key.dtype != DType::F16;
 }
 
+// MLA full quantisation (spec 9.2, queryQuantMode 3): an int8 query scaled per token and head,
+// the int8 key (also the value) scaled per tensor, bf16 rope parts. The int8 query stays unscaled
+// in the fp32 query rows, so its dot with the int8 keys (converted exactly in registers) is the
+// exact integer q.k: every product and partial sum is an integer of magnitude at most
+// 128 * 128 * 512 = 2^23, which fp32 holds exactly whatever the order of the additions.
+inline bool mlaFullQuant(const Params& p) { return p.queryDequant.scale != nullptr; }
+
 struct Scratch {
-    float* q;        // [R][dk] query rows [q ; q_rope] (key per-channel scale folded in), R = G * queryRows
+    float* q;        // [R][dk] query rows [q ; q_rope] (key per-channel scale folded in; MLA full
+                     // quantisation: the int8 query unscaled), R = G * queryRows
     float* qa;       // [R] A: q'.keyOffset (per channel)
     float* qb;       // [R] B: sum of q (per-token key offsets)
     float* st;       // [R][keyRows] scores, then probabilities
@@ -98,6 +110,12 @@ struct Scratch {
     const char** pkRow;   // [keyRows] rows of pk
     const char** pvRow;   // [keyRows] rows of pv (or of pk when the value is the key)
     int64_t* pChunk;      // [max(d + ropeDim, dv) / kLanes] v * kLanes: packed rows are unit stride
+    // MLA full quantisation (int8 query, mlaFullQuant()): the exact integer q.k and the rope dot
+    // q_rope.k_rope land in separate arrays and meet in finishRowScores, where only the first is
+    // scaled by the row's dequantScaleQuery x keyAntiquantScale (all three: only then).
+    float* qs;            // [R] dequantScaleQuery(b, n1, row) * key scale
+    float* sr;            // [R][keyRows] rope scores
+    int64_t* prChunk;     // [ropeDim / kLanes] d + v * kLanes: the rope part of a packed key row
 
     static int64_t floats(const Params& p, TileShape t) {
         const int64_t R = p.core.group * t.queryRows, kr = t.keyRows, dk = p.core.d + p.ropeDim;
@@ -106,7 +124,8 @@ struct Scratch {
                2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr) +
                (packs(p, R) ? alignUp(kr * dk) + alignUp(kr * p.core.dv) + 2 * alignUp(2 * kr) +
                                   alignUp(2 * std::max(dk, p.core.dv))
-                            : 0);
+                            : 0) +
+               (mlaFullQuant(p) ? alignUp(R) + alignUp(R * kr) + alignUp(2 * p.ropeDim) : 0);
     }
 
     Scratch(const Params& p, TileShape t, void* base) {
@@ -149,6 +168,10 @@ struct Scratch {
         pkRow = reinterpret_cast<const char**>(take(n * 2 * kr));
         pvRow = reinterpret_cast<const char**>(take(n * 2 * kr));
         pChunk = reinterpret_cast<int64_t*>(take(n * 2 * std::max(dk, p.core.dv)));
+        const int64_t fq = mlaFullQuant(p) ? 1 : 0;
+        qs = take(fq * R);
+        sr = take(fq * R * kr);
+        prChunk = reinterpret_cast<int64_t*>(take(fq * 2 * p.ropeDim));
     }
 };
 
@@ -176,7 +199,15 @@ bool acceptsSource(const KvSource& s, int64_t dim) {
 
 template <class V>
 bool accepts(const Params& p) {
-    return acceptsSource<V>(p.key, p.core.d) && acceptsSource<V>(p.value, p.core.dv) &&
+    // MLA full quantisation: the int8 query, int8 key/value with per-tensor scales and a bf16 (or
+    // no) rope that check_mlaquant.cpp admits; the int8 query of spec 9.2's other full quant
+    // (p.fullQuant) has its own rounding steps and stays with the portable kernels.
+    const bool query = mlaFullQuant(p) ? p.core.q.dtype == DType::I8 && p.key.dtype == DType::I8 &&
+                                             p.value.dtype == DType::I8 && p.keyQuant.mode == Antiquant::PerChannel &&
+                                             p.keyQuant.scale.size() == 1 && p.keyQuant.offset.empty() &&
+                                             (p.ropeDim == 0 || p.keyRope.dtype == DType::BF16)
+                                       : p.core.q.dtype != DType::I8;
+    return !p.fullQuant.on && query && acceptsSource<V>(p.key, p.core.d) && acceptsSource<V>(p.value, p.core.dv) &&
            (p.ropeDim == 0 || acceptsSource<V>(p.keyRope, p.ropeDim));
 }
 
@@ -226,14 +257,18 @@ ATTNOPS_SIMD_INLINE void sumEach(const typename V::Vec* x, float* out) {
 
 // st[r * ldst + k] = q_r . key_k for NR rows and the NK keys at keys[0 .. NK): NK x kRowTile
 // accumulators, each query vector loaded once for the NK keys. Dense: vector v of a row starts
-// at element v * kLanes (the chunk table is not read: no index load per vector).
-template <class V, DType T, int NR, int NK, bool Dense>
+// at element v * kLanes (the chunk table is not read: no index load per vector). MLA: the rope
+// dims (key rope rows of dtype TR) continue the same dot, or with Split (MLA full quantisation)
+// make a dot of their own, stored to sr[r * ldst + k], in the same registers once the first is
+// stored.
+template <class V, DType T, DType TR, int NR, int NK, bool Dense, bool Split>
 ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64_t* kChunk, int64_t dr,
                                  const char* const* ropes, const int64_t* rChunk, const float* q, int64_t ldq,
-                                 float* st, int64_t ldst) {
+                                 float* st, float* sr, int64_t ldst) {
     using Vec = typename V::Vec;
     constexpr int kAcc = int(NK * kRowTile);
     Vec acc[kAcc];
+    alignas(32) float sums[kAcc];
 #pragma GCC unroll 12
     for (int i = 0; i < kAcc; ++i) acc[i] = V::zero();
     for (int64_t c = 0, v = 0; c < d; c += V::kLanes, ++v) {
@@ -249,11 +284,18 @@ ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64
             for (int k = 0; k < NK; ++k) acc[k * kRowTile + r] = V::fmadd(qv, x[k], acc[k * kRowTile + r]);
         }
     }
-    for (int64_t c = 0, v = 0; c < dr; c += V::kLanes, ++v) {  // MLA: the rope dims continue the dot
+    if constexpr (Split) {
+        sumEach<V, kAcc>(acc, sums);
+        for (int k = 0; k < NK; ++k)
+            for (int r = 0; r < NR; ++r) st[r * ldst + k] = sums[k * kRowTile + r];
+#pragma GCC unroll 12
+        for (int i = 0; i < kAcc; ++i) acc[i] = V::zero();
+    }
+    for (int64_t c = 0, v = 0; c < dr; c += V::kLanes, ++v) {  // MLA: the rope dims
         const int64_t at = rChunk[v];
         Vec x[NK];
 #pragma GCC unroll 3
-        for (int k = 0; k < NK; ++k) x[k] = loadVec<V, T>(ropes[k], at);
+        for (int k = 0; k < NK; ++k) x[k] = loadVec<V, TR>(ropes[k], at);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
             Vec qv = V::load(q + r * ldq + d + c);
@@ -262,20 +304,20 @@ ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64
             for (int k = 0; k < NK; ++k) acc[k * kRowTile + r] = V::fmadd(qv, x[k], acc[k * kRowTile + r]);
         }
     }
-    alignas(32) float sums[kAcc];
     sumEach<V, kAcc>(acc, sums);
+    float* out = Split ? sr : st;
     for (int k = 0; k < NK; ++k)
-        for (int r = 0; r < NR; ++r) st[r * ldst + k] = sums[k * kRowTile + r];
+        for (int r = 0; r < NR; ++r) out[r * ldst + k] = sums[k * kRowTile + r];
 }
 
 // st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, kDotKeys keys per step (the last
-// step takes the one or two left). The first row tile prefetches the next block's key and value
-// rows (`pre`, NULL for the others): a block ahead of their use, as the cache is read once from
-// scattered pages.
-template <class V, DType T, int NR, bool Dense>
+// step takes the one or two left); with Split the rope dots go to sr (dotStep). The first row
+// tile prefetches the next block's key and value rows (`pre`, NULL for the others): a block
+// ahead of their use, as the cache is read once from scattered pages.
+template <class V, DType T, DType TR, int NR, bool Dense, bool Split>
 ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t dr,
                              const char* const* rRow, const int64_t* rChunk, int64_t nk, const float* q, int64_t ldq,
-                             float* st, int64_t ldst, const Scratch* pre) {
+                             float* st, float* sr, int64_t ldst, const Scratch* pre) {
     static_assert(kDotKeys == 3, "the remainder below takes one or two keys");
     for (int64_t j = 0; j < nk; j += kDotKeys) {
         if (pre != nullptr)
@@ -285,10 +327,11 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
                 if (dr > 0) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
             }
         const char* const* ropes = dr > 0 ? rRow + j : nullptr;
+        float* srj = Split ? sr + j : nullptr;
         switch (std::min(kDotKeys, nk - j)) {
-            case 1: dotStep<V, T, NR, 1, Dense>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, ldst); break;
-            case 2: dotStep<V, T, NR, 2, Dense>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, ldst); break;
-            default: dotStep<V, T, NR, 3, Dense>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, ldst); break;
+            case 1: dotStep<V, T, TR, NR, 1, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
+            case 2: dotStep<V, T, TR, NR, 2, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
+            default: dotStep<V, T, TR, NR, 3, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
         }
     }
 }
@@ -343,29 +386,30 @@ ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const i
 }
 
 // The row tiles of R rows, each tile of NR = min(kRowTile, rows left) rows.
-template <class V, DType T, bool Dense>
+template <class V, DType T, DType TR, bool Dense, bool Split>
 ATTNOPS_SIMD_FN void dotTiles(int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk, int64_t ldst) {
     const int64_t ldq = d + dr;
     for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
         const float* q = sc.q + r0 * ldq;
         float* st = sc.st + r0 * ldst;
+        float* sr = Split ? sc.sr + r0 * ldst : nullptr;
         const Scratch* pre = r0 == 0 ? &sc : nullptr;
         const char* const* kr = sc.kRow;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: dotRows<V, T, 1, Dense>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
-            case 2: dotRows<V, T, 2, Dense>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
-            case 3: dotRows<V, T, 3, Dense>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
-            default: dotRows<V, T, 4, Dense>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, ldst, pre); break;
+            case 1: dotRows<V, T, TR, 1, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre); break;
+            case 2: dotRows<V, T, TR, 2, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre); break;
+            case 3: dotRows<V, T, TR, 3, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre); break;
+            default: dotRows<V, T, TR, 4, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre); break;
         }
     }
 }
 
-template <class V, DType T>
+template <class V, DType T, DType TR = T, bool Split = false>
 ATTNOPS_SIMD_FN void dots(int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk, int64_t ldst) {
     if (sc.kDense)
-        dotTiles<V, T, true>(R, d, dr, sc, nk, ldst);
+        dotTiles<V, T, TR, true, Split>(R, d, dr, sc, nk, ldst);
     else
-        dotTiles<V, T, false>(R, d, dr, sc, nk, ldst);
+        dotTiles<V, T, TR, false, Split>(R, d, dr, sc, nk, ldst);
 }
 
 template <class V, DType T, bool SkipZero, bool Dense>
@@ -390,8 +434,12 @@ ATTNOPS_SIMD_FN void accumulate(int64_t R, int64_t dv, const Scratch& sc, int64_
         accumulateTiles<V, T, SkipZero, false>(R, dv, sc, nk, ldst);
 }
 
+// The scores of a block from the cache rows; MLA full quantisation: int8 keys, a bf16 rope dot
+// apart (accepts() admits no other key or rope dtype then).
 template <class V>
-ATTNOPS_SIMD_FN void dotsOf(DType t, int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk, int64_t ldst) {
+ATTNOPS_SIMD_FN void dotsOf(const Params& p, DType t, int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t nk,
+                            int64_t ldst) {
+    if (mlaFullQuant(p)) return dots<V, DType::I8, DType::BF16, true>(R, d, dr, sc, nk, ldst);
     switch (t) {
         case DType::F16: return dots<V, DType::F16>(R, d, dr, sc, nk, ldst);
         case DType::BF16: return dots<V, DType::BF16>(R, d, dr, sc, nk, ldst);
@@ -497,8 +545,16 @@ ATTNOPS_SIMD_FN void loadQueries(const Params& p, const WorkUnit& u, int64_t row
         for (int64_t r = 0; r < rows; ++r) {
             const int64_t i = g * rows + r;
             float* q = sc.q + i * (d + p.ropeDim);
-            simd::loadRow<V>(c.q, u.b, u.n2 * c.group + g, qRow0 + r, d, q);
-            if (p.ropeDim > 0) simd::loadRow<V>(p.queryRope, u.b, u.n2 * c.group + g, qRow0 + r, p.ropeDim, q + d);
+            const int64_t n1 = u.n2 * c.group + g;
+            if (p.ropeDim > 0) simd::loadRow<V>(p.queryRope, u.b, n1, qRow0 + r, p.ropeDim, q + d);
+            if (mlaFullQuant(p)) {  // the int8 query as it is (exact dots); its scale and the key's go to qs
+                const auto* q8 = static_cast<const int8_t*>(c.q.data) + c.q.offset(u.b, n1, qRow0 + r, 0);
+                for (int64_t e = 0; e < d; ++e) q[e] = float(q8[e * c.q.stride[3]]);
+                sc.qs[i] = p.queryDequant.at(u.b, n1, qRow0 + r) * kq.scale[0];
+                sc.qa[i] = sc.qb[i] = 0.0f;
+                continue;
+            }
+            simd::loadRow<V>(c.q, u.b, n1, qRow0 + r, d, q);
             float a = 0.0f, bsum = 0.0f;
             if (kq.mode == Antiquant::PerChannel) {
                 for (int64_t e = 0; e < d; ++e) {
@@ -514,19 +570,20 @@ ATTNOPS_SIMD_FN void loadQueries(const Params& p, const WorkUnit& u, int64_t row
 }
 
 // Raw dots of row i -> finished scores (dequantisation terms, scale; with `masked`, the band and
-// the explicit mask through the shared row step). Returns the row max over kept keys (-inf if
-// none, NaN if a kept score is NaN).
+// the explicit mask through the shared row step). MLA full quantisation (`rope` not NULL): the
+// raw dot is the exact integer q.k, scaled by qs (dequantScaleQuery x key scale) and joined by
+// the rope dot. Returns the row max over kept keys (-inf if none, NaN if a kept score is NaN).
 template <class V>
 ATTNOPS_SIMD_FN float finishRowScores(const Params& p, const WorkUnit& u, const fa::SeqRule& rule, int64_t g,
                                       int64_t row, int64_t k0, int64_t nk, int64_t skv, bool masked, const Scratch& sc,
-                                      float* s, float a, float bsum) {
+                                      float* s, float a, float bsum, const float* rope, float qs) {
     using Vec = typename V::Vec;
-    const Vec av = V::set1(a), bv = V::set1(bsum), scale = V::set1(masked ? 1.0f : p.core.scale);
+    const Vec av = V::set1(a), bv = V::set1(bsum), scale = V::set1(masked ? 1.0f : p.core.scale), qsv = V::set1(qs);
     Vec mx = V::set1(kNegInf);
     auto nan = V::none();
     for (int64_t j = 0; j < nk; j += V::kLanes) {  // lanes from nk on: scratch, left out by mk
         const auto mk = V::tail(nk - j);
-        const Vec raw = V::load(s + j);
+        const Vec raw = rope == nullptr ? V::load(s + j) : V::fmadd(V::load(s + j), qsv, V::load(rope + j));
         const Vec x = V::mul(V::mul(V::load(sc.kScale + j), V::add(V::add(raw, av), V::mul(V::load(sc.kOffset + j), bv))),
                              scale);
         V::store(s + j, x);
@@ -617,7 +674,26 @@ ATTNOPS_SIMD_FN void packOf(DType t, const char* const* rows, const int64_t* chu
 }
 
 // Scores of keys [j0, j1) for all R rows from packed key rows [k ; k_rope]: one dot of
-// d + ropeDim (the order of the unpacked path, whose rope dims continue the same accumulators).
+// d + ropeDim (the order of the unpacked path, whose rope dims continue the same accumulators),
+// or with MLA full quantisation the dot of the d key dims and that of the rope dims apart.
+template <class V, bool Split>
+ATTNOPS_SIMD_FN void dotsPackedRows(int64_t R, int64_t d, int64_t dr, const Scratch& sc, int64_t n,
+                                    const char* const* rows, int64_t j0, int64_t ldst) {
+    const int64_t dk = d + dr, dot = Split ? d : dk, rope = Split ? dr : 0;
+    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
+        const float* q = sc.q + r0 * dk;
+        float* st = sc.st + r0 * ldst + j0;
+        float* sr = Split ? sc.sr + r0 * ldst + j0 : nullptr;
+        const int64_t* pr = sc.prChunk;
+        switch (std::min(kRowTile, R - r0)) {
+            case 1: dotRows<V, DType::F32, DType::F32, 1, true, Split>(dot, rows, sc.pChunk, rope, rows, pr, n, q, dk, st, sr, ldst, nullptr); break;
+            case 2: dotRows<V, DType::F32, DType::F32, 2, true, Split>(dot, rows, sc.pChunk, rope, rows, pr, n, q, dk, st, sr, ldst, nullptr); break;
+            case 3: dotRows<V, DType::F32, DType::F32, 3, true, Split>(dot, rows, sc.pChunk, rope, rows, pr, n, q, dk, st, sr, ldst, nullptr); break;
+            default: dotRows<V, DType::F32, DType::F32, 4, true, Split>(dot, rows, sc.pChunk, rope, rows, pr, n, q, dk, st, sr, ldst, nullptr); break;
+        }
+    }
+}
+
 template <class V>
 ATTNOPS_SIMD_FN void dotsPacked(const Params& p, int64_t R, Scratch& sc, int64_t j0, int64_t j1, int64_t ldst) {
     const int64_t d = p.core.d, dk = d + p.ropeDim, n = j1 - j0, next = sc.nextRows;
@@ -627,17 +703,10 @@ ATTNOPS_SIMD_FN void dotsPacked(const Params& p, int64_t R, Scratch& sc, int64_t
                   sc.rLineCount);
     if (sc.prefetchValues)  // the value rows of the next block (packed later, after the softmax)
         for (int64_t j = j0; j < std::min(j1, next); ++j) prefetchRow(sc.vNext[j], sc.vLines, sc.vLineCount);
-    const char* const* rows = sc.pkRow + j0;
-    for (int64_t r0 = 0; r0 < R; r0 += kRowTile) {
-        const float* q = sc.q + r0 * dk;
-        float* st = sc.st + r0 * ldst + j0;
-        switch (std::min(kRowTile, R - r0)) {
-            case 1: dotRows<V, DType::F32, 1, true>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
-            case 2: dotRows<V, DType::F32, 2, true>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
-            case 3: dotRows<V, DType::F32, 3, true>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
-            default: dotRows<V, DType::F32, 4, true>(dk, rows, sc.pChunk, 0, nullptr, nullptr, n, q, dk, st, ldst, nullptr); break;
-        }
-    }
+    if (mlaFullQuant(p))
+        dotsPackedRows<V, true>(R, d, p.ropeDim, sc, n, sc.pkRow + j0, j0, ldst);
+    else
+        dotsPackedRows<V, false>(R, d, p.ropeDim, sc, n, sc.pkRow + j0, j0, ldst);
 }
 
 // acc += P.V over keys [j0, j1) for all R rows from packed value rows (the packed key rows when
@@ -689,6 +758,8 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
             sc.pvRow[j] = p.valueIsKey ? sc.pkRow[j] : reinterpret_cast<const char*>(sc.pv + j * dv);
         }
         for (int64_t v = 0; v * V::kLanes < std::max(dk, dv); ++v) sc.pChunk[v] = v * V::kLanes;
+        if (mlaFullQuant(p))
+            for (int64_t v = 0; v * V::kLanes < p.ropeDim; ++v) sc.prChunk[v] = d + v * V::kLanes;
     }
     const int64_t firstRows = std::min(t.keyRows, u.k1 - u.k0);
     if (firstRows > 0) {
@@ -710,7 +781,7 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         if (pack) {
             for (int64_t j = 0; j < nk; j += keyRun) dotsPacked<V>(p, R, sc, j, std::min(nk, j + keyRun), ldst);
         } else {
-            dotsOf<V>(p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
+            dotsOf<V>(p, p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
         }
         // pseShift takes the shared row step too (scale, then pse per kept key).
         const bool masked = c.mask.explicitMask || c.pse.form != fa::PseForm::None || p.tree != nullptr ||
@@ -718,7 +789,10 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         for (int64_t i = 0; i < R; ++i) {
             float* s = sc.st + i * ldst;
             const int64_t g = i / rows, row = u.q0 + i % rows;
-            const float rowMax = finishRowScores<V>(p, u, rule, g, row, k0, nk, skv, masked, sc, s, sc.qa[i], sc.qb[i]);
+            const float* rope = mlaFullQuant(p) ? sc.sr + i * ldst : nullptr;
+            const float qs = mlaFullQuant(p) ? sc.qs[i] : 1.0f;
+            const float rowMax =
+                finishRowScores<V>(p, u, rule, g, row, k0, nk, skv, masked, sc, s, sc.qa[i], sc.qb[i], rope, qs);
             if (rowMax == kNegInf) {  // nothing kept in this block for this row
                 std::fill(s, s + nk, 0.0f);
                 continue;

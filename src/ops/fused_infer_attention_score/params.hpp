@@ -149,7 +149,7 @@ struct Params {
     fa::View4 queryRope;           // (b, n1, row, d) like core.q
     KvSource keyRope;
     bool valueIsKey = false;       // decode MLA: value == key (the value input is never read)
-    QueryDequant queryDequant;     // MLA full quant (int8 query): served by the portable kernels only
+    QueryDequant queryDequant;     // MLA full quant (int8 query): portable and SIMD decode kernels
     // Tree mask (sparse mode 9, spec 6; core.mask is then mode 1 without a tensor): key j of
     // batch b is masked for row i iff j >= skv - sq and tree(b, i, j - (skv - sq)) != 0.
     const uint8_t* tree = nullptr;  // NULL: no tree mask
