@@ -94,6 +94,13 @@ FiaInstance runDefault(const FiaProblem& p) {
     return inst;
 }
 
+// Whether this CPU runs the implementation `impl` (the vector kernels need their instructions).
+bool supported(const char* impl) {
+    testsupport::ForcedImpl force(impl);
+    FiaInstance inst(int4List("BSND", {8}, 2, 2, 64, 0, 0));
+    return inst.run() != ATTNOPS_ERROR_UNSUPPORTED_HARDWARE;
+}
+
 FiaInstance runForced(const char* impl, const FiaProblem& p) {
     testsupport::ForcedImpl force(impl);
     return runDefault(p);
@@ -160,15 +167,18 @@ TEST(FiaGapsInt4List, EveryModeAndLayoutMatchesReference) {
     for (const char* layout : {"BSH", "BSND", "BNSD", "BSND_NBSD"})
         for (auto [km, vm] : {std::pair<int64_t, int64_t>{0, 0}, {1, 1}, {3, 3}, {0, 1}}) {
             const FiaProblem p = int4List(layout, {70, 1, 0, 17}, 4, 2, 64, km, vm);
-            expectFiaMatchesReference(p, {"", "tiled-generic", "reference"}, "tiled-generic");
+            expectFiaMatchesReference(p, {"tiled-generic", "reference"}, "");
+            for (const char* impl : kVectorImplementations) expectVectorKernel(impl, p);
         }
-    FiaProblem wide = int4List("BNSD", {kSplitKeys + 65, kSplitKeys, 3}, 8, 1, 128, 0, 0);
+    FiaProblem wide = int4List("BNSD", {kSplitKeys + 65, kSplitKeys, 3}, 8, 1, 128, 0, 0);  // key splits, GQA 8
     wide.dtype = ATTNOPS_BFLOAT16;
-    expectFiaMatchesReference(wide, {"", "tiled-generic"}, "tiled-generic");
+    expectFiaMatchesReference(wide, {"tiled-generic"}, "");
+    for (const char* impl : kVectorImplementations) expectVectorKernel(impl, wide);
     FiaProblem own = int4List("BSH", {}, 4, 4, 64, 3, 3);  // no lengths: each batch its own S (kvSeqLen + b % 3)
     own.batch = 3;
     own.kvSeqLen = 40;
-    expectFiaMatchesReference(own, {"", "tiled-generic", "reference"}, "tiled-generic");
+    expectFiaMatchesReference(own, {"tiled-generic", "reference"}, "");
+    for (const char* impl : kVectorImplementations) expectVectorKernel(impl, own);
 }
 
 // A list of int4 tensors holding the same nibbles as one batched int4 tensor gives the same bytes
@@ -178,8 +188,9 @@ TEST(FiaGapsInt4List, EqualsOneTensor) {
         const FiaProblem list = int4List("BSND", {50, 0, 1, 33}, 8, 2, 64, km, vm);
         FiaProblem one = list;
         one.kvList = false;
-        for (const char* impl : {"tiled-generic", "reference"}) {
+        for (const char* impl : {"avx512", "avx2", "tiled-generic", "reference"}) {
             SCOPED_TRACE(impl);
+            if (!supported(impl)) continue;
             expectSameLogicalOutput(runForced(impl, list), runForced(impl, one));
         }
     }
