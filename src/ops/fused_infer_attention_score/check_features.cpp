@@ -40,6 +40,7 @@ void requireMlaLayout(const LayoutPair& lp, int64_t d, const char* const (&names
     }
     invalidArgument("inputLayout", lp.name, "MLA with D {} takes {}", d, list);
 }
+
 std::vector<int64_t> shapeOf(const attnopsTensor& t) { return {t.shape.begin(), t.shape.begin() + t.rank}; }
 
 // `t`'s shape with its head-dim part sized for `dim` instead: the last axis (BSH / BnBsH: heads *
@@ -94,7 +95,7 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
     if (s.tensorList)
         invalidArgument("keyCount", a.keyCount, "tensor-list key/value are not supported with MLA (queryRope/keyRope given): decode "
                         "MLA (D {}) reads a paged cache, which excludes tensor lists (spec 4, 8), and prefill MLA (D {}) excludes "
-                        "them too (spec 4; torch_npu MLA constraints)", kMlaDecodeDim, kMlaPrefillDim);
+                        "them too (torch_npu's MLA constraints)", kMlaDecodeDim, kMlaPrefillDim);
     const bool paged = p.table.data != nullptr, tnd = p.layout == fa::Layout::TND;
     // An int8 query is MLA full quantisation (spec 9.2): int8 key/value, bf16 rope parts.
     const bool fullQuant = q.dtype == DType::I8;
