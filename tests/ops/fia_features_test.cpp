@@ -321,13 +321,10 @@ TEST(FiaMla, ConstraintsRejectedNamingTheArgument) {
     FiaInstance valueShape(dec.problem);
     valueShape.value = HostTensor(ATTNOPS_BFLOAT16, {4, 16, 256});
     expectRejected(planWith(valueShape, [](fia::Args&) {}), "value.shape");
-    // Prefill MLA: TND, bf16, Q_N = KV_N, not paged.
-    FiaProblem bsnd = mlaPrefill({4}, {4}, 2);
-    bsnd.layout = "BSND";
-    bsnd.batch = 1;
-    bsnd.qSeqLen = bsnd.kvSeqLen = 4;
-    bsnd.qLens = bsnd.kvLens = {};
-    expectRejected(planWith(FiaInstance(bsnd), [](fia::Args&) {}), "takes TND");
+    // Prefill MLA: its layouts (TND_NTD is decode MLA's), bf16, Q_N = KV_N, not paged.
+    FiaProblem tndNtd = mlaPrefill({4}, {4}, 2);
+    tndNtd.layout = "TND_NTD";
+    expectRejected(planWith(FiaInstance(tndNtd), [](fia::Args&) {}), "MLA with D 128 takes BSH, BSND, BNSD, TND, NTD");
     FiaProblem fp16 = mlaPrefill({4}, {4}, 2);
     fp16.dtype = ATTNOPS_FLOAT16;
     expectRejected(planWith(FiaInstance(fp16), [](fia::Args&) {}), "takes bf16");

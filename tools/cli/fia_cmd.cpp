@@ -93,8 +93,7 @@ void validate(const FiaProblem& p) {
     validateAddressing(p);
     if (p.ropeDim > 0 && (p.kvList || p.prefixRows > 0 || p.queryPadding >= 0 || p.kvPadding >= 0))
         throw CliError("--rope-dim: MLA is not combined with --kv-list, --prefix-rows or left padding");
-    if (p.int4Kv && (p.kvList || p.prefixRows > 0))
-        throw CliError("--int4-kv: not with --kv-list or --prefix-rows (int4 key/value is decode on one batched tensor)");
+    if (p.int4Kv && p.prefixRows > 0) throw CliError("--int4-kv: not with --prefix-rows (a shared prefix is not int4)");
 }
 
 FiaProblem problemFromFlags(const FiaFlags& f) {

@@ -240,8 +240,11 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         }
     } else if (p.kvList) {
         for (int64_t b = 0; b < batches; ++b) {
-            keyList.emplace_back(kvType, layoutShape(in, 1, p.kvListRows(b), n2, d));
-            valueList.emplace_back(kvType, layoutShape(in, 1, p.kvListRows(b), n2, dv));
+            std::vector<int64_t> kShape = layoutShape(in, 1, p.kvListRows(b), n2, d), vShape = layoutShape(in, 1, p.kvListRows(b), n2, dv);
+            kShape.back() /= kvPack;  // int4: eight per int32
+            vShape.back() /= kvPack;
+            keyList.emplace_back(kvType, kShape);
+            valueList.emplace_back(kvType, vShape);
             if (!p.quantKv()) {
                 fill(keyList.back(), nan);
                 fill(valueList.back(), nan);

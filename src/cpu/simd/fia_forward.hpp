@@ -188,10 +188,14 @@ bool acceptsSource(const KvSource& s, int64_t dim) {
     // The key/value dtypes check.cpp admits (fp32 is not one).
     const bool known = s.dtype == DType::F16 || s.dtype == DType::BF16 || s.dtype == DType::I8;
     // Packed int4 (int32 containers; decode, never paged, spec 9.1): offsets count nibbles, and
-    // every row and vector starts on a whole byte (strides are multiples of 8 nibbles).
-    if (s.dtype == DType::I4)
-        return !hasKvParts(s) && dim % V::kLanes == 0 && s.dimStride == 1 && s.dimGroup == 0 && s.rowStride % 2 == 0 &&
+    // every row and vector starts on a whole byte (strides are multiples of 8 nibbles), in each
+    // tensor of a tensor list too (int4 has no shared prefix).
+    if (s.dtype == DType::I4) {
+        bool evenParts = s.prefixLen == 0;
+        for (const KvPart& e : s.perBatch) evenParts = evenParts && e.dimStride == 1 && e.rowStride % 2 == 0 && e.headStride % 2 == 0;
+        return evenParts && dim % V::kLanes == 0 && s.dimStride == 1 && s.dimGroup == 0 && s.rowStride % 2 == 0 &&
                s.headStride % 2 == 0 && s.batchStride % 2 == 0 && s.blockStride % 2 == 0;
+    }
     bool unitParts = s.prefixLen == 0 || s.prefix.dimStride == 1;  // shared prefix, tensor-list rows
     for (const KvPart& e : s.perBatch) unitParts = unitParts && e.dimStride == 1;
     return known && unitParts && dim % V::kLanes == 0 && s.dimStride == 1 && (s.dimGroup == 0 || s.dimGroup % V::kLanes == 0);
@@ -488,7 +492,7 @@ inline void sourceRows(const Params& p, const KvSource& s, int64_t b, int64_t m,
                        const char** rows) {
     const char* base = static_cast<const char*>(s.data);
     const int64_t step = byteOffset(s.dtype, s.rowStride);
-    if (hasKvParts(s)) {  // shared prefix or tensor-list rows: each row from its own tensor (never int4)
+    if (hasKvParts(s)) {  // shared prefix or tensor-list rows: each row from its own tensor (int4: even offsets)
         for (int64_t j = 0; j < nk; ++j) {
             const KvAddress a = kvAddress(p, s, b, m, k0 + j);
             rows[j] = static_cast<const char*>(a.data) + byteOffset(s.dtype, a.at);

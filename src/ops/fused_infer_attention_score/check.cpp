@@ -234,13 +234,15 @@ std::vector<int64_t> tensorListSources(const Args& a, const LayoutPair& lp, Shap
     if (int64_t(a.keyCount) != s.batch)
         invalidArgument("keyCount", a.keyCount, "a tensor list needs one key/value tensor per batch: must equal the query's B = {}", s.batch);
     if (isPacked(lp.in)) invalidArgument("keyCount", a.keyCount, "tensor-list key/value do not exist with inputLayout {}", lp.name);
-    const DType kvType = a.key[0] ? a.key[0]->dtype : DType::F16;
     std::vector<int64_t> lens;
     s.kvS = 0;
+    DType kvType = DType::F16;
     for (uint64_t i = 0; i < a.keyCount; ++i) {
         const std::string kn = fmt::format("key[{}]", i), vn = fmt::format("value[{}]", i);
-        const attnopsTensor& k = requireTensorOn(a.key[i], kn.c_str(), device);
-        const attnopsTensor& v = requireTensorOn(a.value[i], vn.c_str(), device);
+        // int32 entries: eight int4 each (spec 9.1), strides counted in int4 elements from here on.
+        const attnopsTensor k = unpackInt4(requireTensorOn(a.key[i], kn.c_str(), device), kn.c_str());
+        const attnopsTensor v = unpackInt4(requireTensorOn(a.value[i], vn.c_str(), device), vn.c_str());
+        if (i == 0) kvType = k.dtype;
         if (k.dtype != kvType) invalidArgument(kn + ".dtype", dtypeName(k.dtype), "must equal key[0].dtype ({})", dtypeName(kvType));
         if (v.dtype != kvType) invalidArgument(vn + ".dtype", dtypeName(v.dtype), "must equal key[0].dtype ({})", dtypeName(kvType));
         requireRank(k, kn.c_str(), rankOf(lp.in), fmt::format("inputLayout {}", lp.name));
@@ -370,8 +372,6 @@ Params checkForward(const Args& a, int32_t device) {
     // int32 key/value: eight int4 per element, seen from here on as packed int4 (spec 9.1).
     const attnopsTensor k = unpackInt4(requireTensorOn(a.key[0], "key[0]", device), "key");
     const attnopsTensor v = unpackInt4(requireTensorOn(a.value[0], "value[0]", device), "value");
-    if (list && k.dtype == DType::I4)
-        unsupported("keyCount = {}: tensor-list key/value with int4 (int32 containers) is not supported", a.keyCount);
     const attnopsTensor& out = requireTensorOn(a.attentionOut, "attentionOut", device);
     rejectGiven(a.keyRopeAntiquantScale, "keyRopeAntiquantScale", "dequantisation of an int8 key rope");
     if (a.queryQuantMode != 0 && a.queryQuantMode != 3)
@@ -664,11 +664,7 @@ Params checkForward(const Args& a, int32_t device) {
 
     // 7b. Features with their own rules (check_features.cpp): pseShift, the MLA rope inputs, the
     // tree mask of sparse mode 9.
-    // Combinations these features were not built for are refused rather than guessed.
-    if (a.queryRope && (list || lp.in != lp.out || lp.in == Form::NTD))
-        unsupported("queryRope (MLA) with {} is not implemented",
-                    list ? std::string("tensor-list key/value") : fmt::format("inputLayout {}", lp.name));
-    const CheckedShapes checked{p.layout, s.batch, s.qS, s.n1, s.n2, s.d, s.dv, s.maskCols, int8Kv};
+    const CheckedShapes checked{p.layout, s.batch, s.qS, s.n1, s.n2, s.d, s.dv, s.maskCols, int8Kv, lp, list};
     if (const attnopsTensor* pse = optionalTensorOn(a.pseShift, "pseShift", device)) {
         checkPseShift(a, *pse, checked, p);
         // Spec 5 step 6: pse[b, n, q0 + i, k0 + j], (q0, k0) the left-padded windows' starts; the

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,24 @@ constexpr int64_t kMaxMlaHeads = 128;
 constexpr int64_t kNzHalfLanes = 16;        // NZ D0 of a 16-bit cache (int8: 32)
 constexpr int64_t kPseDecodeAlign = 16;    // decode pse: D % 16 == 0
 
+// The inputLayout values each MLA form takes (torch_npu v2 doc, "MLA constraints"; spec 3 lists
+// the same for D 512): decode MLA's output-transposing forms are the NBSD ones and TND_NTD,
+// prefill MLA's the BNSD ones, BNSD_BSND and NTD_TND.
+constexpr const char* kMlaDecodeLayouts[] = {"BSH", "BSND", "BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD", "TND", "TND_NTD"};
+constexpr const char* kMlaPrefillLayouts[] = {"BSH", "BSND", "BNSD", "TND", "NTD", "BSH_BNSD", "BSND_BNSD", "BNSD_BSND", "NTD_TND"};
+
 std::string dtypeName(DType d) { return attnopsDataTypeName(attnopsDataType(int(d))); }
+
+template <size_t N>
+void requireMlaLayout(const LayoutPair& lp, int64_t d, const char* const (&names)[N]) {
+    std::string list;
+    for (const char* name : names) {
+        if (std::strcmp(name, lp.name) == 0) return;
+        list += list.empty() ? name : fmt::format(", {}", name);
+    }
+    invalidArgument("inputLayout", lp.name, "MLA with D {} takes {}", d, list);
+}
+
 std::vector<int64_t> shapeOf(const attnopsTensor& t) { return {t.shape.begin(), t.shape.begin() + t.rank}; }
 
 // `t`'s shape with its head-dim part sized for `dim` instead: the last axis (BSH / BnBsH: heads *
@@ -74,6 +92,10 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
     if ((qr == nullptr) != (kr == nullptr))
         nullArgument(qr ? "keyRope" : "queryRope", fmt::format("must be given together with {} (MLA)", qr ? "queryRope" : "keyRope"));
     if (!qr) return;
+    if (s.tensorList)
+        invalidArgument("keyCount", a.keyCount, "tensor-list key/value are not supported with MLA (queryRope/keyRope given): decode "
+                        "MLA (D {}) reads a paged cache, which excludes tensor lists (spec 4, 8), and prefill MLA (D {}) excludes "
+                        "them too (torch_npu's MLA constraints)", kMlaDecodeDim, kMlaPrefillDim);
     const bool paged = p.table.data != nullptr, tnd = p.layout == fa::Layout::TND;
     // An int8 query is MLA full quantisation (spec 9.2): int8 key/value, bf16 rope parts.
     const bool fullQuant = q.dtype == DType::I8;
@@ -110,6 +132,7 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
         if (t) invalidArgument(name, "non-NULL", "is not supported with MLA (queryRope/keyRope given)");
 
     if (s.d == kMlaDecodeDim) {  // decode MLA (spec 1, 3, 6, 10)
+        requireMlaLayout(s.layoutPair, kMlaDecodeDim, kMlaDecodeLayouts);
         if (s.n2 != 1) invalidArgument("numKeyValueHeads", s.n2, "must be 1 for MLA with D {}", kMlaDecodeDim);
         if (s.n1 > kMaxMlaHeads || (s.n1 & (s.n1 - 1)) != 0)
             invalidArgument("numHeads", s.n1, "must be a power of two <= {} for MLA with D {}", kMaxMlaHeads, kMlaDecodeDim);
@@ -134,7 +157,7 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
         p.value = p.key;  // the value input does not take effect (spec 1)
         p.valueIsKey = true;
     } else {  // prefill MLA with separate rope (spec 1, 10)
-        if (!tnd) invalidArgument("inputLayout", a.inputLayout, "MLA with D {} takes TND", kMlaPrefillDim);
+        requireMlaLayout(s.layoutPair, kMlaPrefillDim, kMlaPrefillLayouts);
         if (q.dtype != DType::BF16) invalidArgument("query.dtype", dtypeName(q.dtype), "MLA with D {} takes bf16", kMlaPrefillDim);
         if (s.n1 != s.n2)
             invalidArgument("numKeyValueHeads", s.n2, "must equal numHeads = {} for MLA with D {}", s.n1, kMlaPrefillDim);
@@ -144,11 +167,12 @@ void checkRope(const Args& a, const attnopsTensor& q, const attnopsTensor& k, co
     }
 
     p.ropeDim = kRopeDim;
-    p.queryRope = fa::viewOf<fa::View4>(*qr, p.layout, kRopeDim);
+    // The rope parts lie like the query and key: in the input form (NTD's axis order is not TND's).
+    p.queryRope = viewOf<fa::View4>(*qr, s.layoutPair.in, kRopeDim);
     if (paged) {
         p.keyRope = pagedSource(*kr, p.cache, kRopeDim);
     } else {
-        const fa::View4 view = fa::viewOf<fa::View4>(*kr, p.layout, kRopeDim);
+        const fa::View4 view = viewOf<fa::View4>(*kr, s.layoutPair.in, kRopeDim);
         p.keyRope.data = view.data;
         p.keyRope.dtype = view.dtype;
         p.keyRope.batchStride = view.stride[0];

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "ops/fused_infer_attention_score/check.hpp"
+#include "ops/fused_infer_attention_score/layouts.hpp"
 
 namespace attnops::fia {
 
@@ -16,6 +17,8 @@ struct CheckedShapes {
     int64_t batch = 0, qS = 0, n1 = 0, n2 = 0, d = 0, dv = 0;
     int64_t maskCols = 0;  // KV extent of a full mask (paged: maxBlocksPerSeq * blockSize)
     bool int8Kv = false;
+    LayoutPair layoutPair;    // inputLayout: the operand forms (NTD is not `layout`'s TND order)
+    bool tensorList = false;  // key/value given as one tensor per batch (keyCount > 1)
 };
 
 // Rope width (spec 10: queryRope/keyRope D).
