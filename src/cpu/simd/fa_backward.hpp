@@ -423,7 +423,6 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
         }
     }
     if (partial) return;
-    if (partial) return;
     storeRows(bp.dk, u.b, u.n2, kvRow0, nk, d, dkAcc);
     storeRows(bp.dv, u.b, u.n2, kvRow0, nk, dv, dvAcc);
 }
