@@ -23,6 +23,7 @@
 using namespace attnops;
 using namespace attnops::tools;
 using attnops::testing::fiaProblem;
+using attnops::testing::mlaDecode;
 using attnops::testing::Outcome;
 using attnops::testing::expectRejected;
 using attnops::testing::planWith;
@@ -37,19 +38,6 @@ const char* const kImplementations[] = {"avx512", "avx2", "tiled-generic", "refe
 
 FiaProblem withPse(FiaProblem p, const std::string& kind) {
     p.pse = kind;
-    return p;
-}
-
-// Decode MLA: KV_N 1, D 512 + rope 64, paged, bf16 (vLLM-Ascend's call).
-FiaProblem mlaDecode(const std::string& layout, int64_t batch, int64_t qS, int64_t heads, std::vector<int64_t> kvLens,
-                     const std::string& cache, int64_t blockSize) {
-    FiaProblem p = fiaProblem(layout, batch, qS, 0, heads, 1, 512);
-    p.ropeDim = 64;
-    p.dtype = ATTNOPS_BFLOAT16;
-    p.cache = cache;
-    p.blockSize = blockSize;
-    p.kvLens = std::move(kvLens);
-    p.scale = 1.0 / std::sqrt(512.0 + 64.0);
     return p;
 }
 

@@ -32,6 +32,7 @@ using attnops::testing::expectRejected;
 using attnops::testing::expectVectorKernel;
 using attnops::testing::fiaPacked;
 using attnops::testing::fiaProblem;
+using attnops::testing::mlaDecode;
 using attnops::testing::planWith;
 
 namespace {
@@ -49,19 +50,6 @@ FiaProblem int4List(const std::string& layout, std::vector<int64_t> kvLens, int6
     p.keyQuantMode = keyMode;
     p.valueQuantMode = valueMode;
     p.quantOffset = keyMode != 1;
-    return p;
-}
-
-// Decode MLA: KV_N 1, D 512 + rope 64, paged, bf16.
-FiaProblem mlaDecode(const std::string& layout, int64_t batch, int64_t qS, int64_t heads, std::vector<int64_t> kvLens,
-                     const std::string& cache, int64_t blockSize) {
-    FiaProblem p = fiaProblem(layout, batch, qS, 0, heads, 1, 512);
-    p.ropeDim = 64;
-    p.dtype = ATTNOPS_BFLOAT16;
-    p.cache = cache;
-    p.blockSize = blockSize;
-    p.kvLens = std::move(kvLens);
-    p.scale = 1.0 / std::sqrt(512.0 + 64.0);
     return p;
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -37,6 +38,20 @@ inline tools::FiaProblem fiaPacked(const std::string& layout, std::vector<int64_
     tools::FiaProblem p = fiaProblem(layout, 1, 1, 1, heads, kvHeads, dim);
     p.qLens = std::move(qLens);
     p.kvLens = std::move(kvLens);
+    return p;
+}
+
+// Decode MLA (vLLM-Ascend's call): `batch` requests of qS query rows, Q_N `heads`, KV_N 1, D 512 +
+// rope 64, bf16, one context length per request, paged.
+inline tools::FiaProblem mlaDecode(const std::string& layout, int64_t batch, int64_t qS, int64_t heads,
+                                   std::vector<int64_t> kvLens, const std::string& cache, int64_t blockSize) {
+    tools::FiaProblem p = fiaProblem(layout, batch, qS, 0, heads, 1, 512);
+    p.ropeDim = 64;
+    p.dtype = ATTNOPS_BFLOAT16;
+    p.cache = cache;
+    p.blockSize = blockSize;
+    p.kvLens = std::move(kvLens);
+    p.scale = 1.0 / std::sqrt(512.0 + 64.0);
     return p;
 }
 
