@@ -9,6 +9,7 @@ prints that rank's Python stacks to stderr.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from datetime import timedelta
@@ -49,6 +50,19 @@ def run_world(worker, world, tmp_path, which="default", deadline_s=600):
         else:
             failures.append(f"W={world} rank {rank}: no report")
     assert not failures, "\n".join(failures[:40]) + (f"\n... {len(failures)} failures" if len(failures) > 40 else "")
+
+
+@contextlib.contextmanager
+def one_process_group(tmp_path):
+    """A gloo group of this process alone (rank 0 of 1), for the argument checks that run before
+    any communication; destroyed on the way out. Skips if this process already has a group."""
+    if dist.is_initialized():
+        pytest.skip("a process group exists in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
 
 
 def in_run(which, world):

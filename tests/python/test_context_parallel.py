@@ -284,10 +284,7 @@ def test_argument_errors_name_the_culprit(tmp_path):
     """Checked before any communication, in a group of one process (this one)."""
     from attnops.torch import cp
 
-    if dist.is_initialized():
-        pytest.skip("a process group exists in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with cp_harness.one_process_group(tmp_path):
         q = torch.randn(1, 8, 4, 8)
         with pytest.raises(ValueError, match="comm = 'tree'"):
             cp.flash_attn_func(q, q, q, comm="tree")
@@ -312,5 +309,3 @@ def test_argument_errors_name_the_culprit(tmp_path):
             cp.attention(t, t, t, 4, "TND", scale=1.0, cu_seqlens=[5, 12])
         with pytest.raises(ValueError, match="actual_seq_qlen = \\[12\\], actual_seq_kvlen = None"):
             cp.npu_fusion_attention(t, t, t, 4, "TND", actual_seq_qlen=[12])
-    finally:
-        dist.destroy_process_group()

@@ -450,10 +450,7 @@ def test_assign_sequences_balances_whole_sequences():
 def test_argument_errors_name_the_culprit(tmp_path):
     from attnops.torch import cp
 
-    if dist.is_initialized():
-        pytest.skip("a process group exists in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with cp_harness.one_process_group(tmp_path):
         q = torch.randn(1, 8, 4, 8)
         t = torch.randn(12, 4, 8)
         with pytest.raises(ValueError, match="sparse_mode = 7: modes 7 and 8"):
@@ -476,5 +473,3 @@ def test_argument_errors_name_the_culprit(tmp_path):
             cp.attention(q, q, q, 4, "BSND", scale=1.0, scheme="whole")
         with pytest.raises(ValueError, match="rank 0 holds 10 tokens"):
             cp.attention(t, t, t, 4, "TND", scale=1.0, scheme="whole", cu_seqlens=[4, 10])
-    finally:
-        dist.destroy_process_group()

@@ -22,7 +22,6 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import cp_harness
 from reference import ABS_TOL
@@ -482,10 +481,7 @@ def test_ring_steps_stop_after_the_last_step_with_work():
 def test_feature_argument_errors(tmp_path):
     from attnops.torch import cp
 
-    if dist.is_initialized():
-        pytest.skip("a process group exists in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with cp_harness.one_process_group(tmp_path):
         q = torch.randn(1, 8, 4, 8)
         kv = torch.randn(1, 12, 4, 8)
         # Cross-attention takes the prefix modes (test_cp_mask_pse_cross.py), with the plain op's prefix range.
@@ -506,5 +502,3 @@ def test_feature_argument_errors(tmp_path):
         got = cp.attention(q, kv, kv, 4, "BSND", scale=0.5, sparse_mode=4, pre_tokens=3, next_tokens=0, keep_prob=0.7,
                            seed=99)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1][..., 0])
-    finally:
-        dist.destroy_process_group()

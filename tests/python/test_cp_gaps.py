@@ -25,7 +25,6 @@ import os
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import cp_harness
 import test_context_parallel_masks as masks
@@ -413,10 +412,7 @@ def test_cross_tnd_geometry():
 def test_gap_argument_errors(tmp_path):
     from attnops.torch import cp
 
-    if dist.is_initialized():
-        pytest.skip("a process group exists in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with cp_harness.one_process_group(tmp_path):
         q = torch.randn(6, 4, 8)
         kv = torch.randn(10, 4, 8)
         with pytest.raises(ValueError, match="cu_seqlens_kv: given with input_layout BSND"):
@@ -440,8 +436,6 @@ def test_gap_argument_errors(tmp_path):
                                        INT32_MAX, 0, 4, "TND", 0, 3, 1, 0, 0)
         got = cp.attention(q, kv, kv, 4, "TND", scale=0.5, sparse_mode=3, cu_seqlens=[2, 6], cu_seqlens_kv=[4, 10])
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1][..., 0])
-    finally:
-        dist.destroy_process_group()
 
 
 def _top_left_band_reference(q, k, v, q_lengths, kv_lengths, scale, pre, nxt):
@@ -464,10 +458,7 @@ def test_mode0_band_cross_attention_at_one_rank(tmp_path):
     with per-sequence offsets (TND: the block-wise path)."""
     from attnops.torch import cp
 
-    if dist.is_initialized():
-        pytest.skip("a process group exists in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with cp_harness.one_process_group(tmp_path):
         g = torch.Generator().manual_seed(7)
         pre, nxt, scale = 2, 1, 0.5
         for ql, kl in (([6, 6], [10, 10]), ([2, 6], [4, 10]), ([4, 2], [4, 10])):
@@ -484,5 +475,3 @@ def test_mode0_band_cross_attention_at_one_rank(tmp_path):
                                    "BSND", scale=scale, sparse_mode=0, pre_tokens=pre, next_tokens=nxt)[0]
                 torch.testing.assert_close(got.double().reshape(want.shape), want, rtol=1e-5, atol=1e-6,
                                            msg=f"BSND {ql} {kl}")
-    finally:
-        dist.destroy_process_group()

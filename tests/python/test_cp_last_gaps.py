@@ -25,8 +25,8 @@ import math
 
 import pytest
 import torch
-import torch.distributed as dist
 
+import cp_harness
 import test_cp_features as feat
 import test_cp_mask_pse_cross as mpc
 from test_context_parallel import bits, layout_tensor
@@ -296,10 +296,7 @@ def test_whole_assignment_of_keys():
 def test_last_gaps_argument_errors(tmp_path):
     from attnops.torch import cp
 
-    if dist.is_initialized():
-        pytest.skip("a process group exists in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with cp_harness.one_process_group(tmp_path):
         q = torch.randn(1, 8, 4, 8)
         t = torch.randn(12, 4, 8)
         with pytest.raises(ValueError, match="q_start_idx: given with pse_type 1 and no pse: only alibi slopes"):
@@ -332,5 +329,3 @@ def test_last_gaps_argument_errors(tmp_path):
         want = flash_attn_varlen_func(t, kv, kv, fq, fk, 8, 8, causal=True, return_attn_probs=True)
         got = cp.flash_attn_varlen_func(t, kv, kv, fq, fk, 8, 8, causal=True, return_attn_probs=True, scheme="whole")
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-    finally:
-        dist.destroy_process_group()

@@ -28,6 +28,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import cp_harness
 import test_cp_features as feat
 from test_context_parallel import layout_tensor
 from test_context_parallel_masks import B, CAUSAL, D, DV, INT32_MAX, N, NK, PREFIX_MASK, SEQ_DIM, groups
@@ -383,8 +384,7 @@ def test_mask_pse_cross_argument_errors(tmp_path):
     with pytest.raises(ValueError, match="prefix\\[1\\] = 0: must be in \\[1, 4\\] \\(Sq = 3, Skv = 4\\)"):
         gen.geometry(6, INT32_MAX, INT32_MAX, None, [0, 0], None, 1, batch=1, heads=2, seq_len=5, lengths=[2, 3],
                      kv_lengths=[2, 4])
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with cp_harness.one_process_group(tmp_path):
         t = torch.randn(12, 4, 8)
         with pytest.raises(ValueError, match="key: shape \\[12, 4, 8\\]: rank 0 holds 14 tokens .* keys follow"):
             cp.attention(t, t, t, 4, "TND", scale=1.0, scheme="whole", cu_seqlens=[4, 12], cu_seqlens_kv=[6, 14])
@@ -401,5 +401,3 @@ def test_mask_pse_cross_argument_errors(tmp_path):
         got = cp.attention(t, t, t, 4, "TND", scale=1.0, cu_seqlens=[4, 12], pse=slopes, pse_type=2, q_start_idx=[3],
                            kv_start_idx=1)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1][..., 0])
-    finally:
-        dist.destroy_process_group()

@@ -9,7 +9,7 @@ import torch
 
 from attnops.torch import (npu_fused_infer_attention_score, npu_incre_flash_attention,
                            npu_prompt_flash_attention)
-from test_infer import CAUSAL, attend, bottom_right, check, randn
+from test_infer import CAUSAL, bottom_right, check, randn
 
 
 def test_nbsd_and_bnsd_outputs_are_the_plain_output_transposed():
