@@ -22,26 +22,16 @@
 using namespace attnops;
 using namespace attnops::tools;
 using attnops::testing::expectRejected;
+using attnops::testing::mlaDecode;
+using attnops::testing::mlaFullQuant;
 using attnops::testing::planWith;
 
 namespace {
 
+// `batch` requests of `qRows` query rows against `kvLen` cached tokens each, blocks of 128.
 FiaProblem mlaQuant(const std::string& layout, const std::string& cache, int64_t batch, int64_t qRows, int64_t kvLen, int64_t heads) {
-    FiaProblem p;
-    p.layout = layout;
-    p.cache = cache;
-    p.blockSize = 128;
-    p.batch = batch;
-    p.qSeqLen = qRows;
+    FiaProblem p = mlaFullQuant(mlaDecode(layout, batch, qRows, heads, {}, cache, 128));
     p.kvSeqLen = kvLen;
-    p.heads = heads;
-    p.kvHeads = 1;
-    p.dim = 512;
-    p.ropeDim = 64;
-    p.dtype = ATTNOPS_BFLOAT16;
-    p.int8Kv = true;
-    p.mlaFullQuant = true;
-    p.scale = 1.0 / std::sqrt(576.0);
     return p;
 }
 

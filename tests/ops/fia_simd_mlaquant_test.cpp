@@ -27,6 +27,8 @@ using namespace attnops;
 using namespace attnops::tools;
 using attnops::fia::kSplitKeys;
 using attnops::testing::expectVectorKernel;
+using attnops::testing::mlaDecode;
+using attnops::testing::mlaFullQuant;
 
 namespace {
 
@@ -34,22 +36,9 @@ const char* const kVectorImplementations[] = {"avx512", "avx2"};
 
 // A decode MLA full-quant step: a batch per context length, Q_N `heads`, KV_N 1, D 512 + 64.
 FiaProblem mlaQuant(const std::string& cache, int64_t blockSize, std::vector<int64_t> kvLens, int64_t heads, int64_t qRows = 1) {
-    FiaProblem p;
-    p.layout = "BSND";
-    p.cache = cache;
-    p.blockSize = blockSize;
-    p.kvLens = std::move(kvLens);
-    p.batch = int64_t(p.kvLens.size());
-    p.qSeqLen = qRows;
+    const auto batch = int64_t(kvLens.size());
+    FiaProblem p = mlaFullQuant(mlaDecode("BSND", batch, qRows, heads, std::move(kvLens), cache, blockSize));
     p.kvSeqLen = 1;
-    p.heads = heads;
-    p.kvHeads = 1;
-    p.dim = 512;
-    p.ropeDim = 64;
-    p.dtype = ATTNOPS_BFLOAT16;
-    p.int8Kv = true;
-    p.mlaFullQuant = true;
-    p.scale = 1.0 / std::sqrt(576.0);
     return p;
 }
 

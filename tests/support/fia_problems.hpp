@@ -55,6 +55,14 @@ inline tools::FiaProblem mlaDecode(const std::string& layout, int64_t batch, int
     return p;
 }
 
+// Decode MLA full quantisation (spec 9.2, queryQuantMode 3): an int8 query with dequantScaleQuery
+// and an int8 key (read as the value) with per-tensor scales; everything else as `p` (mlaDecode).
+inline tools::FiaProblem mlaFullQuant(tools::FiaProblem p) {
+    p.int8Kv = true;
+    p.mlaFullQuant = true;
+    return p;
+}
+
 inline tools::FiaProblem paged(tools::FiaProblem p, const std::string& cache, int64_t blockSize) {
     p.cache = cache;
     p.blockSize = blockSize;
