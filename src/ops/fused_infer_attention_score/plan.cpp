@@ -92,16 +92,17 @@ std::string planKey(const Params& p, int32_t threads, const std::string& forcedK
 
 Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel) {
     Plan plan;
-    // Full int8 quantisation (spec 9.2) has its own rounding steps, in the portable kernels only.
-    // MLA full quant (an int8 query dequantised per token) runs in the SIMD decode kernels too,
-    // which say so through accepts() (cpu/simd/fia_forward.hpp).
+    // Full int8 quantisation (spec 9.2) has its own rounding steps, in the portable kernels only:
+    // the vector kernels' accepts() refuse it (cpu/simd/fia_forward.hpp, fia_prefill.hpp), while
+    // they take MLA full quant (an int8 query dequantised per token). A forced vector kernel is told
+    // why, rather than chooseKernel's generic "does not accept".
     const auto portable = [](const ForwardKernel& k) { return k.name == std::string("tiled-generic") || k.name == std::string("reference"); };
-    if (p.fullQuant.on)  // a forced vector kernel: say why it cannot take the problem
+    if (p.fullQuant.on)
         for (const ForwardKernel* k : forwardKernels())
             if (forcedKernel == k->name && !portable(*k) && k->available())
                 unsupported("ATTNOPS_FORCE_IMPL = {}: full int8 quantisation runs in tiled-generic or reference only", forcedKernel);
     plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FusedInferAttentionScore",
-                                [&](const ForwardKernel& k) { return p.fullQuant.on && !portable(k); });
+                                [](const ForwardKernel&) { return false; });
     plan.tile = plan.kernel->tile(p);
     plan.threads = std::max(1, threads);
     plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
