@@ -101,7 +101,6 @@ struct Scratch {
     int64_t* vLines;    // [dv / kLanes]
     int64_t* rLines;    // [ropeDim / kLanes]
     int64_t kLineCount = 0, vLineCount = 0, rLineCount = 0;
-    bool kSpan = false, vSpan = false, rSpan = false;  // lines at 0, 64, 128, ... (spanLines)
     bool kDense = false, vDense = false;  // vector v of every key / value row at element v * kLanes
     uint8_t* kept;      // [keyRows]
     // Packed blocks (packs(): several row tiles share each key/value row): the block's key rows
@@ -245,37 +244,6 @@ ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int6
     for (int64_t i = 0; i < count; ++i) __builtin_prefetch(row + lines[i], 0, 3);
 }
 
-// The lines of rows [i0, i1) when they lie at 0, 64, ..., (Lines - 1) * 64 of each row: constant
-// offsets, one prefetch instruction per line (prefetchRow spends a load, an add and a loop step
-// on each, which was a tenth of an int8 decode row's instructions).
-template <int Lines>
-ATTNOPS_SIMD_INLINE void prefetchSpans(const char* const* rows, int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i)
-#pragma GCC unroll 4
-        for (int l = 0; l < Lines; ++l) __builtin_prefetch(rows[i] + l * kLineBytes, 0, 3);
-}
-
-// Rows [i0, i1) of `rows` (lines at `lines`, `span`: see spanLines).
-ATTNOPS_SIMD_INLINE void prefetchRows(const char* const* rows, int64_t i0, int64_t i1, const int64_t* lines,
-                                      int64_t count, bool span) {
-    if (span) switch (count) {
-            case 1: return prefetchSpans<1>(rows, i0, i1);
-            case 2: return prefetchSpans<2>(rows, i0, i1);
-            case 3: return prefetchSpans<3>(rows, i0, i1);
-            case 4: return prefetchSpans<4>(rows, i0, i1);
-            default: break;
-        }
-    for (int64_t i = i0; i < i1; ++i) prefetchRow(rows[i], lines, count);
-}
-
-// Whether the line offsets of a row are exactly 0, 64, 128, ... (unit-stride rows whose vectors
-// divide a line: every layout but NZ), so prefetchRows may use constant offsets.
-inline bool spanLines(const int64_t* lines, int64_t count) {
-    for (int64_t i = 0; i < count; ++i)
-        if (lines[i] != i * kLineBytes) return false;
-    return true;
-}
-
 // out[i] = the lanes of x[i] summed by V::sum8's tree, i < N (dotStep: NK x kRowTile): whole
 // groups of 8, then the rest padded by repeating it (each output depends on its own vector only).
 template <class V, int N>
@@ -356,12 +324,12 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
                              float* st, float* sr, int64_t ldst, const Scratch* pre) {
     static_assert(kDotKeys == 3, "the remainder below takes one or two keys");
     for (int64_t j = 0; j < nk; j += kDotKeys) {
-        if (pre != nullptr && j < pre->nextRows) {
-            const int64_t i1 = std::min(j + kDotKeys, pre->nextRows);
-            prefetchRows(pre->kNext, j, i1, pre->kLines, pre->kLineCount, pre->kSpan);
-            if (pre->prefetchValues) prefetchRows(pre->vNext, j, i1, pre->vLines, pre->vLineCount, pre->vSpan);
-            if (dr > 0) prefetchRows(pre->rNext, j, i1, pre->rLines, pre->rLineCount, pre->rSpan);
-        }
+        if (pre != nullptr)
+            for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
+                prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
+                if (pre->prefetchValues) prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
+                if (dr > 0) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
+            }
         const char* const* ropes = dr > 0 ? rRow + j : nullptr;
         float* srj = Split ? sr + j : nullptr;
         switch (std::min(kDotKeys, nk - j)) {
@@ -782,9 +750,6 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
     sc.kLineCount = chunkOffsets(p.key, d, V::kLanes, sc.kChunk, sc.kLines);
     sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
     sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
-    sc.kSpan = spanLines(sc.kLines, sc.kLineCount);
-    sc.vSpan = spanLines(sc.vLines, sc.vLineCount);
-    sc.rSpan = spanLines(sc.rLines, sc.rLineCount);
     sc.kDense = denseChunks(sc.kChunk, d, V::kLanes);
     sc.vDense = denseChunks(sc.vChunk, dv, V::kLanes);
     sc.prefetchValues = !p.valueIsKey;
