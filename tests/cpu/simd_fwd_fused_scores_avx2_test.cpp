@@ -1,10 +1,11 @@
 // The forward's fused score GEMM (cpu/simd/microkernels.hpp gemmScoresScaledMax + fa_forward.hpp
 // softmaxBlockScaled, AVX2 instantiation) bit for bit against the two steps it replaces on fully
-// kept blocks: gemmScores, then softmaxBlock's scaling pass and the rest of the softmax. Scores,
-// column maxima, NaN lanes, probabilities, m, l and the rescaled accumulator must have the same
-// bits, including the sign of a zero maximum (scale 0 gives columns of +0 and -0 scores, whose
-// max depends on the order of the max operations), NaN and infinite scores, and rows that
-// started in an earlier block. Skipped without AVX2/FMA/F16C.
+// kept blocks (key counts with and without a partial register tile): gemmScores, then the scaling
+// pass of softmaxBlock and the rest of the softmax. Scores, column maxima, NaN lanes,
+// probabilities, m, l and the rescaled accumulator must have the same bits, including the sign of
+// a zero maximum (scale 0 gives columns of +0 and -0 scores, whose max depends on the order of the
+// max operations), NaN and infinite scores, and rows that started in an earlier block. Skipped
+// without AVX2/FMA/F16C.
 #include "cpu/avx2/simd_avx2.hpp"
 #include "cpu/simd/fa_forward.hpp"
 
@@ -153,6 +154,9 @@ TEST(FwdFusedScoresAvx2, FusedEpilogueMatchesSeparatePassBitwise) {
         {96, 8, 3, 16, false, 0.0f},              // scale 0: columns of +0 and -0, max sign by order
         {120, 128, 64, 64, true, 0.0f},
         {72, 32, 128, 128, true, 1e30f},          // scaled scores overflow to +-inf
+        {120, 125, 128, 128, true, 0.0883883f},   // keys past the last whole tile (gemm() rows, then reduced)
+        {24, 3, 16, 8, false, 0.0f},              // fewer keys than one tile, scale 0
+        {48, 7, 64, 40, true, -1.0f},
     };
     std::mt19937 rng(7);
     for (const Case& c : cases) {

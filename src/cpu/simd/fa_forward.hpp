@@ -375,10 +375,10 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     // Scores that nothing changes between the GEMM and the softmax (no pse, explicit mask or
     // dropout: kept apart from vectorSoftmax, which may grow steps of its own before softmaxBlock)
     // may be scaled and reduced to their column maxima in the score GEMM's epilogue
-    // (simd::gemmScoresScaledMax) when the block is fully kept and made of whole register tiles.
+    // (simd::gemmScoresScaledMax) when the block is fully kept and its query rows are whole
+    // register tiles.
     const bool plainScores = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
-    constexpr int64_t kScoreTileRows = simd::ScoreTile<V>::kRows,
-                      kScoreTileCols = simd::ScoreTile<V>::kVectors * V::kLanes;
+    constexpr int64_t kScoreTileCols = simd::ScoreTile<V>::kVectors * V::kLanes;
     const bool wholeScoreTiles = rows % kScoreTileCols == 0 && rows <= V::kQueryRows;
     alignas(64) float colMax[V::kQueryRows];
     typename V::Mask colNan[V::kQueryRows / V::kLanes];
@@ -418,7 +418,7 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
             bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
             bool scaled = false;  // St scaled and its column statistics in `stats` already
             if constexpr (!kPairs) {
-                scaled = plainScores && full && wholeScoreTiles && nk % kScoreTileRows == 0;
+                scaled = plainScores && full && wholeScoreTiles;
                 if (scaled) {  // St = scale * K . Q^T, with the softmax's first pass
                     std::fill(colMax, colMax + rows, kNegInf);
                     std::fill(colNan, colNan + rows / V::kLanes, V::none());

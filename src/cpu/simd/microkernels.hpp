@@ -190,13 +190,15 @@ struct ColumnStats {
     typename V::Mask* nan;
 };
 
-// gemmScores(m, n, k, a, lda, b, ldb, c, ldc) for whole register tiles only (m a multiple of
-// ScoreTile<V>::kRows, n of its columns; TransA false), with the softmax's first pass done while
-// each tile is still in registers: C = scale * (A . B), the same product (each element is
-// gemmTile's chain over k ascending, then one multiply by scale), and `stats` updated with the
-// max and NaN lanes of every scaled element, rows ascending within each column as a separate
-// pass over C would (so even the sign of a zero maximum is the same). This saves the pass that
-// reloaded, scaled and stored the 60 KiB block of scores from L2 (fa_forward.hpp: softmaxBlock).
+// gemmScores(m, n, k, a, lda, b, ldb, c, ldc) (TransA false) for n a multiple of the columns of
+// ScoreTile<V>, with the softmax's first pass done while each tile is still in registers:
+// C = scale * (A . B), the same product (each element is one chain over k ascending, then one
+// multiply by scale), and `stats` updated with the max and NaN lanes of every scaled element, rows
+// ascending within each column as a separate pass over C would (so even the sign of a zero
+// maximum is the same). Rows past the last whole tile (m not a multiple of its rows: AVX-512's
+// 6-row tile against 128 keys) go through gemm() and are scaled and reduced right after it, still
+// last in each column. This saves the pass that reloaded, scaled and stored the 60 KiB block of
+// scores from L2 (fa_forward.hpp: softmaxBlock).
 template <class V>
 ATTNOPS_SIMD_FN static void gemmScoresScaledMax(int64_t m, int64_t n, int64_t k, const float* __restrict a,
                                                 int64_t lda, const float* __restrict b, int64_t ldb,
@@ -204,8 +206,9 @@ ATTNOPS_SIMD_FN static void gemmScoresScaledMax(int64_t m, int64_t n, int64_t k,
                                                 const ColumnStats<V>& stats) {
     constexpr int MR = ScoreTile<V>::kRows, NV = ScoreTile<V>::kVectors;
     constexpr int64_t L = V::kLanes, W = NV * L;
-    for (int64_t n0 = 0; n0 < n; n0 += W)
-        for (int64_t m0 = 0; m0 < m; m0 += MR) {
+    const int64_t mFull = m / MR * MR;
+    for (int64_t n0 = 0; n0 < n; n0 += W) {
+        for (int64_t m0 = 0; m0 < mFull; m0 += MR) {
             const float* am = a + m0 * lda;
             typename V::Vec acc[MR][NV];
 #pragma GCC unroll 8
@@ -240,6 +243,23 @@ ATTNOPS_SIMD_FN static void gemmScoresScaledMax(int64_t m, int64_t n, int64_t k,
                 stats.nan[col / L] = colNan;
             }
         }
+        if (mFull == m) continue;
+        gemm<V, false>(m - mFull, W, k, a + mFull * lda, lda, b + n0, ldb, c + mFull * ldc + n0, ldc, false);
+        const auto scaleV = V::set1(scale);
+        for (int64_t v = 0; v < NV; ++v) {
+            const int64_t col = n0 + v * L;
+            auto colMax = V::load(stats.max + col);
+            auto colNan = stats.nan[col / L];
+            for (int64_t i = mFull; i < m; ++i) {
+                const auto x = V::mul(V::load(c + i * ldc + col), scaleV);
+                V::store(c + i * ldc + col, x);
+                colNan = V::maskOr(colNan, V::isNan(x));
+                colMax = V::max(colMax, x);
+            }
+            V::store(stats.max + col, colMax);
+            stats.nan[col / L] = colNan;
+        }
+    }
 }
 
 // exp(x) / 2^n for n = round(x log2(e)) (integral, as a float): the Cody-Waite reduction
