@@ -133,9 +133,54 @@ ATTNOPS_SIMD_INLINE typename V::Vec expNonPositive(typename V::Vec x) {
     }
 }
 
+// The online-softmax update of query rows [r0, r0 + V::kLanes) of a block whose scores in st are
+// scaled (and masked) already, given their maximum over the block's keys and the lanes that met
+// a NaN: turns the scores into probabilities, updates m and l, and rescales the accumulator rows.
+template <class V>
+ATTNOPS_SIMD_INLINE void softmaxUpdate(const ForwardParams& p, int64_t r0, int64_t rows, int64_t nk, int64_t ld,
+                                       float* st, float* m, float* l, float* acc, typename V::Vec blockMax,
+                                       typename V::Mask nan) {
+    const auto negInf = V::set1(kNegInf);
+    blockMax = V::select(nan, blockMax, V::set1(__builtin_nanf("")));
+    const auto mOld = V::load(m + r0);
+    const auto takeNew = V::maskOr(V::greater(blockMax, mOld), V::isNan(blockMax));
+    const auto mNew = V::select(takeNew, mOld, blockMax);
+    // alpha = 0 while nothing was accumulated (mOld = -inf), so -inf - -inf never reaches exp.
+    const auto started = V::notEqual(mOld, negInf);
+    const auto alpha = V::zeroUnless(started, simd::exp<V>(V::sub(mOld, mNew)));
+    const auto live = V::notEqual(mNew, negInf);
+    auto sum = V::zero();
+    if (!V::any(nan) && !V::any(V::maskOr(V::isNan(mNew), V::greater(mNew, V::set1(kMaxFinite))))) {
+        // No NaN score and no NaN or +inf maximum: x - mNew <= 0 (mNew is at least every x of
+        // the block) except where x = mNew = -inf (dead rows): NaN there, and expNonPositive
+        // gives 0 for it and for x = -inf, as the masks below do; every other lane is the same
+        // exp. Same bits, fewer operations.
+        for (int64_t j = 0; j < nk; ++j) {
+            const auto e = expNonPositive<V>(V::sub(V::load(st + j * ld + r0), mNew));
+            V::store(st + j * ld + r0, e);
+            sum = V::add(sum, e);
+        }
+    } else {
+        for (int64_t j = 0; j < nk; ++j) {
+            const auto x = V::load(st + j * ld + r0);
+            const auto kept = V::maskAnd(live, V::notEqual(x, negInf));
+            const auto e = V::zeroUnless(kept, simd::exp<V>(V::sub(x, mNew)));
+            V::store(st + j * ld + r0, e);
+            sum = V::add(sum, e);
+        }
+    }
+    V::store(l + r0, V::fmadd(V::load(l + r0), alpha, sum));
+    V::store(m + r0, mNew);
+    alignas(64) float alphas[V::kLanes];
+    V::store(alphas, alpha);
+    // Rows whose maximum did not move keep their accumulator (times 1: the same bits).
+    for (int64_t r = r0; r < std::min(rows, r0 + V::kLanes); ++r)
+        if (alphas[r - r0] != 1.0f) simd::scaleRowUnmasked<V>(p.dv, alphas[r - r0], acc + r * p.dv);
+}
+
 // Online softmax of a block for rows [0, rows), V::kLanes rows per vector: scales the scores in
-// st, turns them into probabilities, updates m and l, and rescales the accumulator rows. With a
-// band, pairs it masks get score -inf and probability 0 (query rows from row0, keys from key0).
+// st, then softmaxUpdate. With a band, pairs it masks get score -inf and probability 0 (query
+// rows from row0, keys from key0).
 template <class V>
 ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int64_t nk, int64_t ld, float* st, float* m,
                                       float* l, float* acc, const simd::BandLanes<V>* band, int64_t row0,
@@ -151,42 +196,17 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int6
             nan = V::maskOr(nan, V::isNan(x));
             blockMax = V::max(blockMax, x);
         }
-        blockMax = V::select(nan, blockMax, V::set1(__builtin_nanf("")));
-        const auto mOld = V::load(m + r0);
-        const auto takeNew = V::maskOr(V::greater(blockMax, mOld), V::isNan(blockMax));
-        const auto mNew = V::select(takeNew, mOld, blockMax);
-        // alpha = 0 while nothing was accumulated (mOld = -inf), so -inf - -inf never reaches exp.
-        const auto started = V::notEqual(mOld, negInf);
-        const auto alpha = V::zeroUnless(started, simd::exp<V>(V::sub(mOld, mNew)));
-        const auto live = V::notEqual(mNew, negInf);
-        auto sum = V::zero();
-        if (!V::any(nan) && !V::any(V::maskOr(V::isNan(mNew), V::greater(mNew, V::set1(kMaxFinite))))) {
-            // No NaN score and no NaN or +inf maximum: x - mNew <= 0 (mNew is at least every x of
-            // the block) except where x = mNew = -inf (dead rows): NaN there, and expNonPositive
-            // gives 0 for it and for x = -inf, as the masks below do; every other lane is the same
-            // exp. Same bits, fewer operations.
-            for (int64_t j = 0; j < nk; ++j) {
-                const auto e = expNonPositive<V>(V::sub(V::load(st + j * ld + r0), mNew));
-                V::store(st + j * ld + r0, e);
-                sum = V::add(sum, e);
-            }
-        } else {
-            for (int64_t j = 0; j < nk; ++j) {
-                const auto x = V::load(st + j * ld + r0);
-                const auto kept = V::maskAnd(live, V::notEqual(x, negInf));
-                const auto e = V::zeroUnless(kept, simd::exp<V>(V::sub(x, mNew)));
-                V::store(st + j * ld + r0, e);
-                sum = V::add(sum, e);
-            }
-        }
-        V::store(l + r0, V::fmadd(V::load(l + r0), alpha, sum));
-        V::store(m + r0, mNew);
-        alignas(64) float alphas[V::kLanes];
-        V::store(alphas, alpha);
-        // Rows whose maximum did not move keep their accumulator (times 1: the same bits).
-        for (int64_t r = r0; r < std::min(rows, r0 + V::kLanes); ++r)
-            if (alphas[r - r0] != 1.0f) simd::scaleRowUnmasked<V>(p.dv, alphas[r - r0], acc + r * p.dv);
+        softmaxUpdate<V>(p, r0, rows, nk, ld, st, m, l, acc, blockMax, nan);
     }
+}
+
+// softmaxBlock without a band for scores that simd::gemmScoresScaledMax scaled already, with the
+// column statistics it gathered: the same values, one pass over st fewer.
+template <class V>
+ATTNOPS_SIMD_INLINE void softmaxBlockScaled(const ForwardParams& p, int64_t rows, int64_t nk, int64_t ld, float* st,
+                                            float* m, float* l, float* acc, const simd::ColumnStats<V>& stats) {
+    for (int64_t r0 = 0; r0 < rows; r0 += V::kLanes)
+        softmaxUpdate<V>(p, r0, rows, nk, ld, st, m, l, acc, V::load(stats.max + r0), stats.nan[r0 / V::kLanes]);
 }
 
 // tile::storeRow's result (out = acc / l, 0 where no key was kept; the statistics) for unit-stride
@@ -352,6 +372,17 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
     const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv, dPairs = (d + 1) / 2;
     const bool vectorSoftmax = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    // Scores that nothing changes between the GEMM and the softmax (no pse, explicit mask or
+    // dropout: kept apart from vectorSoftmax, which may grow steps of its own before softmaxBlock)
+    // may be scaled and reduced to their column maxima in the score GEMM's epilogue
+    // (simd::gemmScoresScaledMax) when the block is fully kept and its query rows are whole
+    // register tiles.
+    const bool plainScores = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    constexpr int64_t kScoreTileCols = simd::ScoreTile<V>::kVectors * V::kLanes;
+    const bool wholeScoreTiles = rows % kScoreTileCols == 0 && rows <= V::kQueryRows;
+    alignas(64) float colMax[V::kQueryRows];
+    typename V::Mask colNan[V::kQueryRows / V::kLanes];
+    const simd::ColumnStats<V> stats{colMax, colNan};
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
     const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
@@ -385,14 +416,26 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
             // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
             bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
+            bool scaled = false;  // St scaled and its column statistics in `stats` already
             if constexpr (!kPairs) {
-                banded = !full && vectorSoftmax && bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv) &&
-                         bandScores<V>(rule, skv, u.q0, k0, nk, rows, d, kRows, sc.qt, qr, sc.st);
-                if (!banded) simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
+                scaled = plainScores && full && wholeScoreTiles;
+                if (scaled) {  // St = scale * K . Q^T, with the softmax's first pass
+                    std::fill(colMax, colMax + rows, kNegInf);
+                    std::fill(colNan, colNan + rows / V::kLanes, V::none());
+                    simd::gemmScoresScaledMax<V>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, p.scale, stats);
+                } else {
+                    banded = !full && vectorSoftmax && bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv) &&
+                             bandScores<V>(rule, skv, u.q0, k0, nk, rows, d, kRows, sc.qt, qr, sc.st);
+                    if (!banded) simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
+                }
             }
             if constexpr (kPairs) Pairs::packRowPairs(vView, u.b, u.n2, kvRow0, nk, dv, sc.vp);
-            if (banded || (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
-                softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
+            if (scaled || banded ||
+                (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
+                if (scaled)
+                    softmaxBlockScaled<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, stats);
+                else
+                    softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
                 steps.roundProbabilities(rows, nk, qr, sc.st);
                 if constexpr (kPairs) {  // acc += P . V
                     Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);

@@ -181,6 +181,87 @@ ATTNOPS_SIMD_FN static void gemmScores(int64_t m, int64_t n, int64_t k, const fl
     if (nFull < n) gemm<V, TransA>(m, n - nFull, k, a, lda, b + nFull, ldb, c + nFull, ldc, false);
 }
 
+// The column statistics the forward's online softmax takes from a block of scaled scores: per
+// column (query row) c, max[c] = the running V::max over the rows (keys) ascending, starting
+// from -inf, and per vector of columns, nan[c / kLanes] = the lanes that met a NaN.
+template <class V>
+struct ColumnStats {
+    float* max;
+    typename V::Mask* nan;
+};
+
+// gemmScores(m, n, k, a, lda, b, ldb, c, ldc) (TransA false) for n a multiple of the columns of
+// ScoreTile<V>, with the softmax's first pass done while each tile is still in registers:
+// C = scale * (A . B), the same product (each element is one chain over k ascending, then one
+// multiply by scale), and `stats` updated with the max and NaN lanes of every scaled element, rows
+// ascending within each column as a separate pass over C would (so even the sign of a zero
+// maximum is the same). Rows past the last whole tile (m not a multiple of its rows: AVX-512's
+// 6-row tile against 128 keys) go through gemm() and are scaled and reduced right after it, still
+// last in each column. This saves the pass that reloaded, scaled and stored the 60 KiB block of
+// scores from L2 (fa_forward.hpp: softmaxBlock).
+template <class V>
+ATTNOPS_SIMD_FN static void gemmScoresScaledMax(int64_t m, int64_t n, int64_t k, const float* __restrict a,
+                                                int64_t lda, const float* __restrict b, int64_t ldb,
+                                                float* __restrict c, int64_t ldc, float scale,
+                                                const ColumnStats<V>& stats) {
+    constexpr int MR = ScoreTile<V>::kRows, NV = ScoreTile<V>::kVectors;
+    constexpr int64_t L = V::kLanes, W = NV * L;
+    const int64_t mFull = m / MR * MR;
+    for (int64_t n0 = 0; n0 < n; n0 += W) {
+        for (int64_t m0 = 0; m0 < mFull; m0 += MR) {
+            const float* am = a + m0 * lda;
+            typename V::Vec acc[MR][NV];
+#pragma GCC unroll 8
+            for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; ++v) acc[i][v] = V::zero();
+            for (int64_t kk = 0; kk < k; ++kk) {  // gemmTile's loop: one chain per element, k ascending
+                typename V::Vec bv[NV];
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; ++v) bv[v] = V::load(b + kk * ldb + n0 + v * L);
+#pragma GCC unroll 8
+                for (int i = 0; i < MR; ++i) {
+                    const typename V::Vec av = V::set1(am[i * lda + kk]);
+#pragma GCC unroll 4
+                    for (int v = 0; v < NV; ++v) acc[i][v] = V::fmadd(av, bv[v], acc[i][v]);
+                }
+            }
+            const auto scaleV = V::set1(scale);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; ++v) {
+                const int64_t col = n0 + v * L;
+                auto colMax = V::load(stats.max + col);
+                auto colNan = stats.nan[col / L];
+#pragma GCC unroll 8
+                for (int i = 0; i < MR; ++i) {
+                    const auto x = V::mul(acc[i][v], scaleV);
+                    V::store(c + (m0 + i) * ldc + col, x);
+                    colNan = V::maskOr(colNan, V::isNan(x));
+                    colMax = V::max(colMax, x);
+                }
+                V::store(stats.max + col, colMax);
+                stats.nan[col / L] = colNan;
+            }
+        }
+        if (mFull == m) continue;
+        gemm<V, false>(m - mFull, W, k, a + mFull * lda, lda, b + n0, ldb, c + mFull * ldc + n0, ldc, false);
+        const auto scaleV = V::set1(scale);
+        for (int64_t v = 0; v < NV; ++v) {
+            const int64_t col = n0 + v * L;
+            auto colMax = V::load(stats.max + col);
+            auto colNan = stats.nan[col / L];
+            for (int64_t i = mFull; i < m; ++i) {
+                const auto x = V::mul(V::load(c + i * ldc + col), scaleV);
+                V::store(c + i * ldc + col, x);
+                colNan = V::maskOr(colNan, V::isNan(x));
+                colMax = V::max(colMax, x);
+            }
+            V::store(stats.max + col, colMax);
+            stats.nan[col / L] = colNan;
+        }
+    }
+}
+
 // exp(x) / 2^n for n = round(x log2(e)) (integral, as a float): the Cody-Waite reduction
 // r = x - n ln2 and the degree-7 polynomial of exp(r), without the scaling by 2^n.
 template <class V>
