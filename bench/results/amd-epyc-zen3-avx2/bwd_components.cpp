@@ -1,0 +1,228 @@
+// Component micro-benchmark of the AVX2 fused flash-attention backward (cpu/simd/fa_backward.hpp,
+// keyBlock's vector path with a HeadRows chunk), for machines shared with other jobs: every figure
+// is the best of many short timings against an in-run 12-chain FMA loop timed the same way, one
+// thread. D = Dv = 128, one 128-key block, query blocks of 120 rows, with the kernel's exact
+// calls, shapes, leading dimensions and operand layouts (its own Scratch carve):
+//   S   = Q . K^T     gemm<V,false>(rows, nk, d,  qRows/ld,  kt/lk,     s/lk)
+//   dP  = dO . V^T    gemm<V,false>(rows, nk, dv, doRows/ldv, vt/lk,    dp/lk)
+//   dV += P^T . dO    gemm<V,true> (nk, dv, rows, s/lk,      doRows/ldv, dvAcc/dv)
+//   dK += dS^T . Q    gemm<V,true> (nk, d,  rows, dp/lk,     qRows/ld,   dkAcc/d)
+//   dQ += dS . K      gemm<V,false>(rows, d, nk,  dp/lk,     k/ld,       dq/d)
+// "warm": one GEMM called again and again on the same operands (L1/L2). "loop": one key block
+// against the query blocks of a chunk (16 blocks, 1920 rows: Q, dO, dQ of the chunk stream from
+// L3 as in the kernel), the probabilities step between the GEMMs, each GEMM timed on its own and
+// summed over the chunk's blocks. Build from a configured tree:
+//   g++ -O2 -std=c++20 -Isrc -Ibuild/include -Iinclude bench/results/amd-epyc-zen3-avx2/bwd_components.cpp
+#include "cpu/avx2/simd_avx2.hpp"
+#include "cpu/simd/fa_backward.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+using namespace attnops;
+using V = cpu::Avx2;
+namespace sb = fa::simd_backward;
+namespace simd = cpu::simd;
+
+static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+__attribute__((target("avx2,fma"), noinline)) static float peak(long n) {
+    __m256 a[12];
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(float(i));
+    const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
+    for (long k = 0; k < n; ++k) {
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
+        __asm__ volatile("" ::"x"(a[0]), "x"(a[1]), "x"(a[2]), "x"(a[3]), "x"(a[4]), "x"(a[5]), "x"(a[6]), "x"(a[7]),
+                         "x"(a[8]), "x"(a[9]), "x"(a[10]), "x"(a[11]));
+    }
+    float s = 0, t[8];
+    for (int i = 0; i < 12; ++i) {
+        _mm256_storeu_ps(t, a[i]);
+        s += t[0];
+    }
+    return s;
+}
+
+constexpr int64_t kRows = 120, kKeys = 128, kD = 128, kBlocks = 16;
+constexpr int kGemms = 6;
+static const char* const kNames[kGemms] = {"S   = Q.K^T  ", "dP  = dO.V^T ", "dV += P^T.dO ",
+                                           "dK += dS^T.Q ", "dQ += dS.K   ", "probabilities"};
+
+struct Arrays {
+    sb::Scratch* sc;
+    float *q, *dO, *dq;  // the chunk's HeadRows: [kBlocks * kRows][ld], [..][ldv], [..][d]
+    float *m, *l, *delta;
+};
+
+static int gMode = 0;  // experiment: 0 none, 1 prefetch in probabilities t0, 2 same t1, 3 sliced GEMMs t1, 4 sliced t0
+
+template <int Loc>
+static inline void pfRange(const float* p, int64_t floats) {
+    const char* c = reinterpret_cast<const char*>(p);
+    for (int64_t o = 0; o < floats * 4; o += 64) __builtin_prefetch(c + o, 0, Loc);
+}
+
+// gemm over row slices of `slice` rows, prefetching `per` lines from the cursor between slices.
+struct Cursor {
+    const char* p[3];
+    const char* e[3];
+    int i = 0;
+    template <int Loc>
+    void issue(int n) {
+        while (n > 0 && i < 3) {
+            if (p[i] >= e[i]) { ++i; continue; }
+            __builtin_prefetch(p[i], 0, Loc);
+            p[i] += 64;
+            --n;
+        }
+    }
+};
+
+template <bool TransA, int Loc>
+ATTNOPS_SIMD_FN static void slicedGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                                       int64_t ldb, float* c, int64_t ldc, Cursor& cur, int per) {
+    constexpr int64_t kSlice = 24;
+    for (int64_t m0 = 0; m0 < m; m0 += kSlice) {
+        cur.issue<Loc>(per);
+        simd::gemm<V, TransA>(std::min(kSlice, m - m0), n, k, TransA ? a + m0 : a + m0 * lda, lda, b, ldb,
+                              c + m0 * ldc, ldc, true);
+    }
+}
+
+// The kernel's calls for query block `blk`; times[i] += the seconds of call i when timed.
+ATTNOPS_SIMD_FN __attribute__((noinline)) static void blockCalls(const Arrays& a, int64_t blk, double* times,
+                                                                 int only) {
+    const int64_t ld = sb::paddedLd(kD), ldv = ld, lk = sb::paddedLd(kKeys), rows = kRows, nk = kKeys, d = kD;
+    sb::Scratch& sc = *a.sc;
+    const float* qRows = a.q + blk * rows * ld;
+    const float* doRows = a.dO + blk * rows * ldv;
+    float* dq = a.dq + blk * rows * d;
+    double t0 = now(), t1;
+    auto lap = [&](int i) {
+        t1 = now();
+        times[i] += t1 - t0;
+        t0 = t1;
+    };
+    if (only < 0 || only == 0) simd::gemm<V, false>(rows, nk, d, qRows, ld, sc.kt, lk, sc.s, lk, false);
+    lap(0);
+    if (only < 0 || only == 1) simd::gemm<V, false>(rows, nk, d, doRows, ldv, sc.vt, lk, sc.dp, lk, false);
+    lap(1);
+    const int64_t nb = blk + 1 < kBlocks ? blk + 1 : 0;
+    const float *nq = a.q + nb * rows * ld, *ndo = a.dO + nb * rows * ldv, *ndq = a.dq + nb * rows * d;
+    if (only < 0)
+        for (int64_t r = 0; r < rows; ++r) {
+            if (gMode == 1) {
+                pfRange<3>(nq + r * ld, d);
+                pfRange<3>(ndo + r * ld, d);
+                pfRange<3>(ndq + r * d, d);
+            } else if (gMode == 2) {
+                pfRange<2>(nq + r * ld, d);
+                pfRange<2>(ndo + r * ld, d);
+                pfRange<2>(ndq + r * d, d);
+            }
+            sb::rowProbabilities<V>(nk, 0.088f, a.m[r], a.l[r], a.delta[r], sc.s + r * lk, sc.dp + r * lk, nullptr,
+                                    r, 0);
+        }
+    lap(5);
+    if (only < 0 && gMode >= 3) {
+        Cursor cur{{reinterpret_cast<const char*>(nq), reinterpret_cast<const char*>(ndo), reinterpret_cast<const char*>(ndq)},
+                   {reinterpret_cast<const char*>(nq + rows * ld), reinterpret_cast<const char*>(ndo + rows * ld),
+                    reinterpret_cast<const char*>(ndq + rows * d)}};
+        const int per = 200;
+        if (gMode == 3) slicedGemm<true, 2>(nk, d, rows, sc.s, lk, doRows, ldv, sc.dvAcc, d, cur, per);
+        else slicedGemm<true, 3>(nk, d, rows, sc.s, lk, doRows, ldv, sc.dvAcc, d, cur, per);
+        lap(2);
+        if (gMode == 3) slicedGemm<true, 2>(nk, d, rows, sc.dp, lk, qRows, ld, sc.dkAcc, d, cur, per);
+        else slicedGemm<true, 3>(nk, d, rows, sc.dp, lk, qRows, ld, sc.dkAcc, d, cur, per);
+        lap(3);
+        if (gMode == 3) slicedGemm<false, 2>(rows, d, nk, sc.dp, lk, sc.k, ld, dq, d, cur, per);
+        else slicedGemm<false, 3>(rows, d, nk, sc.dp, lk, sc.k, ld, dq, d, cur, per);
+        lap(4);
+        return;
+    }
+    if (only < 0 || only == 2) simd::gemm<V, true>(nk, d, rows, sc.s, lk, doRows, ldv, sc.dvAcc, d, true);
+    lap(2);
+    if (only < 0 || only == 3) simd::gemm<V, true>(nk, d, rows, sc.dp, lk, qRows, ld, sc.dkAcc, d, true);
+    lap(3);
+    if (only < 0 || only == 4) simd::gemm<V, false>(rows, d, nk, sc.dp, lk, sc.k, ld, dq, d, true);
+    lap(4);
+}
+
+int main(int argc, char** argv) {
+    const int trials = argc > 1 ? std::atoi(argv[1]) : 300;
+    gMode = argc > 2 ? std::atoi(argv[2]) : 0;
+    fa::BackwardParams bp;
+    bp.fwd.d = kD;
+    bp.fwd.dv = kD;
+    fa::TileShape t;
+    t.queryRows = kRows;
+    t.keyRows = kKeys;
+    std::vector<float> scratch(size_t(sb::Scratch::floats(bp, t)) + 16);
+    float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
+    sb::Scratch sc(bp, t, base);
+    const int64_t ld = sb::paddedLd(kD), lk = sb::paddedLd(kKeys), chunk = kBlocks * kRows;
+    std::vector<float> q(chunk * ld + 16), dO(chunk * ld + 16), dq(chunk * kD + 16), m(kRows), l(kRows),
+        delta(kRows);
+    std::mt19937 g(1);
+    std::normal_distribution<float> nd;
+    for (auto* v : {&q, &dO})
+        for (float& x : *v) x = 0.3f * nd(g);
+    for (int64_t i = 0; i < kD * lk; ++i) sc.kt[i] = sc.vt[i] = 0.3f * nd(g);
+    for (int64_t i = 0; i < kKeys * ld; ++i) sc.k[i] = 0.3f * nd(g);
+    for (int64_t r = 0; r < kRows; ++r) {
+        m[r] = 1.0f;
+        l[r] = 30.0f;
+        delta[r] = 0.1f;
+    }
+    auto aligned = [](std::vector<float>& v) {
+        return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t(63));
+    };
+    Arrays a{&sc, aligned(q), aligned(dO), aligned(dq), m.data(), l.data(), delta.data()};
+    std::fill(sc.dkAcc, sc.dkAcc + kKeys * kD, 0.0f);
+    std::fill(sc.dvAcc, sc.dvAcc + kKeys * kD, 0.0f);
+    // A chunk's worth of other data between the loop's passes, so that Q, dO, dQ come from L3.
+    std::vector<float> evict(size_t(4) << 20);
+    double bPeak = 1e9, warm[kGemms], loop[kGemms], whole = 1e9;
+    std::fill(warm, warm + kGemms, 1e9);
+    std::fill(loop, loop + kGemms, 1e9);
+    for (int tr = 0; tr < trials; ++tr) {
+        double t0 = now();
+        peak(20000);
+        bPeak = std::min(bPeak, now() - t0);
+        for (int i = 0; i < 5; ++i) {
+            double times[kGemms] = {};
+            blockCalls(a, 0, times, i);
+            std::fill(times, times + kGemms, 0.0);
+            blockCalls(a, 0, times, i);
+            warm[i] = std::min(warm[i], times[i]);
+        }
+        for (size_t i = 0; i < evict.size(); i += 16) evict[i] += 1.0f;
+        double times[kGemms] = {};
+        t0 = now();
+        for (int64_t blk = 0; blk < kBlocks; ++blk) blockCalls(a, blk, times, -1);
+        whole = std::min(whole, now() - t0);
+        for (int i = 0; i < kGemms; ++i) loop[i] = std::min(loop[i], times[i] / kBlocks);
+    }
+    const double pk = 20000.0 * 12 * 16 / bPeak / 1e9, flop = 2.0 * kRows * kKeys * kD;
+    std::printf("best of %d, 1 thread: FMA peak %.1f GFLOP/s; rows %ld, keys %ld, d %ld, ld %ld, lk %ld\n", trials, pk,
+                long(kRows), long(kKeys), long(kD), long(ld), long(lk));
+    std::printf("               warm (us, %% of peak)   loop (us, %% of peak)\n");
+    double sum = 0;
+    for (int i = 0; i < 5; ++i) {
+        sum += loop[i];
+        std::printf("%s  %7.2f  %5.1f%%          %7.2f  %5.1f%%\n", kNames[i], warm[i] * 1e6,
+                    100 * flop / warm[i] / 1e9 / pk, loop[i] * 1e6, 100 * flop / loop[i] / 1e9 / pk);
+    }
+    std::printf("%s                            %7.2f  (%.1f%% of the five GEMMs' time at peak)\n", kNames[5],
+                loop[5] * 1e6, 100 * loop[5] / (5 * flop / (pk * 1e9)));
+    std::printf("five GEMMs (sum of per-call bests) %.1f%% of peak; whole block loop %.1f%% of peak\n",
+                100 * 5 * flop / sum / 1e9 / pk, 100 * 5 * flop * kBlocks / whole / 1e9 / pk);
+}
