@@ -11,7 +11,8 @@
 // "warm": one GEMM called again and again on the same operands (L1/L2). "loop": one key block
 // against the query blocks of a chunk (16 blocks, 1920 rows: Q, dO, dQ of the chunk stream from
 // L3 as in the kernel), the probabilities step between the GEMMs, each GEMM timed on its own and
-// summed over the chunk's blocks. Build from a configured tree:
+// summed over the chunk's blocks; argument 2: 1 (default) with the kernel's prefetch of the next
+// block's rows, 0 without (as before 03a39f7). Build from a configured tree:
 //   g++ -O2 -std=c++20 -Isrc -Ibuild/include -Iinclude bench/results/amd-epyc-zen3-avx2/bwd_components.cpp
 #include "cpu/avx2/simd_avx2.hpp"
 #include "cpu/simd/fa_backward.hpp"
@@ -62,40 +63,12 @@ struct Arrays {
     float *m, *l, *delta;
 };
 
-static int gMode = 0;  // experiment: 0 none, 1 prefetch in probabilities t0, 2 same t1, 3 sliced GEMMs t1, 4 sliced t0
-
-template <int Loc>
-static inline void pfRange(const float* p, int64_t floats) {
-    const char* c = reinterpret_cast<const char*>(p);
-    for (int64_t o = 0; o < floats * 4; o += 64) __builtin_prefetch(c + o, 0, Loc);
-}
-
-// gemm over row slices of `slice` rows, prefetching `per` lines from the cursor between slices.
-struct Cursor {
-    const char* p[3];
-    const char* e[3];
-    int i = 0;
-    template <int Loc>
-    void issue(int n) {
-        while (n > 0 && i < 3) {
-            if (p[i] >= e[i]) { ++i; continue; }
-            __builtin_prefetch(p[i], 0, Loc);
-            p[i] += 64;
-            --n;
-        }
-    }
-};
-
-template <bool TransA, int Loc>
-ATTNOPS_SIMD_FN static void slicedGemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                                       int64_t ldb, float* c, int64_t ldc, Cursor& cur, int per) {
-    constexpr int64_t kSlice = 24;
-    for (int64_t m0 = 0; m0 < m; m0 += kSlice) {
-        cur.issue<Loc>(per);
-        simd::gemm<V, TransA>(std::min(kSlice, m - m0), n, k, TransA ? a + m0 : a + m0 * lda, lda, b, ldb,
-                              c + m0 * ldc, ldc, true);
-    }
-}
+// 0: no prefetch (before 03a39f7); 1: the kernel's prefetch of the next block's Q, dO, dQ rows into L2
+// during the probabilities step (prefetchToL2). Tried and dropped (this program, same day): the
+// same lines with prefetcht0 (whole loop 64% of peak against 74% without: it evicts the current
+// block's operands from L1), and prefetcht0/t1 spread between 24-row slices of the dV, dK, dQ GEMMs
+// (79-83%, no better than prefetcht1 in the probabilities step and a GEMM loop order change).
+static int gMode = 1;
 
 // The kernel's calls for query block `blk`; times[i] += the seconds of call i when timed.
 ATTNOPS_SIMD_FN __attribute__((noinline)) static void blockCalls(const Arrays& a, int64_t blk, double* times,
@@ -115,39 +88,19 @@ ATTNOPS_SIMD_FN __attribute__((noinline)) static void blockCalls(const Arrays& a
     lap(0);
     if (only < 0 || only == 1) simd::gemm<V, false>(rows, nk, d, doRows, ldv, sc.vt, lk, sc.dp, lk, false);
     lap(1);
-    const int64_t nb = blk + 1 < kBlocks ? blk + 1 : 0;
-    const float *nq = a.q + nb * rows * ld, *ndo = a.dO + nb * rows * ldv, *ndq = a.dq + nb * rows * d;
+    int64_t nextRows = 0;
+    const int64_t nb = sb::nextChunkBlock(blk * rows, rows, kBlocks * rows, rows, &nextRows);
     if (only < 0)
         for (int64_t r = 0; r < rows; ++r) {
-            if (gMode == 1) {
-                pfRange<3>(nq + r * ld, d);
-                pfRange<3>(ndo + r * ld, d);
-                pfRange<3>(ndq + r * d, d);
-            } else if (gMode == 2) {
-                pfRange<2>(nq + r * ld, d);
-                pfRange<2>(ndo + r * ld, d);
-                pfRange<2>(ndq + r * d, d);
+            if (gMode == 1 && r < nextRows) {
+                sb::prefetchToL2(a.q + (nb + r) * ld, d);
+                sb::prefetchToL2(a.dO + (nb + r) * ldv, d);
+                sb::prefetchToL2(a.dq + (nb + r) * d, d);
             }
             sb::rowProbabilities<V>(nk, 0.088f, a.m[r], a.l[r], a.delta[r], sc.s + r * lk, sc.dp + r * lk, nullptr,
                                     r, 0);
         }
     lap(5);
-    if (only < 0 && gMode >= 3) {
-        Cursor cur{{reinterpret_cast<const char*>(nq), reinterpret_cast<const char*>(ndo), reinterpret_cast<const char*>(ndq)},
-                   {reinterpret_cast<const char*>(nq + rows * ld), reinterpret_cast<const char*>(ndo + rows * ld),
-                    reinterpret_cast<const char*>(ndq + rows * d)}};
-        const int per = 200;
-        if (gMode == 3) slicedGemm<true, 2>(nk, d, rows, sc.s, lk, doRows, ldv, sc.dvAcc, d, cur, per);
-        else slicedGemm<true, 3>(nk, d, rows, sc.s, lk, doRows, ldv, sc.dvAcc, d, cur, per);
-        lap(2);
-        if (gMode == 3) slicedGemm<true, 2>(nk, d, rows, sc.dp, lk, qRows, ld, sc.dkAcc, d, cur, per);
-        else slicedGemm<true, 3>(nk, d, rows, sc.dp, lk, qRows, ld, sc.dkAcc, d, cur, per);
-        lap(3);
-        if (gMode == 3) slicedGemm<false, 2>(rows, d, nk, sc.dp, lk, sc.k, ld, dq, d, cur, per);
-        else slicedGemm<false, 3>(rows, d, nk, sc.dp, lk, sc.k, ld, dq, d, cur, per);
-        lap(4);
-        return;
-    }
     if (only < 0 || only == 2) simd::gemm<V, true>(nk, d, rows, sc.s, lk, doRows, ldv, sc.dvAcc, d, true);
     lap(2);
     if (only < 0 || only == 3) simd::gemm<V, true>(nk, d, rows, sc.dp, lk, qRows, ld, sc.dkAcc, d, true);
@@ -156,9 +109,35 @@ ATTNOPS_SIMD_FN __attribute__((noinline)) static void blockCalls(const Arrays& a
     lap(4);
 }
 
+// A causal diagonal block (query rows 0-119 against keys 0-127) warm, with the GEMMs of the
+// whole block (before 03a39f7) or trimmed to the kept pairs (trimmedScoreGemms,
+// trimmedGradientGemms), the band's probabilities step between them.
+ATTNOPS_SIMD_FN __attribute__((noinline)) static void diagonalBlock(const Arrays& a, bool trim) {
+    const int64_t ld = sb::paddedLd(kD), lk = sb::paddedLd(kKeys), rows = kRows, nk = kKeys, d = kD;
+    const fa::SeqRule causal{-fa::kUnbounded, 0, 0};
+    const sb::BlockBand bb{causal, 2048, 0, rows, 0, nk};
+    const auto band = simd::bandLanes<V>(causal, 2048);
+    sb::Scratch& sc = *a.sc;
+    if (trim) {
+        sb::trimmedScoreGemms<V>(bb, d, d, a.q, ld, a.dO, ld, sc.kt, sc.vt, sc.s, sc.dp, lk);
+    } else {
+        simd::gemm<V, false>(rows, nk, d, a.q, ld, sc.kt, lk, sc.s, lk, false);
+        simd::gemm<V, false>(rows, nk, d, a.dO, ld, sc.vt, lk, sc.dp, lk, false);
+    }
+    for (int64_t r = 0; r < rows; ++r)
+        sb::rowProbabilities<V>(nk, 0.088f, a.m[r], a.l[r], a.delta[r], sc.s + r * lk, sc.dp + r * lk, &band, r, 0);
+    if (trim) {
+        sb::trimmedGradientGemms<V>(bb, d, d, a.q, ld, a.dO, ld, sc.s, sc.dp, lk, sc.k, sc.dvAcc, sc.dkAcc, a.dq);
+    } else {
+        simd::gemm<V, true>(nk, d, rows, sc.s, lk, a.dO, ld, sc.dvAcc, d, true);
+        simd::gemm<V, true>(nk, d, rows, sc.dp, lk, a.q, ld, sc.dkAcc, d, true);
+        simd::gemm<V, false>(rows, d, nk, sc.dp, lk, sc.k, ld, a.dq, d, true);
+    }
+}
+
 int main(int argc, char** argv) {
     const int trials = argc > 1 ? std::atoi(argv[1]) : 300;
-    gMode = argc > 2 ? std::atoi(argv[2]) : 0;
+    gMode = argc > 2 ? std::atoi(argv[2]) : 1;
     fa::BackwardParams bp;
     bp.fwd.d = kD;
     bp.fwd.dv = kD;
@@ -190,7 +169,7 @@ int main(int argc, char** argv) {
     std::fill(sc.dvAcc, sc.dvAcc + kKeys * kD, 0.0f);
     // A chunk's worth of other data between the loop's passes, so that Q, dO, dQ come from L3.
     std::vector<float> evict(size_t(4) << 20);
-    double bPeak = 1e9, warm[kGemms], loop[kGemms], whole = 1e9;
+    double bPeak = 1e9, warm[kGemms], loop[kGemms], whole = 1e9, diagFull = 1e9, diagTrim = 1e9;
     std::fill(warm, warm + kGemms, 1e9);
     std::fill(loop, loop + kGemms, 1e9);
     for (int tr = 0; tr < trials; ++tr) {
@@ -203,6 +182,13 @@ int main(int argc, char** argv) {
             std::fill(times, times + kGemms, 0.0);
             blockCalls(a, 0, times, i);
             warm[i] = std::min(warm[i], times[i]);
+        }
+        for (int trim = 0; trim < 2; ++trim) {
+            diagonalBlock(a, trim != 0);
+            t0 = now();
+            diagonalBlock(a, trim != 0);
+            double& best = trim != 0 ? diagTrim : diagFull;
+            best = std::min(best, now() - t0);
         }
         for (size_t i = 0; i < evict.size(); i += 16) evict[i] += 1.0f;
         double times[kGemms] = {};
@@ -223,6 +209,8 @@ int main(int argc, char** argv) {
     }
     std::printf("%s                            %7.2f  (%.1f%% of the five GEMMs' time at peak)\n", kNames[5],
                 loop[5] * 1e6, 100 * loop[5] / (5 * flop / (pk * 1e9)));
+    std::printf("causal diagonal block (120 rows x 128 keys, warm): whole-block GEMMs %.2f us, trimmed %.2f us (%.2fx)\n",
+                diagFull * 1e6, diagTrim * 1e6, diagFull / diagTrim);
     std::printf("five GEMMs (sum of per-call bests) %.1f%% of peak; whole block loop %.1f%% of peak\n",
                 100 * 5 * flop / sum / 1e9 / pk, 100 * 5 * flop * kBlocks / whole / 1e9 / pk);
 }
