@@ -325,10 +325,11 @@ inline int64_t nextChunkBlock(int64_t at, int64_t rows, int64_t totalRows, int64
 // of query rows keeps (the other scores keep stale values, which the probabilities step masks to
 // 0 without using them), dV and dK over the query rows that keep a band of keys, dQ over the keys
 // a band of query rows keeps. What is skipped is a product with a masked P or dS, exactly +0 there,
-// times a finite operand: adding it leaves an accumulator unchanged (an accumulator that starts
-// at +0 is never -0), so every element is the same chain over k ascending, the same bits, with
-// about half of a diagonal block's work left out (causal S = 2048: 11% of the backward's GEMM
-// work lies in the masked halves of diagonal blocks).
+// times a finite operand: adding it leaves an accumulator unchanged, so every element is the same
+// chain over k ascending with the same bits (except, as in the forward's trimming, the sign of an
+// accumulator whose terms so far all underflowed to -0, which a skipped +0 term would have made
+// +0), with about half of a diagonal block's work left out (causal S = 2048, 120-row query and
+// 128-key blocks: 11% of the GEMM work lies in the masked parts of diagonal blocks).
 struct BlockBand {
     SeqRule rule;
     int64_t skv, q0, rows, k0, nk;  // query rows [q0, q0 + rows), keys [k0, k0 + nk) of the sequence
