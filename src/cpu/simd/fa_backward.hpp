@@ -300,6 +300,103 @@ struct HeadRows {
     float* dvPartial;
 };
 
+// The lines of `floats` floats from `row` into L2 (prefetcht1), for the GEMMs of the next query
+// block: a chunk's fp32 Q, dO and dQ rows are megabytes and come back from L3 once per key block,
+// and the S and dP GEMMs, which read Q and dO first (a row tile's 6 rows 576 bytes apart, 2 KiB
+// each, too short for the hardware prefetcher), ran at 70% of the FMA peak against 96% with
+// them in L2 (bench/results/amd-epyc-zen3-avx2/bwd_components.cpp, Zen 3). The L1 hint
+// (prefetcht0) slowed the block: it evicts the current block's GEMM operands.
+ATTNOPS_SIMD_INLINE void prefetchToL2(const float* row, int64_t floats) {
+    constexpr int64_t kLineFloats = 16;
+    for (int64_t c = 0; c < floats; c += kLineFloats) __builtin_prefetch(row + c, 0, 2);
+}
+
+// The fused scheme's query block after the one at chunk row `at` (rows [at, at + rows) of the
+// HeadRows, [group][chunk rows] in order): the next rows, or the chunk's first block after its
+// last (the next key block starts there). Returns its first row; *count: its rows (at most qr).
+inline int64_t nextChunkBlock(int64_t at, int64_t rows, int64_t totalRows, int64_t qr, int64_t* count) {
+    const int64_t next = at + rows < totalRows ? at + rows : 0;
+    *count = std::min(qr, totalRows - next);
+    return next;
+}
+
+// The fp32 GEMMs of a partly masked block (the vector path: Q, dO and, for dQ, K finite), trimmed
+// to the pairs its band keeps, per band of 4 register tiles: S and dP over the key strips a band
+// of query rows keeps (the other scores keep stale values, which the probabilities step masks to
+// 0 without using them), dV and dK over the query rows that keep a band of keys, dQ over the keys
+// a band of query rows keeps. What is skipped is a product with a masked P or dS, exactly +0 there,
+// times a finite operand: adding it leaves an accumulator unchanged, so every element is the same
+// chain over k ascending with the same bits (except, as in the forward's trimming, the sign of an
+// accumulator whose terms so far all underflowed to -0, which a skipped +0 term would have made
+// +0), with about half of a diagonal block's work left out (causal S = 2048, 120-row query and
+// 128-key blocks: 11% of the GEMM work lies in the masked parts of diagonal blocks).
+struct BlockBand {
+    SeqRule rule;
+    int64_t skv, q0, rows, k0, nk;  // query rows [q0, q0 + rows), keys [k0, k0 + nk) of the sequence
+
+    // Block-relative keys that query rows [i0, i1) (block-relative) may keep.
+    KeyRange keysOf(int64_t i0, int64_t i1) const {
+        const KeyRange k = keyRange(rule, q0 + i0, q0 + i1, skv);
+        const int64_t lo = std::clamp<int64_t>(k.lo - k0, 0, nk), hi = std::clamp<int64_t>(k.hi - k0, 0, nk);
+        return {lo, std::max(lo, hi)};
+    }
+    // Block-relative query rows that keep some key of [j0, j1) (block-relative): a row keeps key
+    // j when minDiff <= j - row <= maxDiff, or j is in the prefix.
+    KeyRange rowsOf(int64_t j0, int64_t j1) const {
+        if (k0 + j0 < std::min(rule.prefix, skv)) return {0, rows};
+        if (rule.minDiff > rule.maxDiff) return {0, 0};
+        const int64_t lo = std::clamp<int64_t>(k0 + j0 - rule.maxDiff - q0, 0, rows);
+        const int64_t hi = std::clamp<int64_t>(k0 + j1 - rule.minDiff - q0, 0, rows);
+        return {lo, std::max(lo, hi)};
+    }
+};
+
+template <class V>
+constexpr int64_t kBandRows = 4 * V::kTileRows;
+
+// S = Q . K^T and dP = dO . V^T (row-major Q, dO with leading dimensions ld, ldv; transposed K,
+// V and the scores with lk), each band of query rows over whole register-tile strips of the keys
+// it keeps.
+template <class V>
+ATTNOPS_SIMD_INLINE void trimmedScoreGemms(const BlockBand& bb, int64_t d, int64_t dv, const float* q, int64_t ld,
+                                           const float* dO, int64_t ldv, const float* kt, const float* vt, float* s,
+                                           float* dp, int64_t lk) {
+    constexpr int64_t W = simd::stripWidth<V>(), B = kBandRows<V>;
+    for (int64_t m0 = 0; m0 < bb.rows; m0 += B) {
+        const int64_t mb = std::min(B, bb.rows - m0);
+        const KeyRange keys = bb.keysOf(m0, m0 + mb);
+        const int64_t lo = keys.lo / W * W, hi = std::min(bb.nk, (keys.hi + W - 1) / W * W);
+        if (hi <= lo) continue;
+        simd::gemm<V, false>(mb, hi - lo, d, q + m0 * ld, ld, kt + lo, lk, s + m0 * lk + lo, lk, false);
+        simd::gemm<V, false>(mb, hi - lo, dv, dO + m0 * ldv, ldv, vt + lo, lk, dp + m0 * lk + lo, lk, false);
+    }
+}
+
+// dV += P^T . dO and dK += dS^T . Q over the query rows each band of keys is kept by, and (dq
+// given) dQ += dS . K over the keys each band of query rows keeps.
+template <class V>
+ATTNOPS_SIMD_INLINE void trimmedGradientGemms(const BlockBand& bb, int64_t d, int64_t dv, const float* q, int64_t ld,
+                                              const float* dO, int64_t ldv, const float* s, const float* dp,
+                                              int64_t lk, const float* k, float* dvAcc, float* dkAcc, float* dq) {
+    constexpr int64_t B = kBandRows<V>;
+    for (int64_t j0 = 0; j0 < bb.nk; j0 += B) {
+        const int64_t jb = std::min(B, bb.nk - j0);
+        const KeyRange r = bb.rowsOf(j0, j0 + jb);
+        if (r.hi <= r.lo) continue;
+        simd::gemm<V, true>(jb, dv, r.hi - r.lo, s + r.lo * lk + j0, lk, dO + r.lo * ldv, ldv, dvAcc + j0 * dv, dv,
+                            true);
+        simd::gemm<V, true>(jb, d, r.hi - r.lo, dp + r.lo * lk + j0, lk, q + r.lo * ld, ld, dkAcc + j0 * d, d, true);
+    }
+    if (dq == nullptr) return;
+    for (int64_t m0 = 0; m0 < bb.rows; m0 += B) {
+        const int64_t mb = std::min(B, bb.rows - m0);
+        const KeyRange keys = bb.keysOf(m0, m0 + mb);
+        if (keys.hi <= keys.lo) continue;
+        simd::gemm<V, false>(mb, d, keys.hi - keys.lo, dp + m0 * lk + keys.lo, lk, k + keys.lo * ld, ld, dq + m0 * d,
+                             d, true);
+    }
+}
+
 // With head (the fused scheme, fp32 only): only the chunk's query rows, and also dQ += dS . K
 // into head->dq, from the dS this unit computed anyway, so that no query unit has to compute S
 // and dP a second time; the row statistics come from head, dk and dv go to its partials.
@@ -354,8 +451,16 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
             float* dq = nullptr;
             float* exactDelta = nullptr;
             bool anyEmpty = false;
+            // The next query block's Q, dO and dQ rows, fetched into L2 while this block computes its
+            // probabilities (fused scheme).
+            const float *nextQ = nullptr, *nextDo = nullptr, *nextDq = nullptr;
+            int64_t nextRows = 0;
             if (head != nullptr) {
                 const int64_t at = g * (qEnd - qBegin) + (q0 - qBegin);
+                const int64_t next = nextChunkBlock(at, rows, p.group * (qEnd - qBegin), t.queryRows, &nextRows);
+                nextQ = head->q + next * ld;
+                nextDo = head->dO + next * ldv;
+                nextDq = head->dq + next * d;
                 qRows = head->q + at * ld;
                 doRows = head->dO + at * ldv;
                 delta = head->stats.delta + at;
@@ -376,18 +481,31 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                                                           false);
                 simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, lk,
                                                           false);
-            } else {
-                simd::gemm<V, false>(rows, nk, d, qRows, ld, sc.kt, lk, sc.s, lk, false);      // S = Q . K^T
-                simd::gemm<V, false>(rows, nk, dv, doRows, ldv, sc.vt, lk, sc.dp, lk, false);  // dP = dO . V^T
             }
             const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
             const bool finite = !full && bandVector && kFinite && simd::allFinite<V>(qRows, rows, d, ld) &&
                                 simd::allFinite<V>(doRows, rows, dv, ldv);
-            if (vectorRows && !anyEmpty && (full || finite)) {
-                for (int64_t r = 0; r < rows; ++r)
+            const bool vectorPath = vectorRows && !anyEmpty && (full || finite);
+            const BlockBand blockBand{rule, skv, q0, rows, u.k0, nk};
+            if constexpr (!kPairs) {
+                if (vectorPath && !full) {
+                    trimmedScoreGemms<V>(blockBand, d, dv, qRows, ld, doRows, ldv, sc.kt, sc.vt, sc.s, sc.dp, lk);
+                } else {
+                    simd::gemm<V, false>(rows, nk, d, qRows, ld, sc.kt, lk, sc.s, lk, false);      // S = Q . K^T
+                    simd::gemm<V, false>(rows, nk, dv, doRows, ldv, sc.vt, lk, sc.dp, lk, false);  // dP = dO . V^T
+                }
+            }
+            if (vectorPath) {
+                for (int64_t r = 0; r < rows; ++r) {
+                    if (r < nextRows) {
+                        prefetchToL2(nextQ + r * ld, d);
+                        prefetchToL2(nextDo + r * ldv, dv);
+                        prefetchToL2(nextDq + r * d, d);
+                    }
                     rowProbabilities<V>(nk, p.scale, rowMax[r], rowSum[r], delta[r], sc.s + r * lk,
                                         sc.dp + r * lk, full ? nullptr : &band, q0 + r, u.k0,
                                         exactDelta != nullptr ? exactDelta + r : nullptr);
+                }
                 if constexpr (kPairs) {
                     const int64_t rowPairs = (rows + 1) / 2;
                     Pairs::packFloatRowPairs(sc.s, rows, nk, lk, sc.pp);
@@ -397,6 +515,9 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                     simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, dvAcc, dv,
                                                              true);
                     simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, dkAcc, d, true);
+                } else if (!full) {
+                    trimmedGradientGemms<V>(blockBand, d, dv, qRows, ld, doRows, ldv, sc.s, sc.dp, lk, kRows, dvAcc,
+                                            dkAcc, dq);
                 } else {
                     simd::gemm<V, true>(nk, dv, rows, sc.s, lk, doRows, ldv, dvAcc, dv, true);  // dV += P^T . dO
                     simd::gemm<V, true>(nk, d, rows, sc.dp, lk, qRows, ld, dkAcc, d, true);     // dK += dS^T . Q
