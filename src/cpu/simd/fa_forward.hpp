@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "cpu/generic/score_row.hpp"
+#include "cpu/simd/fa_bias_steps.hpp"
 #include "cpu/simd/microkernels.hpp"
 #include "ops/flash_attention_score/kernel.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
@@ -352,6 +353,10 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
     const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv, dPairs = (d + 1) / 2;
     const bool vectorSoftmax = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    // pse, explicit mask or dropout: blocks take the vector steps of cpu/simd/fa_bias_steps.hpp
+    // (the row steps' bits) where the values are finite or nothing is masked. Not with bf16 pairs:
+    // their P.V rounds P to bf16, the row steps do not.
+    const bool biasVector = !kPairs && simd_bias::usable<V>(p, t.keyRows, sq, skv);
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
     const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
@@ -391,8 +396,13 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
                 if (!banded) simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
             }
             if constexpr (kPairs) Pairs::packRowPairs(vView, u.b, u.n2, kvRow0, nk, dv, sc.vp);
-            if (banded || (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
-                softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
+            const bool biasBlock = biasVector && ((full && !p.mask.explicitMask) || valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv));
+            if (banded || biasBlock ||
+                (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
+                if (biasBlock)  // scale, pse, mask, softmax, dropout (cpu/simd/fa_bias_steps.hpp)
+                    simd_bias::softmaxBlock<V>(p, u.b, n1, band, full, u.q0, rows, k0, nk, qr, sc.st, sc.m, sc.l, sc.acc);
+                else
+                    softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
                 steps.roundProbabilities(rows, nk, qr, sc.st);
                 if constexpr (kPairs) {  // acc += P . V
                     Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);

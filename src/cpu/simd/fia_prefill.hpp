@@ -67,8 +67,7 @@ bool accepts(const Params& p) {
                              !p.fullQuant.on && p.key.dtype == c.q.dtype && p.value.dtype == c.q.dtype &&
                              (c.q.dtype == DType::F16 || c.q.dtype == DType::BF16) && p.probDType == c.q.dtype;
     const bool plainCore = p.ropeDim == 0 && !p.valueIsKey && p.tree == nullptr && !c.dropout.enabled &&
-                           c.sink == nullptr && !c.writeStats && c.mask.sparseMode >= 0 && c.mask.sparseMode <= 4 &&
-                           c.pse.form == fa::PseForm::None && !c.mask.explicitMask;
+                           c.sink == nullptr && !c.writeStats && c.mask.sparseMode >= 0 && c.mask.sparseMode <= 4;
     return !p.decode && plainSources && plainValues && plainCore && c.d <= fa::kMaxHeadDim && c.dv <= fa::kMaxHeadDim &&
            c.seq.maxQLen >= V::kQueryRows;
 }
