@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include "cpu/generic/convert.hpp"
 #include "cpu/simd/microkernels.hpp"
@@ -188,7 +189,7 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t b, int64_t
     LaneTables<V> t;
     const bool pse = p.pse.form != PseForm::None, before = pseBefore(p.pse);
     const bool explicitMask = p.mask.explicitMask, dropout = p.dropout.enabled;
-    const auto scale = V::set1(p.scale), negInf = V::set1(tile::kNegInf), zero = V::zero(), one = V::set1(1.0f);
+    const auto scale = V::set1(p.scale), negInf = V::set1(-std::numeric_limits<float>::infinity()), zero = V::zero(), one = V::set1(1.0f);
     const auto invKeep = V::set1(p.dropout.invKeepProb);
     for (int64_t r0 = 0; r0 < rows; r0 += L) {
         t.fill(p, b, n1, q0 + r0, std::min(L, rows - r0), k0, nk);
