@@ -69,6 +69,8 @@ TEST(FaBiasSteps, RowExpHasFastExpBits) {
         std::memcpy(&v, &b, sizeof v);
         x.push_back(v);
     }
+    // Where n = round(x log2 e) rounded once (fma) and twice (mul, then round) differ.
+    for (float v : {-0x1.a56ef8p+2f, -0x1.fe2804p+2f, -0x1.842994p+3f, -0x1.b0861ap+3f, -0x1.dce2ap+3f}) x.push_back(v);
     for (float v : {0.0f, -0.0f, -87.3f, std::nextafter(-87.3f, 0.0f), -std::numeric_limits<float>::infinity(),
                     std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(), -1e-30f})
         x.push_back(v);
