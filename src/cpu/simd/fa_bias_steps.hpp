@@ -108,9 +108,21 @@ ATTNOPS_SIMD_INLINE void pseRow(const ForwardParams& p, int64_t b, int64_t n1, i
         }
         case PseForm::Slopes: {
             const double slope = double(v.load(b, n1, 0, 0));
-            const double rowPos = double(i + s.qStartIdx);
+            const int64_t rowPos = i + s.qStartIdx, keyPos = k0 + s.kvStartIdx;
+            constexpr int64_t kSmall = int64_t(1) << 29;  // |keyPos - rowPos| + nk stays below 2^31
+            if (std::abs(rowPos) < kSmall && std::abs(keyPos) < kSmall && nk < kSmall) {
+                // Positions this small are exact in double and so is their difference: the
+                // distance as an int32 converts to the same double, in a loop the compiler
+                // vectorises (AVX2 converts int32 to double, not int64).
+                const int32_t first = int32_t(keyPos - rowPos);
+                if (s.type == 3)
+                    for (int32_t j = 0; j < int32_t(nk); ++j) row[j] = float(-slope * std::sqrt(std::fabs(double(first + j))));
+                else
+                    for (int32_t j = 0; j < int32_t(nk); ++j) row[j] = float(-slope * std::fabs(double(first + j)));
+                return;
+            }
             for (int64_t j = 0; j < nk; ++j) {
-                const double dist = std::fabs(double(k0 + j + s.kvStartIdx) - rowPos);
+                const double dist = std::fabs(double(keyPos + j) - double(rowPos));
                 row[j] = float(-slope * (s.type == 3 ? std::sqrt(dist) : dist));
             }
             return;
