@@ -8,10 +8,12 @@
 //
 // Scores are kept transposed, St[key][query row]: the query block is transposed once per work
 // unit and key/value blocks are used as stored, so no block is transposed inside the key loop,
-// and the softmax statistics of V::kLanes rows sit in one vector. Without pse, explicit mask or
-// dropout every block takes the vector path (the sparse mode's band evaluated per lane), except
-// a partly masked block whose values are not all finite; those and the rest take the row steps
-// shared with the tiled kernel, which skip masked keys exactly as the reference does.
+// and the softmax statistics of V::kLanes rows sit in one vector. Every block takes the vector
+// path (the sparse mode's band evaluated per lane; pse, explicit mask and dropout through
+// cpu/simd/fa_bias_steps.hpp with the row steps' bits), except a partly masked block whose
+// values are not all finite and, with bf16 pairs, blocks with pse, explicit mask or dropout;
+// those take the row steps shared with the tiled kernel, which skip masked keys exactly as the
+// reference does.
 //
 // The unit loop (runUnitWith) is the one of FlashAttentionScore's forward and of
 // FusedInferAttentionScore's prefill route (cpu/simd/fia_prefill.hpp); the steps where the two
@@ -27,6 +29,7 @@
 #include <type_traits>
 
 #include "cpu/generic/score_row.hpp"
+#include "cpu/simd/fa_bias_steps.hpp"
 #include "cpu/simd/microkernels.hpp"
 #include "ops/flash_attention_score/kernel.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
@@ -372,12 +375,13 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
     const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv, dPairs = (d + 1) / 2;
     const bool vectorSoftmax = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
-    // Scores that nothing changes between the GEMM and the softmax (no pse, explicit mask or
-    // dropout: kept apart from vectorSoftmax, which may grow steps of its own before softmaxBlock)
-    // may be scaled and reduced to their column maxima in the score GEMM's epilogue
-    // (simd::gemmScoresScaledMax) when the block is fully kept and its query rows are whole
-    // register tiles.
-    const bool plainScores = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+    // pse, explicit mask or dropout: blocks take the vector steps of cpu/simd/fa_bias_steps.hpp
+    // (the row steps' bits) where the values are finite or nothing is masked. Not with bf16 pairs:
+    // their P.V rounds P to bf16, the row steps do not.
+    const bool biasVector = !kPairs && simd_bias::usable<V>(p, t.keyRows, sq, skv);
+    // Without those, a fully kept block whose query rows are whole register tiles has its scores
+    // scaled and reduced to their column maxima in the score GEMM's epilogue
+    // (simd::gemmScoresScaledMax).
     constexpr int64_t kScoreTileCols = simd::ScoreTile<V>::kVectors * V::kLanes;
     const bool wholeScoreTiles = rows % kScoreTileCols == 0 && rows <= V::kQueryRows;
     alignas(64) float colMax[V::kQueryRows];
@@ -418,7 +422,7 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
             bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
             bool scaled = false;  // St scaled and its column statistics in `stats` already
             if constexpr (!kPairs) {
-                scaled = plainScores && full && wholeScoreTiles;
+                scaled = vectorSoftmax && full && wholeScoreTiles;
                 if (scaled) {  // St = scale * K . Q^T, with the softmax's first pass
                     std::fill(colMax, colMax + rows, kNegInf);
                     std::fill(colNan, colNan + rows / V::kLanes, V::none());
@@ -430,10 +434,15 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
                 }
             }
             if constexpr (kPairs) Pairs::packRowPairs(vView, u.b, u.n2, kvRow0, nk, dv, sc.vp);
-            if (scaled || banded ||
+            const bool biasBlock =
+                biasVector && ((full && !p.mask.explicitMask) || valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv));
+            if (scaled || banded || biasBlock ||
                 (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
                 if (scaled)
                     softmaxBlockScaled<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, stats);
+                else if (biasBlock)  // scale, pse, mask, softmax, dropout (cpu/simd/fa_bias_steps.hpp)
+                    simd_bias::softmaxBlock<V>(p, u.b, n1, band, full, u.q0, rows, k0, nk, qr, sc.st, sc.m, sc.l,
+                                               sc.acc);
                 else
                     softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
                 steps.roundProbabilities(rows, nk, qr, sc.st);

@@ -15,14 +15,14 @@
 //
 // Accepted problems (accepts below): the prefill branch (not the Q_S = 1 decode step), BSH,
 // BSND, BNSD or TND query/key/value, no paging, tensor list or shared prefix, no int8/int4
-// dequantisation or full quantisation, no MLA rope, no tree mask, no pseShift and no attenMask
-// whose content is read (sparse mode 0 or 1 with a mask); sparse modes 0-4 as bands (modes 2-4:
-// the compressed mask is the analytic band), learnable sink, softmaxLse, left padding, actual
-// lengths, GQA, int8 post-quant of the output. pseShift and explicit masks are refused: the shared
-// loop's vector path has no pse or mask step, so they would send every block through the scalar
-// row steps, slower than the FIA kernel's vector rows (measured: bf16 B=2 S=300/500 D=128,
-// 1.3-1.6x slower), and they stay with the FIA kernel; the row steps here serve blocks the band
-// cuts whose values are not all finite. A prefill shape: the longest query is at
+// dequantisation or full quantisation, no MLA rope, no tree mask; sparse modes 0-4 (modes 2-4:
+// the compressed mask is the analytic band; modes 0/1 with an attenMask whose content is read),
+// pseShift, learnable sink, softmaxLse, left padding, actual lengths, GQA, int8 post-quant of the
+// output. pseShift and explicit masks go through the loop's vector pse/mask steps
+// (cpu/simd/fa_bias_steps.hpp): FIA's pseShift is FA's dense pse added after the scale (spec 5
+// step 6, read by physical rows under left padding) and its mask is FA's explicit mask, so the
+// same steps serve both operators. The row steps here serve blocks whose values are not all
+// finite while some pair of them is masked. A prefill shape: the longest query is at
 // least one query tile (V::kQueryRows); shorter ones keep the FIA kernel, whose key splits spread
 // a long context over threads. The choice depends on the problem alone, never on the thread count.
 //
@@ -67,8 +67,7 @@ bool accepts(const Params& p) {
                              !p.fullQuant.on && p.key.dtype == c.q.dtype && p.value.dtype == c.q.dtype &&
                              (c.q.dtype == DType::F16 || c.q.dtype == DType::BF16) && p.probDType == c.q.dtype;
     const bool plainCore = p.ropeDim == 0 && !p.valueIsKey && p.tree == nullptr && !c.dropout.enabled &&
-                           c.sink == nullptr && !c.writeStats && c.mask.sparseMode >= 0 && c.mask.sparseMode <= 4 &&
-                           c.pse.form == fa::PseForm::None && !c.mask.explicitMask;
+                           c.sink == nullptr && !c.writeStats && c.mask.sparseMode >= 0 && c.mask.sparseMode <= 4;
     return !p.decode && plainSources && plainValues && plainCore && c.d <= fa::kMaxHeadDim && c.dv <= fa::kMaxHeadDim &&
            c.seq.maxQLen >= V::kQueryRows;
 }
