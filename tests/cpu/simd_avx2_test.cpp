@@ -15,16 +15,14 @@
 
 #include "core/dtype.hpp"
 #include "cpu/isa.hpp"
+#include "avx2_tests.hpp"
 
 namespace {
 
+using attnops::testsupport::hasAvx2;
+
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
-
-bool hasAvx2() {
-    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
-    return f.avx2 && f.fma && f.f16c;
-}
 
 #define SKIP_WITHOUT_AVX2() \
     if (!hasAvx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C"

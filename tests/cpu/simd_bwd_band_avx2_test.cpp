@@ -15,8 +15,12 @@
 #include <vector>
 
 #include "cpu/isa.hpp"
+#include "avx2_tests.hpp"
 
 namespace {
+
+using attnops::testsupport::hasAvx2;
+using attnops::testsupport::bitsOf;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
@@ -24,17 +28,6 @@ namespace bwd = attnops::fa::simd_backward;
 using attnops::fa::KeyRange;
 using attnops::fa::SeqRule;
 constexpr int64_t kU = attnops::fa::kUnbounded;
-
-bool hasAvx2() {
-    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
-    return f.avx2 && f.fma && f.f16c;
-}
-
-uint32_t bitsOf(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-}
 
 struct Case {
     const char* name;

@@ -17,24 +17,17 @@
 #include <vector>
 
 #include "cpu/isa.hpp"
+#include "avx2_tests.hpp"
 
 namespace {
+
+using attnops::testsupport::hasAvx2;
+using attnops::testsupport::bitsOf;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
 namespace fwd = attnops::fa::simd_forward;
 using attnops::fa::SeqRule;
-
-bool hasAvx2() {
-    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
-    return f.avx2 && f.fma && f.f16c;
-}
-
-uint32_t bitsOf(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-}
 
 struct Block {
     int64_t qr, nk, d, dv, rows;

@@ -18,23 +18,16 @@
 #include <vector>
 
 #include "cpu/isa.hpp"
+#include "avx2_tests.hpp"
 
 namespace {
+
+using attnops::testsupport::hasAvx2;
+using attnops::testsupport::bitsOf;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
 namespace fwd = attnops::fa::simd_forward;
-
-bool hasAvx2() {
-    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
-    return f.avx2 && f.fma && f.f16c;
-}
-
-uint32_t bitsOf(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-}
 
 constexpr int64_t kQr = Avx2::kQueryRows;  // leading dimension of St and the statistics, as in the kernel
 constexpr float kInf = std::numeric_limits<float>::infinity();

@@ -14,17 +14,16 @@
 
 #include "core/dtype.hpp"
 #include "cpu/isa.hpp"
+#include "avx2_tests.hpp"
 
 namespace {
+
+using attnops::testsupport::hasAvx2;
+using attnops::testsupport::bitsOf;
 
 using attnops::DType;
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
-
-bool hasAvx2() {
-    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
-    return f.avx2 && f.fma && f.f16c;
-}
 
 #define SKIP_WITHOUT_AVX2() \
     if (!hasAvx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C"
@@ -45,12 +44,6 @@ ATTNOPS_AVX2_FN void scores(int64_t m, int64_t n, int64_t k, const float* a, int
 ATTNOPS_AVX2_FN void strips(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* bs, float* c,
                             int64_t ldc) {
     simd::gemmStrips<Avx2, true>(m, n, k, a, lda, bs, c, ldc, true);
-}
-
-uint32_t bitsOf(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
 }
 
 // A [1, 2, rows, cols] tensor of dtype dt (head 1 is packed; head 0 is other data), with column

@@ -20,8 +20,12 @@
 
 #include "cpu/generic/score_row.hpp"
 #include "cpu/isa.hpp"
+#include "avx2_tests.hpp"
 
 namespace {
+
+using attnops::testsupport::hasAvx2;
+using attnops::testsupport::bitsOf;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
@@ -30,19 +34,8 @@ namespace fwd = attnops::fa::simd_forward;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t L = Avx2::kLanes;
 
-bool hasAvx2() {
-    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
-    return f.avx2 && f.fma && f.f16c;
-}
-
 #define SKIP_WITHOUT_AVX2() \
     if (!hasAvx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C"
-
-uint32_t bitsOf(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-}
 
 float fromBits(uint32_t u) {
     float x;
