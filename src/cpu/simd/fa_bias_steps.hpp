@@ -43,19 +43,13 @@ namespace simd = cpu::simd;
 // simd::keyBlockRows); larger blocks keep the row steps.
 constexpr int64_t kMaxBlockKeys = 128;
 
-// ATTNOPS_FA_ROW_STEPS=1 sends these blocks through the row steps instead (tests compare the two
-// paths bit for bit with it). Read once per work unit.
-static inline bool rowStepsForced() {
-    const char* e = std::getenv("ATTNOPS_FA_ROW_STEPS");
-    return e != nullptr && e[0] == '1';
-}
-
 // Whether the unit loop may take these steps for a problem (pse, explicit mask or dropout) with
-// key blocks of `keyRows` and sequence lengths sq, skv (the band's lanes are int32).
+// key blocks of `keyRows` and sequence lengths sq, skv (the band's lanes are int32); not when
+// p.rowSteps (ATTNOPS_FA_ROW_STEPS=1) sends them through the row steps.
 template <class V>
 inline bool usable(const ForwardParams& p, int64_t keyRows, int64_t sq, int64_t skv) {
     const bool bias = p.pse.form != PseForm::None || p.mask.explicitMask || p.dropout.enabled;
-    return bias && keyRows <= kMaxBlockKeys && simd::BandLanes<V>::usable(sq, skv) && !rowStepsForced();
+    return bias && keyRows <= kMaxBlockKeys && simd::BandLanes<V>::usable(sq, skv) && !p.rowSteps;
 }
 
 // cpu::fastExp for x <= 0 or NaN, a vector at a time, with its operations in its order as the

@@ -182,6 +182,7 @@ Sequences tndSequences(const attnopsIntArray& qCum, const attnopsIntArray& kvCum
 ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     if (a.extras != nullptr) checkExtras(a.extras);
     ForwardParams p;
+    p.rowSteps = envFlag("ATTNOPS_FA_ROW_STEPS");
     // 1. Required operands and the layout.
     const attnopsTensor& q = requiredTensor(a.query, "query", device);
     const attnopsTensor& k = requiredTensor(a.key, "key", device);

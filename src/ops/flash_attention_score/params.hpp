@@ -132,6 +132,9 @@ struct ForwardParams {
     DropoutSpec dropout;
     const float* sink = nullptr;       // fp32 [N1] or NULL
     int64_t sinkStride = 1;
+    // ATTNOPS_FA_ROW_STEPS=1 when the call was checked: the vector kernels' blocks with a pse, an
+    // explicit mask or dropout take the row steps (tests compare the two paths byte for byte).
+    bool rowSteps = false;
 };
 
 // FlashAttentionScoreGrad: the forward's problem (the statistics views are inputs here and

@@ -20,6 +20,7 @@
 #include "ops/flash_attention_score/semantics.hpp"
 #include "ops/fused_infer_attention_score/layouts.hpp"
 #include "ops/fused_infer_attention_score/check_features.hpp"
+#include "runtime/platform.hpp"
 
 namespace attnops::fia {
 namespace {
@@ -361,6 +362,7 @@ void applySharedPrefix(const attnopsTensor* kp, const attnopsTensor* vp, const a
 Params checkForward(const Args& a, int32_t device) {
     Params p;
     fa::ForwardParams& c = p.core;
+    c.rowSteps = envFlag("ATTNOPS_FA_ROW_STEPS");  // the prefill route's vector pse/mask steps
 
     // 1. Required operands; operands and attributes of features not implemented yet.
     const attnopsTensor& q = requireTensorOn(a.query, "query", device);
