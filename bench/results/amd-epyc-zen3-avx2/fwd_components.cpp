@@ -179,7 +179,8 @@ ATTNOPS_SIMD_INLINE void expNonPositiveN(typename V::Vec* x) {
 }
 
 // softmaxBlockScaled's fast path with the exps of G keys at a time stage-interleaved (c); l
-// still summed key by key in order.
+// still summed key by key in order. G = 1: the loop of b5aab60 (one exp per key), which the
+// library ran before it took (c) with G = 4 (fa_forward.hpp: expNonPositiveInterleaved).
 template <int G>
 ATTNOPS_SIMD_FN __attribute__((noinline)) static void softmaxKeysInterleaved(const fa::ForwardParams& p, int64_t rows,
                                                                              int64_t nk, int64_t ld, float* st,
@@ -426,17 +427,17 @@ ATTNOPS_SIMD_FN int main(int argc, char** argv) {
         }
     };
     constexpr int kVariants = 11;
-    const char* names[kVariants] = {"softmax j now (softmaxBlockScaled)",
+    const char* names[kVariants] = {"softmax j, library (4 keys interl.)",
                                     "softmax j, 2 vectors per pass   (b)",
                                     "softmax j, 3 vectors per pass   (b)",
-                                    "S j+1 then softmax j (now)",
+                                    "S j+1 then softmax j, library",
                                     "S j+1 then softmax j, 3 per pass (b)",
                                     "S j+1 (hooked copy), exp j after (a0)",
                                     "S j+1 with exp j, 12 per tile   (a)",
                                     "S j+1 with exp j, 24 per tile   (a)",
-                                    "softmax j, 2 keys interleaved   (c)",
+                                    "softmax j, one exp per key (b5aab60)",
                                     "softmax j, 4 keys interleaved   (c)",
-                                    "S j+1 then softmax j, 4 keys (c)"};
+                                    "S j+1 then softmax j, b5aab60 loop"};
     double best[kVariants];
     std::fill(best, best + kVariants, 1e9);
     for (int t = 0; t < trials; ++t) {
@@ -461,12 +462,12 @@ ATTNOPS_SIMD_FN int main(int argc, char** argv) {
                 case 5: scoresWithExp<0>(nk, qr, d, k.data(), qt.data(), st2.data(), p.scale, sn, cur); break;
                 case 6: scoresWithExp<12>(nk, qr, d, k.data(), qt.data(), st2.data(), p.scale, sn, cur); break;
                 case 7: scoresWithExp<24>(nk, qr, d, k.data(), qt.data(), st2.data(), p.scale, sn, cur); break;
-                case 8: softmaxKeysInterleaved<2>(p, qr, nk, qr, st.data(), m.data(), l.data(), acc.data(), sj); break;
+                case 8: softmaxKeysInterleaved<1>(p, qr, nk, qr, st.data(), m.data(), l.data(), acc.data(), sj); break;
                 case 9: softmaxKeysInterleaved<4>(p, qr, nk, qr, st.data(), m.data(), l.data(), acc.data(), sj); break;
                 default:
                     cpu::simd::gemmScoresScaledMax<V>(nk, qr, d, k.data(), d, qt.data(), qr, st2.data(), qr, p.scale,
                                                       sn);
-                    softmaxKeysInterleaved<4>(p, qr, nk, qr, st.data(), m.data(), l.data(), acc.data(), sj);
+                    softmaxKeysInterleaved<1>(p, qr, nk, qr, st.data(), m.data(), l.data(), acc.data(), sj);
                     break;
             }
             best[v] = std::min(best[v], now() - t0);

@@ -142,9 +142,11 @@ ATTNOPS_SIMD_INLINE typename V::Vec expNonPositive(typename V::Vec x) {
 // a chain of about 14 dependent operations; written one after another (as GCC emits a loop body
 // of single exps), the scheduler's window held about one chain's next operation at a time, and
 // the exp pass ran at about twice its FMA-pipe bound. Stage-interleaved, four chains are ready at
-// every step: the softmax of a 120 x 128 block took 3-11% less time on Zen 3 in the component
-// benchmark (bench/results/amd-epyc-zen3-avx2/fwd-s9-exp-overlap-under-load.txt). Four chains
-// keep their state (live, t, r, poly) in 16 registers; eight spilled and were slower.
+// every step: on Zen 3 the softmax of a 120 x 128 block took 14% less time, score GEMM + softmax
+// 1.4-1.9% and the 1-thread forward 0.5-2.7% (bench/results/amd-epyc-zen3-avx2/
+// fwd-s9-exp-overlap-under-load.txt). Four chains keep their state (live, t, r, poly) in the 16
+// registers; eight spilled and were slower. (Placing the exps among the score GEMM's register
+// tiles instead was slower: the exp is FMA-pipe work, and the GEMM keeps those pipes busy.)
 constexpr int kExpChains = 4;
 
 template <class V>
