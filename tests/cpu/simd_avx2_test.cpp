@@ -19,13 +19,9 @@
 
 namespace {
 
-using attnops::testsupport::hasAvx2;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
-
-#define SKIP_WITHOUT_AVX2() \
-    if (!hasAvx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C"
 
 // Entry points with the AVX2 target: the building blocks are always inlined into their caller.
 ATTNOPS_AVX2_FN void widen(const uint16_t* src, int64_t n, float* dst) { Avx2::widenHalves(src, n, dst); }

@@ -20,7 +20,7 @@
 namespace {
 
 using attnops::testsupport::bitsOf;
-using attnops::testsupport::hasAvx2;
+using attnops::testsupport::fromBits;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
@@ -29,15 +29,6 @@ namespace fwd = attnops::fa::simd_forward;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t L = Avx2::kLanes;
 constexpr int G = fwd::kExpChains;
-
-#define SKIP_WITHOUT_AVX2() \
-    if (!hasAvx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C"
-
-float fromBits(uint32_t u) {
-    float x;
-    std::memcpy(&x, &u, sizeof x);
-    return x;
-}
 
 // G vectors of x through both exps.
 ATTNOPS_AVX2_FN void expBoth(const float* x, float* single, float* interleaved) {

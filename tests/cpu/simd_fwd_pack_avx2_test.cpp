@@ -18,15 +18,11 @@
 
 namespace {
 
-using attnops::testsupport::hasAvx2;
 using attnops::testsupport::bitsOf;
 
 using attnops::DType;
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
-
-#define SKIP_WITHOUT_AVX2() \
-    if (!hasAvx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C"
 
 ATTNOPS_AVX2_FN void packStrips(const attnops::fa::View4& v, int64_t row0, int64_t rows, int64_t cols, float* dst) {
     simd::loadRowsStrips<Avx2>(v, 0, 1, row0, rows, cols, dst);

@@ -6,6 +6,10 @@
 
 #include "cpu/isa.hpp"
 
+// At the top of a test of AVX2 code: skip it, saying why, where this CPU cannot run it.
+#define SKIP_WITHOUT_AVX2() \
+    if (!attnops::testsupport::hasAvx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C"
+
 namespace attnops::testsupport {
 
 // Whether this CPU runs the AVX2 kernels (they need FMA and F16C too); the tests skip otherwise.
@@ -14,11 +18,17 @@ inline bool hasAvx2() {
     return f.avx2 && f.fma && f.f16c;
 }
 
-// The bits of a float, for byte-for-byte comparisons (signed zeros, NaN payloads).
+// The bits of a float, for byte-for-byte comparisons (signed zeros, NaN payloads), and back.
 inline uint32_t bitsOf(float x) {
     uint32_t u;
     std::memcpy(&u, &x, sizeof u);
     return u;
+}
+
+inline float fromBits(uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
 }
 
 }  // namespace attnops::testsupport
