@@ -48,7 +48,7 @@ ATTNOPS_AVX2_FN void sumLanes(const float* x, float* sums8, float* sum0) {
     *sum0 = Avx2::sumLanes(v[0]);
 }
 
-float bitsOf(uint32_t u) {
+float floatToBits(uint32_t u) {
     float f;
     std::memcpy(&f, &u, sizeof f);
     return f;
@@ -139,7 +139,7 @@ TEST(SimdAvx2, ExpIsWithinTwoUlpAndHandlesSpecialValues) {
         EXPECT_LE(std::abs(double(ys[i]) - expect), 2.0 * std::ldexp(1.0, std::ilogb(expect) - 23)) << "x " << xs[i];
     }
     const float inf = std::numeric_limits<float>::infinity();
-    const float special[8] = {-inf, -88.0f, -1000.0f, std::nanf(""), bitsOf(0xFFC00001u), 0.0f, -87.2f, 1.0f};
+    const float special[8] = {-inf, -88.0f, -1000.0f, std::nanf(""), floatToBits(0xFFC00001u), 0.0f, -87.2f, 1.0f};
     float out[8];
     expLanes(special, out);
     EXPECT_EQ(out[0], 0.0f);

@@ -14,13 +14,14 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "cpu/isa.hpp"
 #include "avx2_tests.hpp"
 
 namespace {
 
 using attnops::testsupport::hasAvx2;
-using attnops::testsupport::bitsOf;
+using attnops::floatToBits;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
@@ -138,7 +139,7 @@ void expectSameBits(const std::vector<float>& a, const std::vector<float>& b, co
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
         if (int64_t(i) % ld >= cols) continue;  // padding columns
-        ASSERT_EQ(bitsOf(a[i]), bitsOf(b[i])) << name << ": " << what << "[" << i / size_t(ld) << "]["
+        ASSERT_EQ(floatToBits(a[i]), floatToBits(b[i])) << name << ": " << what << "[" << i / size_t(ld) << "]["
                                               << i % size_t(ld) << "]: " << a[i] << " vs " << b[i];
     }
 }

@@ -16,13 +16,14 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "cpu/isa.hpp"
 #include "avx2_tests.hpp"
 
 namespace {
 
 using attnops::testsupport::hasAvx2;
-using attnops::testsupport::bitsOf;
+using attnops::floatToBits;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
@@ -87,7 +88,7 @@ void expectSameBits(const std::vector<float>& a, const std::vector<float>& b, co
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
         if (int64_t(i) % ld >= cols) continue;  // padding columns of the scratch
-        ASSERT_EQ(bitsOf(a[i]), bitsOf(b[i])) << what << "[" << i / size_t(ld) << "][" << i % size_t(ld)
+        ASSERT_EQ(floatToBits(a[i]), floatToBits(b[i])) << what << "[" << i / size_t(ld) << "][" << i % size_t(ld)
                                               << "]: " << a[i] << " vs " << b[i];
     }
 }
@@ -176,10 +177,10 @@ TEST(FwdBandAvx2, DiagonalTilesAreSkipped) {
             const size_t at = size_t(key * b.qr + r);
             const int64_t strip = r / 24, lastRowOfStrip = strip * 24 + 23;  // block-relative (q0 = k0)
             if (key / 4 * 4 > lastRowOfStrip) {  // a 4-key tile wholly above the strip's last row
-                ASSERT_EQ(bitsOf(trimmed[at]), 0u) << "key " << key << " row " << r;
+                ASSERT_EQ(floatToBits(trimmed[at]), 0u) << "key " << key << " row " << r;
                 ++skipped;
             } else {
-                ASSERT_EQ(bitsOf(trimmed[at]), bitsOf(full[at])) << "key " << key << " row " << r;
+                ASSERT_EQ(floatToBits(trimmed[at]), floatToBits(full[at])) << "key " << key << " row " << r;
             }
         }
     // Strips end at rows 23, 47, 71, 95, 119: 104 + 80 + 56 + 32 + 8 keys above them.

@@ -15,12 +15,13 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "avx2_tests.hpp"
 
 namespace {
 
-using attnops::testsupport::bitsOf;
-using attnops::testsupport::fromBits;
+using attnops::floatToBits;
+using attnops::bitsToFloat;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
@@ -81,7 +82,7 @@ TEST(FwdExpInterleavedAvx2, MatchesExpNonPositiveBitwise) {
     std::vector<float> xs = {-0.0f, 0.0f, -kInf, -1e-45f, -1e-38f, -1.17549435e-38f, -87.3f, -87.29999f, -87.30001f,
                              -87.0f, -86.5f, -88.0f, -100.0f, -1e30f, -3.4e38f, -0.5f, -0.34657359f, -0.6931472f, -1.0f,
                              std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
-    for (uint32_t u = 0x80000000u; u < 0xFF800000u; u += 991u) xs.push_back(fromBits(u));  // sampled x <= -0
+    for (uint32_t u = 0x80000000u; u < 0xFF800000u; u += 991u) xs.push_back(bitsToFloat(u));  // sampled x <= -0
     for (int i = 0; i < 40000; ++i) xs.push_back(-float(i) * (90.0f / 40000.0f));          // the range that matters
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(-88.0f, 0.0f);
@@ -90,11 +91,11 @@ TEST(FwdExpInterleavedAvx2, MatchesExpNonPositiveBitwise) {
     std::vector<float> single(xs.size()), interleaved(xs.size());
     for (size_t i = 0; i < xs.size(); i += G * L) expBoth(xs.data() + i, single.data() + i, interleaved.data() + i);
     for (size_t i = 0; i < xs.size(); ++i)
-        ASSERT_EQ(bitsOf(single[i]), bitsOf(interleaved[i]))
-            << "x = " << xs[i] << " (bits " << std::hex << bitsOf(xs[i]) << ")";
+        ASSERT_EQ(floatToBits(single[i]), floatToBits(interleaved[i]))
+            << "x = " << xs[i] << " (bits " << std::hex << floatToBits(xs[i]) << ")";
     // NaN (x = -inf - -inf in a dead row) gives 0 in both.
-    EXPECT_EQ(bitsOf(interleaved[19]), 0u);
-    EXPECT_EQ(bitsOf(interleaved[20]), 0u);
+    EXPECT_EQ(floatToBits(interleaved[19]), 0u);
+    EXPECT_EQ(floatToBits(interleaved[20]), 0u);
 }
 
 // Every remainder of nk modulo kExpChains, against the one-chain pass, from the same state.
@@ -127,11 +128,11 @@ TEST(FwdExpInterleavedAvx2, SoftmaxBlockMatchesOneChainPassBitwise) {
                 softmax(p, rows, nk, ld, st.data(), m.data(), l.data(), acc.data());
                 softmaxOneChain(p.scale, dv, rows, nk, ld, st2.data(), m2.data(), l2.data(), acc2.data());
                 SCOPED_TRACE(::testing::Message() << "holes " << holes << " scale " << scale << " nk " << nk);
-                for (size_t i = 0; i < st.size(); ++i) ASSERT_EQ(bitsOf(st[i]), bitsOf(st2[i])) << "st[" << i << "]";
-                for (size_t i = 0; i < m.size(); ++i) ASSERT_EQ(bitsOf(m[i]), bitsOf(m2[i])) << "m[" << i << "]";
-                for (size_t i = 0; i < l.size(); ++i) ASSERT_EQ(bitsOf(l[i]), bitsOf(l2[i])) << "l[" << i << "]";
+                for (size_t i = 0; i < st.size(); ++i) ASSERT_EQ(floatToBits(st[i]), floatToBits(st2[i])) << "st[" << i << "]";
+                for (size_t i = 0; i < m.size(); ++i) ASSERT_EQ(floatToBits(m[i]), floatToBits(m2[i])) << "m[" << i << "]";
+                for (size_t i = 0; i < l.size(); ++i) ASSERT_EQ(floatToBits(l[i]), floatToBits(l2[i])) << "l[" << i << "]";
                 for (size_t i = 0; i < acc.size(); ++i)
-                    ASSERT_EQ(bitsOf(acc[i]), bitsOf(acc2[i])) << "acc[" << i << "]";
+                    ASSERT_EQ(floatToBits(acc[i]), floatToBits(acc2[i])) << "acc[" << i << "]";
             }
 }
 

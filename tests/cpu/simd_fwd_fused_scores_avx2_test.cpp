@@ -17,13 +17,14 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "cpu/isa.hpp"
 #include "avx2_tests.hpp"
 
 namespace {
 
 using attnops::testsupport::hasAvx2;
-using attnops::testsupport::bitsOf;
+using attnops::floatToBits;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
@@ -126,7 +127,7 @@ void expectSameBits(const std::vector<float>& x, const std::vector<float>& y, co
     ASSERT_EQ(x.size(), y.size());
     for (size_t i = 0; i < x.size(); ++i) {
         if (int64_t(i) % ld >= cols) continue;  // columns past the block's rows
-        ASSERT_EQ(bitsOf(x[i]), bitsOf(y[i])) << name << ": " << what << "[" << i / size_t(ld) << "]["
+        ASSERT_EQ(floatToBits(x[i]), floatToBits(y[i])) << name << ": " << what << "[" << i / size_t(ld) << "]["
                                               << i % size_t(ld) << "]: " << x[i] << " vs " << y[i];
     }
 }
@@ -178,8 +179,8 @@ TEST(FwdFusedScoresAvx2, CasesReachSignedZeroMaximaNaNAndInfinity) {
     const After a = twoSteps(zeroScale, 0.0f);
     int plus = 0, minus = 0;
     for (int64_t r = 0; r < 96; ++r) {
-        if (bitsOf(a.colMax[size_t(r)]) == 0u) ++plus;
-        if (bitsOf(a.colMax[size_t(r)]) == 0x80000000u) ++minus;
+        if (floatToBits(a.colMax[size_t(r)]) == 0u) ++plus;
+        if (floatToBits(a.colMax[size_t(r)]) == 0x80000000u) ++minus;
     }
     EXPECT_GT(plus, 0);
     EXPECT_GT(minus, 0);

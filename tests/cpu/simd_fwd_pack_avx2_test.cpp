@@ -18,7 +18,7 @@
 
 namespace {
 
-using attnops::testsupport::bitsOf;
+using attnops::floatToBits;
 
 using attnops::DType;
 using attnops::cpu::Avx2;
@@ -64,7 +64,7 @@ Tensor makeTensor(DType dt, int64_t rows, int64_t cols, int64_t cs, std::mt19937
         if (dt == DType::F32)
             t.f32[size_t(i)] = x;
         else if (dt == DType::BF16)
-            t.half[size_t(i)] = uint16_t(bitsOf(x) >> 16);
+            t.half[size_t(i)] = uint16_t(floatToBits(x) >> 16);
         else
             t.half[size_t(i)] = attnops::floatToF16(x);
     }
@@ -99,10 +99,10 @@ TEST(FwdPackAvx2, StripsAndRowsMatchScalarBitwise) {
                         for (int64_t c = 0; c < strips * W; ++c) {
                             const float want = c < cols ? logical[size_t((row0 + r) * cols + c)] : 0.0f;
                             const float got = packed[size_t((c / W) * rows * W + r * W + c % W)];
-                            ASSERT_EQ(bitsOf(got), bitsOf(want)) << "strips dtype " << int(dt) << " cs " << cs
+                            ASSERT_EQ(floatToBits(got), floatToBits(want)) << "strips dtype " << int(dt) << " cs " << cs
                                                                  << " cols " << cols << " r " << r << " c " << c;
                             if (c < cols) {
-                                ASSERT_EQ(bitsOf(rowsOut[size_t(r * cols + c)]), bitsOf(want))
+                                ASSERT_EQ(floatToBits(rowsOut[size_t(r * cols + c)]), floatToBits(want))
                                     << "rows dtype " << int(dt) << " cs " << cs << " cols " << cols;
                             }
                         }
@@ -135,7 +135,7 @@ TEST(FwdPackAvx2, ScoreGemmMatchesScalarFmaChainBitwise) {
                         scores(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, transA);
                         for (int64_t i = 0; i < m; ++i)
                             for (int64_t j = 0; j < ldc; ++j)  // columns past n untouched
-                                ASSERT_EQ(bitsOf(c[size_t(i * ldc + j)]), bitsOf(want[size_t(i * ldc + j)]))
+                                ASSERT_EQ(floatToBits(c[size_t(i * ldc + j)]), floatToBits(want[size_t(i * ldc + j)]))
                                     << "transA " << transA << " acc " << acc << " m " << m << " n " << n << " k " << k
                                     << " at " << i << "," << j;
                     }
@@ -167,7 +167,7 @@ TEST(FwdPackAvx2, StripGemmOverPackedValuesMatchesScalarBitwise) {
                     }
                 strips(rows, dv, keys, p.data(), ldp, vs.data(), acc.data(), dv);
                 for (size_t i = 0; i < acc.size(); ++i)
-                    ASSERT_EQ(bitsOf(acc[i]), bitsOf(want[i])) << "dv " << dv << " keys " << keys << " rows " << rows;
+                    ASSERT_EQ(floatToBits(acc[i]), floatToBits(want[i])) << "dv " << dv << " keys " << keys << " rows " << rows;
             }
 }
 

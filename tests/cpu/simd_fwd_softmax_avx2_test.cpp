@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "cpu/generic/score_row.hpp"
+#include "core/dtype.hpp"
 #include "cpu/isa.hpp"
 #include "avx2_tests.hpp"
 
 namespace {
 
-using attnops::testsupport::bitsOf;
-using attnops::testsupport::fromBits;
+using attnops::floatToBits;
+using attnops::bitsToFloat;
 
 using attnops::cpu::Avx2;
 namespace simd = attnops::cpu::simd;
@@ -84,25 +85,25 @@ ATTNOPS_AVX2_FN void softmaxGeneral(float scale, int64_t dv, int64_t rows, int64
 void expectSameBits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i)
-        ASSERT_EQ(bitsOf(a[i]), bitsOf(b[i])) << what << "[" << i << "]: " << a[i] << " vs " << b[i];
+        ASSERT_EQ(floatToBits(a[i]), floatToBits(b[i])) << what << "[" << i << "]: " << a[i] << " vs " << b[i];
 }
 
 TEST(FwdSoftmaxAvx2, ExpNonPositiveMatchesExpBitwise) {
     SKIP_WITHOUT_AVX2();
     std::vector<float> xs = {-0.0f, 0.0f, -kInf, -1e-45f, -1e-38f, -1.17549435e-38f, -87.3f, -87.29999f, -87.30001f,
                              -87.0f, -86.5f, -88.0f, -100.0f, -1e30f, -3.4e38f, -0.5f, -0.34657359f, -0.6931472f, -1.0f};
-    for (uint32_t u = 0x80000000u; u < 0xFF800000u; u += 997u) xs.push_back(fromBits(u));  // sampled x <= -0
+    for (uint32_t u = 0x80000000u; u < 0xFF800000u; u += 997u) xs.push_back(bitsToFloat(u));  // sampled x <= -0
     for (int i = 0; i < 20000; ++i) xs.push_back(-float(i) * (90.0f / 20000.0f));          // the range that matters
     while (xs.size() % L != 0) xs.push_back(-1.5f);
     std::vector<float> general(xs.size()), fast(xs.size());
     for (size_t i = 0; i < xs.size(); i += L) expBoth(xs.data() + i, general.data() + i, fast.data() + i);
     for (size_t i = 0; i < xs.size(); ++i)
-        ASSERT_EQ(bitsOf(general[i]), bitsOf(fast[i])) << "x = " << xs[i] << " (bits " << std::hex << bitsOf(xs[i]) << ")";
+        ASSERT_EQ(floatToBits(general[i]), floatToBits(fast[i])) << "x = " << xs[i] << " (bits " << std::hex << floatToBits(xs[i]) << ")";
     // NaN (x = -inf - -inf in a dead row) gives 0, which the general pass's masks give there.
     alignas(32) float nan[L], g[L], f[L];
     for (float& x : nan) x = std::numeric_limits<float>::quiet_NaN();
     expBoth(nan, g, f);
-    for (int64_t i = 0; i < L; ++i) EXPECT_EQ(bitsOf(f[i]), 0u);
+    for (int64_t i = 0; i < L; ++i) EXPECT_EQ(floatToBits(f[i]), 0u);
 }
 
 // Blocks of scores (keys x query rows, ld > rows) through softmaxBlock and the general formula
@@ -143,7 +144,7 @@ TEST(FwdSoftmaxAvx2, BlockMatchesGeneralFormulaBitwise) {
             SCOPED_TRACE(::testing::Message() << "special " << int(special) << " nk " << nk);
             for (int64_t j = 0; j < nk; ++j)
                 for (int64_t r = 0; r < rows; ++r)
-                    ASSERT_EQ(bitsOf(st[size_t(j * ld + r)]), bitsOf(st2[size_t(j * ld + r)])) << "key " << j << " row " << r;
+                    ASSERT_EQ(floatToBits(st[size_t(j * ld + r)]), floatToBits(st2[size_t(j * ld + r)])) << "key " << j << " row " << r;
             expectSameBits(m, m2, "m");
             expectSameBits(l, l2, "l");
             expectSameBits(acc, acc2, "acc");
@@ -165,9 +166,9 @@ TEST(FwdSoftmaxAvx2, OutputRowStoreMatchesScalarStoreBitwise) {
             for (float l : {1.0f, 3.0f, 0.37f, 0.0f, std::numeric_limits<float>::quiet_NaN()}) {
                 std::vector<float> acc(static_cast<size_t>(dv));
                 for (float& x : acc) x = u(rng);
-                const float special[] = {kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), fromBits(0x7f800001u),
-                                         fromBits(0xffa00000u), fromBits(0x3f808000u), fromBits(0x3f818000u),
-                                         fromBits(0x7f7fffffu), 1e-40f, -0.0f};
+                const float special[] = {kInf, -kInf, std::numeric_limits<float>::quiet_NaN(), bitsToFloat(0x7f800001u),
+                                         bitsToFloat(0xffa00000u), bitsToFloat(0x3f808000u), bitsToFloat(0x3f818000u),
+                                         bitsToFloat(0x7f7fffffu), 1e-40f, -0.0f};
                 for (size_t k = 0; k < sizeof special / sizeof special[0] && k < acc.size(); ++k)
                     acc[k * 3 % acc.size()] = special[k] * (l == 1.0f ? 1.0f : l);  // acc / l gives the value back
                 const int64_t rows = 3, row = 1;

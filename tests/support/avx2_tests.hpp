@@ -1,8 +1,6 @@
-// Helpers shared by the tests of the AVX2 kernel pieces (tests/cpu/simd_*_avx2_test.cpp).
+// Helpers shared by the tests of the AVX2 kernel pieces (tests/cpu/simd_*_avx2_test.cpp). For
+// byte-for-byte comparisons they use floatToBits / bitsToFloat of core/dtype.hpp.
 #pragma once
-
-#include <cstdint>
-#include <cstring>
 
 #include "cpu/isa.hpp"
 
@@ -16,19 +14,6 @@ namespace attnops::testsupport {
 inline bool hasAvx2() {
     const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
     return f.avx2 && f.fma && f.f16c;
-}
-
-// The bits of a float, for byte-for-byte comparisons (signed zeros, NaN payloads), and back.
-inline uint32_t bitsOf(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-inline float fromBits(uint32_t u) {
-    float x;
-    std::memcpy(&x, &u, sizeof x);
-    return x;
 }
 
 }  // namespace attnops::testsupport
