@@ -2,7 +2,10 @@
 // against the untrimmed block it replaces: bandScores skips (zeroes) the score tiles that no query
 // row of their strip keeps and bandValues runs each row tile's P.V over its rows' keys only; after
 // softmaxBlock with the band, the probabilities, maxima, sums and accumulators must equal those of
-// gemmScores + softmaxBlock + gemmStrips from the same running state. Covered: causal diagonals at
+// gemmScores + softmaxBlock + gemmStrips from the same running state, where that softmaxBlock
+// reads every key of the block (the pass before softmaxBlock skipped the keys outside each row
+// vector's hull). The untrimmed GEMMs with the hull-limited softmax (the kernel's path for blocks
+// bandScores declines) are checked against the same reference. Covered: causal diagonals at
 // several offsets of the block (rows that keep none, some or all of its keys), bottom-right causal
 // (Sq < Skv), a sliding window (keys cut on both sides), a prefix, a value width with a partial
 // strip, and blocks that are not whole tiles (bandScores declines them). Skipped without AVX2/FMA/F16C.
@@ -35,21 +38,31 @@ struct Block {
     std::vector<float> k, qt, vs, st, m, l, acc;
 };
 
-// One block through the band path (trimmed) or the untrimmed GEMMs; false when bandScores
-// declined the block (not whole tiles).
-ATTNOPS_AVX2_FN bool runBlock(Block& b, const SeqRule& rule, int64_t skv, int64_t q0, int64_t k0, bool trimmed,
+// How runBlock takes a block: the kernel's band path (trimmed GEMMs, softmax over each row
+// vector's keys), the kernel's path for blocks bandScores declines (whole GEMMs, softmax over each
+// row vector's keys), or the reference (whole GEMMs, softmax over every key of the block).
+enum class Path { Trimmed, WholeGemms, Reference };
+
+// One block along `path`; false when bandScores declined the block (not whole tiles).
+ATTNOPS_AVX2_FN bool runBlock(Block& b, const SeqRule& rule, int64_t skv, int64_t q0, int64_t k0, Path path,
                               float scale) {
     attnops::fa::ForwardParams p;
     p.scale = scale;
     p.dv = b.dv;
     const simd::BandLanes<Avx2> band = simd::bandLanes<Avx2>(rule, skv);
+    // The reference's hull rule keeps every key, so softmaxBlock reads the whole block; the lanes'
+    // test still masks by `rule`.
+    const SeqRule everyKey{-attnops::fa::kUnbounded, attnops::fa::kUnbounded, 0};
+    const fwd::SoftmaxBand<Avx2> softmaxBand{band, path == Path::Reference ? everyKey : rule, skv};
+    const bool trimmed = path == Path::Trimmed;
     if (trimmed) {
         if (!fwd::bandScores<Avx2>(rule, skv, q0, k0, b.nk, b.rows, b.d, b.k.data(), b.qt.data(), b.qr, b.st.data()))
             return false;
     } else {
         simd::gemmScores<Avx2, false>(b.nk, b.rows, b.d, b.k.data(), b.d, b.qt.data(), b.qr, b.st.data(), b.qr);
     }
-    fwd::softmaxBlock<Avx2>(p, b.rows, b.nk, b.qr, b.st.data(), b.m.data(), b.l.data(), b.acc.data(), &band, q0, k0);
+    fwd::softmaxBlock<Avx2>(p, b.rows, b.nk, b.qr, b.st.data(), b.m.data(), b.l.data(), b.acc.data(), &softmaxBand, q0,
+                            k0);
     if (trimmed)
         fwd::bandValues<Avx2>(rule, skv, q0, k0, b.nk, b.rows, b.dv, b.st.data(), b.qr, b.vs.data(), b.acc.data());
     else
@@ -115,21 +128,29 @@ TEST(FwdBandAvx2, TrimmedBlockMatchesUntrimmedBitwise) {
         {"prefix and causal", SeqRule{-kU, 0, 70}, 2048, 0, 0, 128, 120, 128},
         {"rows not whole strips (declined)", causal, 2048, 0, 0, 128, 64, 128},
         {"keys not whole tiles (declined)", causal, 2048, 120, 128, 127, 120, 128},
+        {"rows not whole vectors (declined)", causal, 2048, 240, 240, 128, 37, 128},
+        {"window past the block for the later rows", SeqRule{-10, -5, 0}, 2048, 360, 240, 128, 120, 128},
     };
     std::mt19937 rng(7);
     for (const Case& c : cases) {
         SCOPED_TRACE(c.name);
         for (int64_t d : {64, 128}) {
             const Block start = makeBlock(rng, c.rows, c.nk, d, c.dv);
-            Block trimmed = start, full = start;
-            const bool ran = runBlock(trimmed, c.rule, c.skv, c.q0, c.k0, true, 0.125f);
-            ASSERT_EQ(ran, c.rows % 24 == 0 && c.nk % 4 == 0);
-            if (!ran) continue;
-            runBlock(full, c.rule, c.skv, c.q0, c.k0, false, 0.125f);
-            expectSameBits(trimmed.st, full.st, "probabilities", trimmed.qr, c.rows);
-            expectSameBits(trimmed.m, full.m, "m", trimmed.qr, c.rows);
-            expectSameBits(trimmed.l, full.l, "l", trimmed.qr, c.rows);
-            expectSameBits(trimmed.acc, full.acc, "acc", c.dv, c.dv);
+            Block full = start;
+            runBlock(full, c.rule, c.skv, c.q0, c.k0, Path::Reference, 0.125f);
+            for (Path path : {Path::Trimmed, Path::WholeGemms}) {
+                SCOPED_TRACE(path == Path::Trimmed ? "trimmed GEMMs" : "whole GEMMs");
+                Block b = start;
+                const bool ran = runBlock(b, c.rule, c.skv, c.q0, c.k0, path, 0.125f);
+                if (path == Path::Trimmed) {
+                    ASSERT_EQ(ran, c.rows % 24 == 0 && c.nk % 4 == 0);
+                }
+                if (!ran) continue;
+                expectSameBits(b.st, full.st, "probabilities", b.qr, c.rows);
+                expectSameBits(b.m, full.m, "m", b.qr, c.rows);
+                expectSameBits(b.l, full.l, "l", b.qr, c.rows);
+                expectSameBits(b.acc, full.acc, "acc", c.dv, c.dv);
+            }
         }
     }
 }
@@ -151,8 +172,8 @@ TEST(FwdBandAvx2, CausalUnitSequenceMatchesBitwise) {
         trimmed.nk = full.nk = nk;
         const bool fullyKept = k0 + nk <= q0 + 1;
         if (fullyKept) continue;  // the kernel takes the unmasked path there, not the band path
-        ASSERT_TRUE(runBlock(trimmed, causal, 2048, q0, k0, true, 0.2f));
-        runBlock(full, causal, 2048, q0, k0, false, 0.2f);
+        ASSERT_TRUE(runBlock(trimmed, causal, 2048, q0, k0, Path::Trimmed, 0.2f));
+        runBlock(full, causal, 2048, q0, k0, Path::Reference, 0.2f);
         expectSameBits(trimmed.m, full.m, "m", trimmed.qr, rows);
         expectSameBits(trimmed.l, full.l, "l", trimmed.qr, rows);
         expectSameBits(trimmed.acc, full.acc, "acc", 128, 128);

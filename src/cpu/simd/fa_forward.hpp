@@ -174,12 +174,22 @@ ATTNOPS_SIMD_INLINE void expNonPositiveInterleaved(typename V::Vec* x) {
     for (int g = 0; g < G; ++g) x[g] = V::zeroUnless(live[g], V::mul(poly[g], V::pow2OfShifted(t[g])));
 }
 
+// Keys of the block [k0, k0 + nk) that some query row of [i0, i1) may keep (the hull of their
+// bands and the prefix), block-relative: [lo, hi), empty when lo = hi.
+inline KeyRange blockKeys(const SeqRule& rule, int64_t i0, int64_t i1, int64_t k0, int64_t nk, int64_t skv) {
+    const KeyRange r = keyRange(rule, i0, i1, skv);
+    const int64_t lo = std::clamp<int64_t>(r.lo - k0, 0, nk), hi = std::clamp<int64_t>(r.hi - k0, 0, nk);
+    return {lo, std::max(lo, hi)};
+}
+
 // The online-softmax update of query rows [r0, r0 + V::kLanes) of a block whose scores in st are
 // scaled (and masked) already, given their maximum over the block's keys and the lanes that met
 // a NaN: turns the scores into probabilities, updates m and l, and rescales the accumulator rows.
+// Keys outside `live` are masked for every lane: their probability is 0 without an exp (the exp of
+// -inf - m is +0 on both paths below, and adding +0 to the sum, which starts at +0, changes no bit).
 template <class V>
-ATTNOPS_SIMD_INLINE void softmaxUpdate(const ForwardParams& p, int64_t r0, int64_t rows, int64_t nk, int64_t ld,
-                                       float* st, float* m, float* l, float* acc, typename V::Vec blockMax,
+ATTNOPS_SIMD_INLINE void softmaxUpdate(const ForwardParams& p, int64_t r0, int64_t rows, int64_t nk, KeyRange keys,
+                                       int64_t ld, float* st, float* m, float* l, float* acc, typename V::Vec blockMax,
                                        typename V::Mask nan) {
     const auto negInf = V::set1(kNegInf);
     blockMax = V::select(nan, blockMax, V::set1(__builtin_nanf("")));
@@ -191,15 +201,17 @@ ATTNOPS_SIMD_INLINE void softmaxUpdate(const ForwardParams& p, int64_t r0, int64
     const auto alpha = V::zeroUnless(started, simd::exp<V>(V::sub(mOld, mNew)));
     const auto live = V::notEqual(mNew, negInf);
     auto sum = V::zero();
+    for (int64_t j = 0; j < keys.lo; ++j) V::store(st + j * ld + r0, V::zero());
+    for (int64_t j = keys.hi; j < nk; ++j) V::store(st + j * ld + r0, V::zero());
     if (!V::any(nan) && !V::any(V::maskOr(V::isNan(mNew), V::greater(mNew, V::set1(kMaxFinite))))) {
         // No NaN score and no NaN or +inf maximum: x - mNew <= 0 (mNew is at least every x of
         // the block) except where x = mNew = -inf (dead rows): NaN there, and expNonPositive
         // gives 0 for it and for x = -inf, as the masks below do; every other lane is the same
         // exp. Same bits, fewer operations.
-        int64_t j = 0;
+        int64_t j = keys.lo;
         if constexpr (requires(typename V::Vec t) { V::pow2OfShifted(t); }) {
             // kExpChains keys at a time, their exps stage-interleaved; l still summed key by key.
-            for (; j + kExpChains <= nk; j += kExpChains) {
+            for (; j + kExpChains <= keys.hi; j += kExpChains) {
                 typename V::Vec e[kExpChains];
 #pragma GCC unroll 4
                 for (int g = 0; g < kExpChains; ++g) e[g] = V::sub(V::load(st + (j + g) * ld + r0), mNew);
@@ -211,13 +223,13 @@ ATTNOPS_SIMD_INLINE void softmaxUpdate(const ForwardParams& p, int64_t r0, int64
                 }
             }
         }
-        for (; j < nk; ++j) {
+        for (; j < keys.hi; ++j) {
             const auto e = expNonPositive<V>(V::sub(V::load(st + j * ld + r0), mNew));
             V::store(st + j * ld + r0, e);
             sum = V::add(sum, e);
         }
     } else {
-        for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t j = keys.lo; j < keys.hi; ++j) {
             const auto x = V::load(st + j * ld + r0);
             const auto kept = V::maskAnd(live, V::notEqual(x, negInf));
             const auto e = V::zeroUnless(kept, simd::exp<V>(V::sub(x, mNew)));
@@ -234,25 +246,40 @@ ATTNOPS_SIMD_INLINE void softmaxUpdate(const ForwardParams& p, int64_t r0, int64
         if (alphas[r - r0] != 1.0f) simd::scaleRowUnmasked<V>(p.dv, alphas[r - r0], acc + r * p.dv);
 }
 
+// A partly masked block's band as softmaxBlock takes it: the per-lane test, and the rule that
+// bounds the keys a vector of rows may keep (the hull of their bands, blockKeys).
+template <class V>
+struct SoftmaxBand {
+    const simd::BandLanes<V>& lanes;
+    const SeqRule& rule;
+    int64_t skv;
+};
+
 // Online softmax of a block for rows [0, rows), V::kLanes rows per vector: scales the scores in
 // st, then softmaxUpdate. With a band, pairs it masks get score -inf and probability 0 (query
-// rows from row0, keys from key0).
+// rows from row0, keys from key0); keys outside the hull of a vector's rows are not read at all
+// (probability 0 stored): max(m, -inf) = m and the NaN test of -inf is false, so skipping them
+// changes no maximum, and softmaxUpdate stores their 0 without the exp. On the causal diagonal
+// that is about half of the block's softmax.
 template <class V>
 ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t rows, int64_t nk, int64_t ld, float* st, float* m,
-                                      float* l, float* acc, const simd::BandLanes<V>* band, int64_t row0,
-                                      int64_t key0) {
+                                      float* l, float* acc, const SoftmaxBand<V>* band, int64_t row0, int64_t key0) {
     const auto scale = V::set1(p.scale), negInf = V::set1(kNegInf);
     for (int64_t r0 = 0; r0 < rows; r0 += V::kLanes) {
+        const KeyRange keys =
+            band == nullptr
+                ? KeyRange{0, nk}
+                : blockKeys(band->rule, row0 + r0, row0 + std::min(rows, r0 + V::kLanes), key0, nk, band->skv);
         auto blockMax = negInf;
         auto nan = V::none();
-        for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t j = keys.lo; j < keys.hi; ++j) {
             auto x = V::mul(V::load(st + j * ld + r0), scale);
-            if (band != nullptr) x = V::select(simd::keptRows<V>(*band, key0 + j, row0 + r0), negInf, x);
+            if (band != nullptr) x = V::select(simd::keptRows<V>(band->lanes, key0 + j, row0 + r0), negInf, x);
             V::store(st + j * ld + r0, x);
             nan = V::maskOr(nan, V::isNan(x));
             blockMax = V::max(blockMax, x);
         }
-        softmaxUpdate<V>(p, r0, rows, nk, ld, st, m, l, acc, blockMax, nan);
+        softmaxUpdate<V>(p, r0, rows, nk, keys, ld, st, m, l, acc, blockMax, nan);
     }
 }
 
@@ -262,7 +289,8 @@ template <class V>
 ATTNOPS_SIMD_INLINE void softmaxBlockScaled(const ForwardParams& p, int64_t rows, int64_t nk, int64_t ld, float* st,
                                             float* m, float* l, float* acc, const simd::ColumnStats<V>& stats) {
     for (int64_t r0 = 0; r0 < rows; r0 += V::kLanes)
-        softmaxUpdate<V>(p, r0, rows, nk, ld, st, m, l, acc, V::load(stats.max + r0), stats.nan[r0 / V::kLanes]);
+        softmaxUpdate<V>(p, r0, rows, nk, KeyRange{0, nk}, ld, st, m, l, acc, V::load(stats.max + r0),
+                         stats.nan[r0 / V::kLanes]);
 }
 
 // tile::storeRow's result (out = acc / l, 0 where no key was kept; the statistics) for unit-stride
@@ -314,14 +342,6 @@ ATTNOPS_SIMD_INLINE bool valuesFinite(const float* vs, const uint32_t* vp, int64
         return simd::allFinite<V>(vs, nk * ((dv + W - 1) / W), W, W);
     else
         return Pairs::finite(vp, nk, dv);
-}
-
-// Keys of the block [k0, k0 + nk) that some query row of [i0, i1) may keep (the hull of their
-// bands and the prefix), block-relative: [lo, hi), empty when lo = hi.
-inline KeyRange blockKeys(const SeqRule& rule, int64_t i0, int64_t i1, int64_t k0, int64_t nk, int64_t skv) {
-    const KeyRange r = keyRange(rule, i0, i1, skv);
-    const int64_t lo = std::clamp<int64_t>(r.lo - k0, 0, nk), hi = std::clamp<int64_t>(r.hi - k0, 0, nk);
-    return {lo, std::max(lo, hi)};
 }
 
 // St = K . Q^T (fp32, rows of K at k with leading dimension d) for a partly masked block on the
@@ -443,6 +463,7 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
     const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
+    const SoftmaxBand<V> softmaxBand{band, rule, skv};
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
         if constexpr (kPairs)
@@ -497,7 +518,8 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
                     simd_bias::softmaxBlock<V>(p, u.b, n1, band, full, u.q0, rows, k0, nk, qr, sc.st, sc.m, sc.l,
                                                sc.acc);
                 else
-                    softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &band, u.q0, k0);
+                    softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &softmaxBand, u.q0,
+                                    k0);
                 steps.roundProbabilities(rows, nk, qr, sc.st);
                 if constexpr (kPairs) {  // acc += P . V
                     Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);

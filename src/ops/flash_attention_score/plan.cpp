@@ -15,8 +15,14 @@
 namespace attnops::fa {
 namespace {
 
-constexpr int64_t kChunksPerThread = 16;  // enough slack for dynamic balancing
-constexpr int64_t kUnitOverhead = 64;     // cost of a unit that attends nothing (loads, stores)
+constexpr int64_t kUnitOverhead = 64;  // cost of a unit that attends nothing (loads, stores)
+// The forward's chunks are finer: its units are claimed in index order, and causal and packed
+// problems put units of very different cost last (a head's last query blocks cost about twice the
+// mean), so the threads' idle tail is about half a chunk. With the plan's cost model at 2 threads,
+// 16 chunks per thread left 1.1% (GQA 32/8 S=2048 causal) and 2.7% (tnd-32k-causal) of the run
+// to that tail, 64 leave 0.3% and 0.5% (bench/results/amd-epyc-zen3-avx2/
+// fwd-s10-causal-tnd-under-load.txt); a chunk's claim is one lock, a few microseconds.
+constexpr int64_t kForwardChunksPerThread = 64;
 
 template <typename T>
 void append(std::string& key, const T& value) {
@@ -48,7 +54,7 @@ double queryBlockCost(const ForwardParams& p, int64_t b, int64_t q0, int64_t q1)
 }  // namespace
 
 UnitSpace partitionUnits(int64_t sequences, int32_t threads, const std::function<int64_t(int64_t)>& unitsOf,
-                         const std::function<double(int64_t, int64_t)>& costOf) {
+                         const std::function<double(int64_t, int64_t)>& costOf, int64_t chunksPerThread) {
     UnitSpace space;
     space.base.resize(size_t(sequences) + 1);
     int64_t units = 0;
@@ -60,7 +66,7 @@ UnitSpace partitionUnits(int64_t sequences, int32_t threads, const std::function
         for (int64_t u = 0; u < n; ++u) total += costOf(b, u);
     }
     space.base[size_t(sequences)] = units;
-    const double target = std::max(1.0, total / double(std::max(1, threads) * kChunksPerThread));
+    const double target = std::max(1.0, total / double(std::max(1, threads) * chunksPerThread));
     space.chunkStart.push_back(0);
     double running = 0;
     for (int64_t b = 0; b < sequences; ++b)
@@ -159,7 +165,8 @@ ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const Platf
         [&](int64_t b, int64_t local) {
             const WorkUnit w = queryUnitAt(p, tile, b, local);
             return queryBlockCost(p, b, w.q0, w.q1);
-        });
+        },
+        kForwardChunksPerThread);
     return plan;
 }
 

@@ -34,9 +34,14 @@ struct UnitSpace {
     }
 };
 
-// unitsOf(b): units of sequence b; costOf(b, local): relative cost of one unit.
+// Chunks per thread that partitionUnits aims at: enough slack for dynamic balancing.
+constexpr int64_t kChunksPerThread = 16;
+
+// unitsOf(b): units of sequence b; costOf(b, local): relative cost of one unit; chunks of about
+// total / (threads * chunksPerThread) cost.
 UnitSpace partitionUnits(int64_t sequences, int32_t threads, const std::function<int64_t(int64_t)>& unitsOf,
-                         const std::function<double(int64_t, int64_t)>& costOf);
+                         const std::function<double(int64_t, int64_t)>& costOf,
+                         int64_t chunksPerThread = kChunksPerThread);
 
 struct ForwardPlan : PlanBase {
     const ForwardKernel* kernel = nullptr;
