@@ -185,7 +185,7 @@ inline KeyRange blockKeys(const SeqRule& rule, int64_t i0, int64_t i1, int64_t k
 // The online-softmax update of query rows [r0, r0 + V::kLanes) of a block whose scores in st are
 // scaled (and masked) already, given their maximum over the block's keys and the lanes that met
 // a NaN: turns the scores into probabilities, updates m and l, and rescales the accumulator rows.
-// Keys outside `live` are masked for every lane: their probability is 0 without an exp (the exp of
+// Keys outside `keys` are masked for every lane: their probability is 0 without an exp (the exp of
 // -inf - m is +0 on both paths below, and adding +0 to the sum, which starts at +0, changes no bit).
 template <class V>
 ATTNOPS_SIMD_INLINE void softmaxUpdate(const ForwardParams& p, int64_t r0, int64_t rows, int64_t nk, KeyRange keys,
@@ -346,7 +346,7 @@ ATTNOPS_SIMD_INLINE bool valuesFinite(const float* vs, const uint32_t* vp, int64
 
 // St = K . Q^T (fp32, rows of K at k with leading dimension d) for a partly masked block on the
 // band path: a register tile whose keys no query row of its column strip keeps is not computed
-// but zeroed (softmaxBlock's band turns those scores into -inf before anything reads them), so a
+// but zeroed (softmaxBlock's band gives their keys probability 0 before P.V reads them), so a
 // block on the causal diagonal costs about half a block. The other scores are gemmScores' values.
 // False (nothing done) when the block is not made of whole tiles; the caller then runs gemmScores.
 template <class V>
