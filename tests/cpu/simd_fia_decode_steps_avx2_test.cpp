@@ -1,11 +1,11 @@
 // The decode microkernels of cpu/simd/fia_forward.hpp (AVX2 instantiation) bit for bit against
-// the ways they replaced: dotRows with the `raw` scratch (accumulators stored unreduced, summed
-// eight keys at a time by sumRaw) against dotRows reducing each step's accumulators itself, and
-// accumulateRows (strips of three value vectors, a one-vector remainder taken as two strips of
-// two) against one-vector strips (accumulateColumns with NV = 1: each column's chain over the keys
-// is the same whatever the strip width). Key counts around the steps of three and the groups of
-// eight (1-13, 21, 31-33, 63, 64), 1-4 query rows, head dims of 1-17 vectors, bf16/fp16/int8/int4
-// rows, NaN and infinite elements. Skipped without AVX2/FMA/F16C.
+// the narrowest form of the same sums: dotRows (steps of three keys, the last of one or two)
+// against one-key steps (dotStep with NK = 1: each score is its own dot whatever the step),
+// and accumulateRows (strips of three value vectors, a one-vector remainder taken as two strips
+// of two) against one-vector strips (accumulateColumns with NV = 1: each column's chain over the
+// keys is the same whatever the strip width). Key counts around the steps of three (1-13, 21,
+// 31-33, 63, 64), 1-4 query rows, head dims of 1-17 vectors, bf16/fp16/int8/int4 rows, NaN and
+// infinite elements. Skipped without AVX2/FMA/F16C.
 #include "cpu/avx2/simd_avx2.hpp"
 #include "cpu/simd/fia_forward.hpp"
 
@@ -63,11 +63,17 @@ Rows makeRows(std::mt19937& rng, DType t, int64_t rows, int64_t n, bool specials
 }
 
 template <DType T, int NR>
-ATTNOPS_AVX2_FN void dots(int64_t d, const Rows& k, int64_t nk, const float* q, float* st, float* raw) {
+ATTNOPS_AVX2_FN void dots(int64_t d, const Rows& k, int64_t nk, const float* q, float* st, bool oneKeySteps) {
     std::vector<int64_t> chunk(size_t(d / kL));
     for (int64_t v = 0; v < d / kL; ++v) chunk[size_t(v)] = v * kL;
-    dec::dotRows<Avx2, T, T, NR, true, false>(d, k.at.data(), chunk.data(), 0, nullptr, nullptr, nk, q, d, st, nullptr,
-                                              kBlock, nullptr, raw);
+    if (!oneKeySteps) {
+        dec::dotRows<Avx2, T, T, NR, true, false>(d, k.at.data(), chunk.data(), 0, nullptr, nullptr, nk, q, d, st, nullptr,
+                                                  kBlock, nullptr);
+        return;
+    }
+    for (int64_t j = 0; j < nk; ++j)
+        dec::dotStep<Avx2, T, T, NR, 1, true, false>(d, k.at.data() + j, chunk.data(), 0, nullptr, nullptr, q, d, st + j,
+                                                     nullptr, kBlock);
 }
 
 template <DType T, int NR>
@@ -95,16 +101,15 @@ void checkDots(std::mt19937& rng, int64_t d, int64_t nk, bool specials) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> q(size_t(NR * d));
     for (float& x : q) x = u(rng);
-    // Scores of kept keys only (st's lanes from nk on are scratch for the kernel).
-    std::vector<float> direct(size_t(NR * kBlock), -7.0f), viaRaw(direct);
-    std::vector<float> raw(size_t(dec::kRowTile * kBlock * dec::kMaxLanes), 3.0f);  // sumRaw zeroes what it reads past nk
-    dots<T, NR>(d, k, nk, q.data(), direct.data(), nullptr);
-    dots<T, NR>(d, k, nk, q.data(), viaRaw.data(), raw.data());
+    // Scores of the nk keys only (st's lanes from nk on are scratch for the kernel).
+    std::vector<float> steps(size_t(NR * kBlock), -7.0f), single(steps);
+    dots<T, NR>(d, k, nk, q.data(), steps.data(), false);
+    dots<T, NR>(d, k, nk, q.data(), single.data(), true);
     std::vector<float> a, b;
     for (int64_t r = 0; r < NR; ++r)
         for (int64_t j = 0; j < nk; ++j) {
-            a.push_back(direct[size_t(r * kBlock + j)]);
-            b.push_back(viaRaw[size_t(r * kBlock + j)]);
+            a.push_back(steps[size_t(r * kBlock + j)]);
+            b.push_back(single[size_t(r * kBlock + j)]);
         }
     expectSameBits(a, b, "score");
 }
@@ -140,7 +145,7 @@ void sweepRows(std::mt19937& rng) {
     sweep<T, 4>(rng);
 }
 
-TEST(FiaDecodeSteps, RawDotsAndValueStripsKeepTheBits) {
+TEST(FiaDecodeSteps, DotStepsAndValueStripsKeepTheBits) {
     SKIP_WITHOUT_AVX2();
     std::mt19937 rng(20261204);
     sweepRows<DType::BF16>(rng);

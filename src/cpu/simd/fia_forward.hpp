@@ -54,8 +54,6 @@ constexpr int64_t kGroupRows = 64;   // query rows of a unit, all heads of the g
 constexpr int64_t kKeyRows = 64;     // keys per block: a decode block's keys and values (2 x 16 KiB
                                      // at D 128, bf16) stay in L1 between the two passes over them
 constexpr int64_t kLineBytes = 64;
-constexpr int64_t kMaxLanes = 16;    // the widest V::kLanes (AVX-512), for scratch sized before V is known
-static_assert(kKeyRows % 8 == 0, "sumRaw stores the scores of eight keys at a time");
 
 // Units of R query rows convert each key/value block once into packed fp32 runs (see dotsPacked)
 // from kPackTiles row tiles on. fp16 is left out: vcvtph2ps converts as it loads, as cheap as an
@@ -79,7 +77,6 @@ struct Scratch {
     float* qa;       // [R] A: q'.keyOffset (per channel)
     float* qb;       // [R] B: sum of q (per-token key offsets)
     float* st;       // [R][keyRows] scores, then probabilities
-    float* raw;      // [kRowTile][keyRows][kLanes] a row tile's unreduced dots (dotRows, cache rows)
     float* acc;      // [R][dv]
     float* m;        // [R] running max
     float* l;        // [R] running sum
@@ -122,8 +119,7 @@ struct Scratch {
 
     static int64_t floats(const Params& p, TileShape t) {
         const int64_t R = p.core.group * t.queryRows, kr = t.keyRows, dk = p.core.d + p.ropeDim;
-        return alignUp(R * (p.core.d + p.ropeDim)) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(kRowTile * kr * kMaxLanes) +
-               alignUp(R * p.core.dv) +
+        return alignUp(R * (p.core.d + p.ropeDim)) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) +
                4 * alignUp(R) + 4 * alignUp(kr) + 6 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) +
                2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr) +
                (packs(p, R) ? alignUp(kr * dk) + alignUp(kr * p.core.dv) + 2 * alignUp(2 * kr) +
@@ -144,7 +140,6 @@ struct Scratch {
         qa = take(R);
         qb = take(R);
         st = take(R * kr);
-        raw = take(kRowTile * kr * kMaxLanes);
         acc = take(R * p.core.dv);
         m = take(R);
         l = take(R);
@@ -269,12 +264,11 @@ ATTNOPS_SIMD_INLINE void sumEach(const typename V::Vec* x, float* out) {
 // at element v * kLanes (the chunk table is not read: no index load per vector). MLA: the rope
 // dims (key rope rows of dtype TR) continue the same dot, or with Split (MLA full quantisation)
 // make a dot of their own, stored to sr[r * ldst + k], in the same registers once the first is
-// stored. With `raw` (not Split) the accumulators are stored unreduced instead, vector (r, k) at
-// raw[(r * ldst + k) * kLanes], for sumRaw.
+// stored.
 template <class V, DType T, DType TR, int NR, int NK, bool Dense, bool Split>
 ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64_t* kChunk, int64_t dr,
                                  const char* const* ropes, const int64_t* rChunk, const float* q, int64_t ldq,
-                                 float* st, float* sr, int64_t ldst, float* raw) {
+                                 float* st, float* sr, int64_t ldst) {
     using Vec = typename V::Vec;
     constexpr int kAcc = int(NK * kRowTile);
     Vec acc[kAcc];
@@ -314,71 +308,36 @@ ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64
             for (int k = 0; k < NK; ++k) acc[k * kRowTile + r] = V::fmadd(qv, x[k], acc[k * kRowTile + r]);
         }
     }
-    if (!Split && raw != nullptr) {
-#pragma GCC unroll 3
-        for (int k = 0; k < NK; ++k)
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; ++r) V::store(raw + (r * ldst + k) * V::kLanes, acc[k * kRowTile + r]);
-        return;
-    }
     sumEach<V, kAcc>(acc, sums);
     float* out = Split ? sr : st;
     for (int k = 0; k < NK; ++k)
         for (int r = 0; r < NR; ++r) out[r * ldst + k] = sums[k * kRowTile + r];
 }
 
-// st[r * ldst + j] = the lanes of the unreduced dot raw[(r * ldst + j) * kLanes ..] summed by
-// V::sum8's tree, for NR rows and keys j < nk: eight keys of a row per sum8, one store of eight
-// scores (the keys from nk to the next multiple of 8 are zero vectors first; st's rows hold them:
-// ldst is a multiple of 8). The same sums as dotStep's own, only later and eight keys at a time.
-template <class V, int NR>
-ATTNOPS_SIMD_FN void sumRaw(float* raw, int64_t nk, float* st, int64_t ldst) {
-    using Vec = typename V::Vec;
-    constexpr int64_t kKeys = 8;
-    const int64_t whole = (nk + kKeys - 1) / kKeys * kKeys;
-    for (int r = 0; r < NR; ++r) {
-        for (int64_t k = nk; k < whole; ++k) V::store(raw + (r * ldst + k) * V::kLanes, V::zero());
-        for (int64_t j = 0; j < nk; j += kKeys) {
-            Vec x[kKeys];  // loaded unaligned: the workspace comes from the caller
-#pragma GCC unroll 8
-            for (int64_t k = 0; k < kKeys; ++k) x[k] = V::load(raw + (r * ldst + j + k) * V::kLanes);
-            V::sum8(x, st + r * ldst + j);
-        }
-    }
-}
-
 // st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, kDotKeys keys per step (the last
-// step takes the one or two left; four left go as two steps of two, as a one-key step has only
-// NR accumulators and waits for the FMA latency, see accumulateRows); with Split the rope dots go
-// to sr (dotStep). The first row tile prefetches the next block's key and value rows (`pre`, NULL
-// for the others): a block ahead of their use, as the cache is read once from scattered pages.
-// With `raw` (scratch of NR x ldst vectors; not with Split) the steps store their accumulators
-// unreduced and sumRaw reduces them after the last step: a step's lane sums (hadds, then a
-// scalar store per score) no longer sit between its FMAs and the next step's (in cache, 41-45
-// instead of 44-45 TSC ticks per row of 4 heads, decode-s10-*-under-load.txt).
+// step takes the one or two left); with Split the rope dots go to sr (dotStep). The first row
+// tile prefetches the next block's key and value rows (`pre`, NULL for the others): a block
+// ahead of their use, as the cache is read once from scattered pages.
 template <class V, DType T, DType TR, int NR, bool Dense, bool Split>
 ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t dr,
                              const char* const* rRow, const int64_t* rChunk, int64_t nk, const float* q, int64_t ldq,
-                             float* st, float* sr, int64_t ldst, const Scratch* pre, float* raw = nullptr) {
+                             float* st, float* sr, int64_t ldst, const Scratch* pre) {
     static_assert(kDotKeys == 3, "the remainder below takes one or two keys");
-    for (int64_t j = 0, step; j < nk; j += step) {
-        step = nk - j == kDotKeys + 1 ? 2 : std::min(kDotKeys, nk - j);
+    for (int64_t j = 0; j < nk; j += kDotKeys) {
         if (pre != nullptr)
-            for (int64_t i = j; i < std::min(j + step, pre->nextRows); ++i) {
+            for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
                 prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
                 if (pre->prefetchValues) prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
                 if (dr > 0) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
             }
         const char* const* ropes = dr > 0 ? rRow + j : nullptr;
         float* srj = Split ? sr + j : nullptr;
-        float* rawj = raw == nullptr ? nullptr : raw + j * V::kLanes;
-        switch (step) {
-            case 1: dotStep<V, T, TR, NR, 1, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst, rawj); break;
-            case 2: dotStep<V, T, TR, NR, 2, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst, rawj); break;
-            default: dotStep<V, T, TR, NR, 3, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst, rawj); break;
+        switch (std::min(kDotKeys, nk - j)) {
+            case 1: dotStep<V, T, TR, NR, 1, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
+            case 2: dotStep<V, T, TR, NR, 2, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
+            default: dotStep<V, T, TR, NR, 3, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
         }
     }
-    if (!Split && raw != nullptr) sumRaw<V, NR>(raw, nk, st, ldst);
 }
 
 // acc[r * ldacc + c .. + NV * kLanes) += sum_j st[r * ldst + j] * value_j[c ..] for NR rows,
@@ -444,12 +403,11 @@ ATTNOPS_SIMD_FN void dotTiles(int64_t R, int64_t d, int64_t dr, const Scratch& s
         float* sr = Split ? sc.sr + r0 * ldst : nullptr;
         const Scratch* pre = r0 == 0 ? &sc : nullptr;
         const char* const* kr = sc.kRow;
-        float* raw = Split ? nullptr : sc.raw;
         switch (std::min(kRowTile, R - r0)) {
-            case 1: dotRows<V, T, TR, 1, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre, raw); break;
-            case 2: dotRows<V, T, TR, 2, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre, raw); break;
-            case 3: dotRows<V, T, TR, 3, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre, raw); break;
-            default: dotRows<V, T, TR, 4, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre, raw); break;
+            case 1: dotRows<V, T, TR, 1, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre); break;
+            case 2: dotRows<V, T, TR, 2, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre); break;
+            case 3: dotRows<V, T, TR, 3, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre); break;
+            default: dotRows<V, T, TR, 4, Dense, Split>(d, kr, sc.kChunk, dr, sc.rRow, sc.rChunk, nk, q, ldq, st, sr, ldst, pre); break;
         }
     }
 }
