@@ -11,13 +11,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <numbers>
 #include <string>
 #include <vector>
 
 #include "attnops/attnops.h"
 #include "common/problem.hpp"
 #include "common/problem_grad.hpp"
+#include "common/realistic_lengths.hpp"
 
 namespace {
 
@@ -25,22 +25,6 @@ double clockNow(clockid_t id) {
     timespec t;
     clock_gettime(id, &t);
     return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-// The lengths of tools/cli/bench.cpp's realisticLengths (the same generator and seed).
-std::vector<int64_t> realisticLengths(int64_t tokens) {
-    attnops::tools::Rng rng(32768);
-    std::vector<int64_t> lengths;
-    int64_t total = 0;
-    while (total < tokens) {
-        const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
-        const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-        int64_t len = std::clamp(int64_t(std::llround(512.0 * std::exp(0.8 * normal))), int64_t(16), int64_t(4096));
-        len = std::min(len, tokens - total);
-        lengths.push_back(len);
-        total += len;
-    }
-    return lengths;
 }
 
 struct Case {
@@ -60,7 +44,7 @@ int main(int argc, char** argv) {
     const int64_t heads = argc > 4 ? atoll(argv[4]) : 16, kvHeads = argc > 5 ? atoll(argv[5]) : 4;
     const std::string dtypes = argc > 6 ? argv[6] : "fp32,bf16";
     attnopsSetDeviceThreads(0, threads);
-    const std::vector<int64_t> lengths = realisticLengths(tokens);
+    const std::vector<int64_t> lengths = tools::realisticLengths(tokens);
     std::vector<Case*> cases;
     for (const char* name : {"fp32", "bf16"}) {
         if (dtypes.find(name) == std::string::npos) continue;
