@@ -28,6 +28,7 @@
 #include "cpu/isa.hpp"
 #include "flash_attention_cmd.hpp"
 #include "peaks.hpp"
+#include "realistic_lengths.hpp"
 #include "problem_bar.hpp"
 #include "problem_fia.hpp"
 #include "problem_grad.hpp"
@@ -121,23 +122,6 @@ tools::FaProblem packed(std::vector<int64_t> lengths, int64_t heads, int64_t kvH
     return tools::withMode(p, kCausal);
 }
 
-// Realistic packed lengths: log-normal (median 512, sigma 0.8), clamped to [16, 4096], drawn until
-// the batch holds `tokens` tokens (the last length trimmed). The same on every machine.
-std::vector<int64_t> realisticLengths(int64_t tokens) {
-    tools::Rng rng(32768);
-    std::vector<int64_t> lengths;
-    int64_t total = 0;
-    while (total < tokens) {
-        const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
-        const double normal = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-        int64_t len = std::clamp(int64_t(std::llround(512.0 * std::exp(0.8 * normal))), int64_t(16), int64_t(4096));
-        len = std::min(len, tokens - total);
-        lengths.push_back(len);
-        total += len;
-    }
-    return lengths;
-}
-
 std::vector<int64_t> shortLengths(int64_t sequences) {
     tools::Rng rng(100000);
     std::vector<int64_t> lengths(static_cast<size_t>(sequences));
@@ -160,7 +144,7 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
     fa(fmt::format("bnsd-s{}-d64", s4k), fmt::format("BNSD B=1 N=16 S={} D=64, no mask", s4k), bnsd(16, 16, s4k, 64, false));
     fa(fmt::format("bnsd-s{}-d256", s2k), fmt::format("BNSD B=1 N=16 S={} D=256, no mask", s2k),
        bnsd(16, 16, s2k, 256, false));
-    const std::vector<int64_t> real = realisticLengths(32768 / q);
+    const std::vector<int64_t> real = tools::realisticLengths(32768 / q);
     fa(fmt::format("tnd-{}k-causal", 32 / q),
        fmt::format("TND {} sequences (log-normal lengths, median 512), {} tokens, N1=16 N2=4 D=128, causal", real.size(),
                    std::accumulate(real.begin(), real.end(), int64_t(0))),
