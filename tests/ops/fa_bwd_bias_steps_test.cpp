@@ -17,12 +17,18 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "bias_steps.hpp"
 #include "forced_impl.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
 #include "threads_guard.hpp"
 
 using attnops::testsupport::ForcedImpl;
+using attnops::testsupport::RowSteps;
+using attnops::testsupport::canonicalBytes;
+using attnops::testsupport::dropout;
+using attnops::testsupport::maskSomeRowsFully;
+using attnops::testsupport::masked;
 using attnops::testsupport::ThreadsGuard;
 using attnops::tools::FaGrads;
 using attnops::tools::FaInstance;
@@ -44,27 +50,6 @@ constexpr attnopsDataType BF16 = ATTNOPS_BFLOAT16;
 // The fp32 backward entries: fused scheme, then the two-kind scheme.
 constexpr const char* kSchemes[] = {"avx512-fused", "avx512", "avx2-fused", "avx2"};
 
-// Sets ATTNOPS_FA_ROW_STEPS for a scope.
-class RowSteps {
-public:
-    RowSteps() { setenv("ATTNOPS_FA_ROW_STEPS", "1", 1); }
-    ~RowSteps() { unsetenv("ATTNOPS_FA_ROW_STEPS"); }
-    RowSteps(const RowSteps&) = delete;
-    RowSteps& operator=(const RowSteps&) = delete;
-};
-
-// The bytes of a tensor with every NaN written as one pattern (NaN payloads and signs depend on
-// operand order, not on the semantics).
-std::vector<uint8_t> canonicalBytes(const HostTensor& t) {
-    if (t.empty()) return {};
-    std::vector<uint8_t> bytes = t.bytes();
-    const int64_t n = t.numel();
-    if (n == 0) return bytes;
-    const size_t width = bytes.size() / size_t(n);
-    for (int64_t i = 0; i < n; ++i)
-        if (std::isnan(t.get(i))) std::memset(bytes.data() + size_t(i) * width, 0x7f, width);
-    return bytes;
-}
 
 // Gradient outputs start as 0xFF bytes, so that an element the kernel forgets cannot pass.
 void poison(FaGrads& g) {
@@ -119,19 +104,6 @@ void expectRowStepBits(const FaProblem& p, Edit edit = nullptr, bool checkRefere
     EXPECT_GT(ran, 0) << "no vector backward runs on this CPU";
 }
 
-FaProblem masked(FaProblem p, const char* kind = "random") {
-    p.maskKind = kind;
-    return p;
-}
-
-FaProblem dropout(FaProblem p, double keep = 0.9, bool explicitMask = false) {
-    p.keepProb = keep;
-    p.explicitDropMask = explicitMask;
-    p.seed = 5;
-    p.offset = 17;
-    return p;
-}
-
 FaProblem withSink(FaProblem p) {
     p.sink = true;
     return p;
@@ -140,17 +112,6 @@ FaProblem withSink(FaProblem p) {
 FaProblem withDtype(FaProblem p, attnopsDataType dt) {
     p.dtype = dt;
     return p;
-}
-
-// Rows 3, 8 and the last query row of the explicit mask fully masked (every plane).
-void maskSomeRowsFully(FaInstance& inst) {
-    HostTensor& m = inst.attenMask;
-    const auto& shape = m.shape();
-    const int64_t rows = shape[shape.size() - 2], cols = shape.back(), planes = m.numel() / (rows * cols);
-    for (int64_t pl = 0; pl < planes; ++pl)
-        for (int64_t r : {int64_t(3), int64_t(8), rows - 1})
-            if (r < rows)
-                for (int64_t c = 0; c < cols; ++c) m.set((pl * rows + r) * cols + c, 1.0f);
 }
 
 // A dense [.., S1, S2] pse with -inf over the first 130 keys of query row 5 (a row the first key
