@@ -19,6 +19,7 @@
 #include "cpu/avx2/simd_avx2.hpp"
 #include "cpu/generic/fast_exp.hpp"
 #include "cpu/isa.hpp"
+#include "bias_steps.hpp"
 #include "cpu/simd/fa_bias_steps.hpp"
 #include "fia_problems.hpp"
 #include "forced_impl.hpp"
@@ -27,6 +28,11 @@
 #include "threads_guard.hpp"
 
 using attnops::testsupport::ForcedImpl;
+using attnops::testsupport::RowSteps;
+using attnops::testsupport::canonicalBytes;
+using attnops::testsupport::dropout;
+using attnops::testsupport::maskSomeRowsFully;
+using attnops::testsupport::masked;
 using attnops::testsupport::ThreadsGuard;
 using attnops::tools::FaInstance;
 using attnops::tools::FaProblem;
@@ -87,27 +93,6 @@ TEST(FaBiasSteps, RowExpHasFastExpBits) {
 
 // ---------------------------------------------------------------- FlashAttentionScore
 
-// Sets ATTNOPS_FA_ROW_STEPS for a scope.
-class RowSteps {
-public:
-    RowSteps() { setenv("ATTNOPS_FA_ROW_STEPS", "1", 1); }
-    ~RowSteps() { unsetenv("ATTNOPS_FA_ROW_STEPS"); }
-    RowSteps(const RowSteps&) = delete;
-    RowSteps& operator=(const RowSteps&) = delete;
-};
-
-// The bytes of a tensor with every NaN written as one pattern: NaN payloads and signs depend on
-// the order of the operands of the instruction that made them (the paths multiply acc * alpha
-// and alpha * acc), not on the semantics.
-std::vector<uint8_t> canonicalBytes(const HostTensor& t) {
-    std::vector<uint8_t> bytes = t.bytes();
-    const int64_t n = t.numel();
-    if (n == 0) return bytes;
-    const size_t width = bytes.size() / size_t(n);
-    for (int64_t i = 0; i < n; ++i)
-        if (std::isnan(t.get(i))) std::memset(bytes.data() + size_t(i) * width, 0x7f, width);
-    return bytes;
-}
 
 void poison(FaInstance& inst) {
     for (HostTensor* t : {&inst.attentionOut, &inst.softmaxMax, &inst.softmaxSum})
@@ -145,30 +130,6 @@ void expectRowStepBits(const FaProblem& p, Edit edit = nullptr, bool checkRefere
     const auto rc = attnops::tools::checkForwardRows(vec, -1);
     EXPECT_TRUE(rc.passed) << "err " << rc.maxAbsError << " tol " << rc.tolerance << " stat " << rc.maxStatError
                            << (rc.nanMismatch ? " NaN mismatch " : " ") << rc.firstFailure;
-}
-
-FaProblem masked(FaProblem p, const char* kind = "random") {
-    p.maskKind = kind;
-    return p;
-}
-
-FaProblem dropout(FaProblem p, double keep = 0.9, bool explicitMask = false) {
-    p.keepProb = keep;
-    p.explicitDropMask = explicitMask;
-    p.seed = 5;
-    p.offset = 17;
-    return p;
-}
-
-// Rows 3, 8 and the last query row of the explicit mask fully masked (every plane).
-void maskSomeRowsFully(FaInstance& inst) {
-    HostTensor& m = inst.attenMask;
-    const auto& shape = m.shape();
-    const int64_t rows = shape[shape.size() - 2], cols = shape.back(), planes = m.numel() / (rows * cols);
-    for (int64_t pl = 0; pl < planes; ++pl)
-        for (int64_t r : {int64_t(3), int64_t(8), rows - 1})
-            if (r < rows)
-                for (int64_t c = 0; c < cols; ++c) m.set((pl * rows + r) * cols + c, 1.0f);
 }
 
 void nanInQueryAndPse(FaInstance& inst) {

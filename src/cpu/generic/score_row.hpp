@@ -160,8 +160,11 @@ ATTNOPS_INLINE bool rowGradients(const BackwardParams& bp, int64_t b, int64_t n1
         for (int64_t j = 0; j < nk; ++j) dp[j] = keep[j] ? dp[j] * p.dropout.invKeepProb : 0.0f;
     }
     if (exactDelta != nullptr) {  // sum_j P_d dP_d = sum_j P dP (the keep factors pair up)
+        // One chain of fused multiply-adds, written out: whether a compiler contracts sum += a * b
+        // depends on how it vectorises the loop (GCC: products as vectors, then adds in order;
+        // clang: FMAs), and the vector steps (cpu/simd/fa_backward_bias_steps.hpp) give these bits.
         float sum = 0.0f;
-        for (int64_t j = 0; j < nk; ++j) sum += s[j] * dp[j];
+        for (int64_t j = 0; j < nk; ++j) sum = __builtin_fmaf(s[j], dp[j], sum);
         *exactDelta += sum;
     }
     for (int64_t j = 0; j < nk; ++j) dp[j] = s[j] * (dp[j] - delta);

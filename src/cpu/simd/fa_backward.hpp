@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "cpu/generic/score_row.hpp"
+#include "cpu/simd/fa_backward_bias_steps.hpp"
 #include "cpu/simd/microkernels.hpp"
 #include "ops/flash_attention_score/bwd_chunks.hpp"
 #include "ops/flash_attention_score/kernel.hpp"
@@ -415,6 +416,12 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
     const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
     const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
     const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
+    // pse, explicit mask or dropout: blocks take the vector steps of
+    // cpu/simd/fa_backward_bias_steps.hpp where the operands are finite. Not with bf16 pairs:
+    // their GEMMs round P and dS to bf16, the row steps do not.
+    const bool biasRows = !kPairs && simd_bias::usable<V>(p, kr, sq, skv);
+    const simd_bias::GradientConstants<V> biasConstants(p);
+    simd_bias::RowBias rowBias;
     const int64_t dPairs = (d + 1) / 2, dvPairs = (dv + 1) / 2;
     if constexpr (kPairs) {
         Pairs::packColumnPairsTransposed(p.k, u.b, u.n2, kvRow0, nk, d, kr, sc.ktp);
@@ -431,6 +438,10 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
         simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, ld, sc.k);
         kFinite = simd::allFinite<V>(kRows, nk, d, ld);
     }
+    // With a sink, the row steps' sum_j P dP_d multiplies the dP of masked pairs by 0: the bias
+    // steps' 0 for them is the same only where dP is finite.
+    const bool sinkSum = head != nullptr && bp.sinkRowTerms != nullptr;
+    const bool vFinite = !(biasRows && sinkSum) || simd::allFinite<V>(sc.vt, dv, nk, lk);
     // dK, dV sums: this chunk's partial slice when the sequence has several chunks.
     const bool partial = head != nullptr && head->dkPartial != nullptr;
     float* const dkAcc = partial ? head->dkPartial + u.k0 * d : sc.dkAcc;
@@ -483,9 +494,11 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                                                           false);
             }
             const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
-            const bool finite = !full && bandVector && kFinite && simd::allFinite<V>(qRows, rows, d, ld) &&
+            // Q, dO and (fused) K finite: the zero P and dS of masked pairs may go through the GEMMs.
+            const bool finite = (!full || biasRows) && kFinite && simd::allFinite<V>(qRows, rows, d, ld) &&
                                 simd::allFinite<V>(doRows, rows, dv, ldv);
-            const bool vectorPath = vectorRows && !anyEmpty && (full || finite);
+            const bool biasPath = biasRows && finite && vFinite;
+            const bool vectorPath = (vectorRows && !anyEmpty && (full || (bandVector && finite))) || biasPath;
             const BlockBand blockBand{rule, skv, q0, rows, u.k0, nk};
             if constexpr (!kPairs) {
                 if (vectorPath && !full) {
@@ -502,9 +515,14 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                         prefetchToL2(nextDo + r * ldv, dv);
                         prefetchToL2(nextDq + r * d, d);
                     }
-                    rowProbabilities<V>(nk, p.scale, rowMax[r], rowSum[r], delta[r], sc.s + r * lk,
-                                        sc.dp + r * lk, full ? nullptr : &band, q0 + r, u.k0,
-                                        exactDelta != nullptr ? exactDelta + r : nullptr);
+                    float* rowDelta = exactDelta != nullptr ? exactDelta + r : nullptr;
+                    if (biasPath)
+                        simd_bias::rowGradients<V>(p, biasConstants, u.b, n1, full ? nullptr : &band, q0 + r, u.k0,
+                                                   nk, rowMax[r], rowSum[r], delta[r], sc.s + r * lk, sc.dp + r * lk,
+                                                   rowBias, rowDelta);
+                    else
+                        rowProbabilities<V>(nk, p.scale, rowMax[r], rowSum[r], delta[r], sc.s + r * lk,
+                                            sc.dp + r * lk, full ? nullptr : &band, q0 + r, u.k0, rowDelta);
                 }
                 if constexpr (kPairs) {
                     const int64_t rowPairs = (rows + 1) / 2;
@@ -669,6 +687,11 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
     const bool vectorRows = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
     const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
     const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
+    // pse, explicit mask or dropout: the vector steps of cpu/simd/fa_backward_bias_steps.hpp where
+    // K is finite (the dQ GEMM multiplies the zero dS of masked pairs by it) and, with a sink, V
+    // and dO too (the row steps' sum_j P dP_d multiplies the dP of masked pairs by 0).
+    const bool biasRows = !kPairs && simd_bias::usable<V>(p, t.keyRows, sq, skv);
+    simd_bias::LaneTables<V> laneTables;
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
         bool anyEmpty = false;
@@ -680,6 +703,8 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
             simd::loadRowsTransposed<V>(p.q, u.b, n1, qRow0, rows, d, qr, sc.row, sc.qt);
             anyEmpty = loadQueryStats<V>(bp, u.b, n1, u.q0, rows, qr, sc, nullptr, sc.dot);
         }
+        const bool sinkSum = bp.sinkRowTerms != nullptr;
+        const bool doFinite = !(biasRows && sinkSum) || simd::allFinite<V>(sc.dot, dv, rows, qr);
         std::fill(sc.dqAcc, sc.dqAcc + rows * d, 0.0f);
         std::fill(sc.exactDelta, sc.exactDelta + qr, 0.0f);
         float* exactDelta = bp.sinkRowTerms != nullptr ? sc.exactDelta : nullptr;
@@ -693,6 +718,7 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
                 simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, d, sc.k);
                 kRows = sc.k;
             }
+            bool biasPath = false;
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(p.k, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kcp);
                 Pairs::packColumnPairs(p.v, u.b, u.n2, kvRow0, nk, dv, dvPairs, sc.vcp);
@@ -708,11 +734,19 @@ ATTNOPS_SIMD_FN void runQueryUnit(const BackwardParams& bp, TileShape t, const W
                 }
                 simd::gemm<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, false);      // S^T = K . Q^T
                 simd::gemm<V, false>(nk, rows, dv, vRows, dv, sc.dot, qr, sc.dpt, qr, false);  // dP^T = V . dO^T
+                biasPath = biasRows && doFinite && simd::allFinite<V>(kRows, nk, d, d) &&
+                           (!sinkSum || simd::allFinite<V>(vRows, nk, dv, dv));
             }
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
-            if (vectorRows && !anyEmpty && (full || (bandVector && simd::allFinite<V>(kRows, nk, d, d)))) {
-                blockProbabilitiesTransposed<V>(sc, rows, nk, qr, p.scale, exactDelta, full ? nullptr : &band, u.q0,
-                                                k0);
+            if (biasPath ||
+                (vectorRows && !anyEmpty && (full || (bandVector && simd::allFinite<V>(kRows, nk, d, d))))) {
+                if (biasPath)
+                    simd_bias::blockGradientsTransposed<V>(p, u.b, n1, full ? nullptr : &band, u.q0, rows, k0, nk,
+                                                           sc.st, sc.dpt, qr, sc.rowMax, sc.rowSum, sc.delta,
+                                                           exactDelta, laneTables);
+                else
+                    blockProbabilitiesTransposed<V>(sc, rows, nk, qr, p.scale, exactDelta, full ? nullptr : &band,
+                                                    u.q0, k0);
                 if constexpr (kPairs) {
                     Pairs::packFloatRowPairs(sc.dpt, nk, rows, qr, sc.dsp);
                     Pairs::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, d, sc.krp);

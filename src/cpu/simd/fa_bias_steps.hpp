@@ -66,38 +66,29 @@ ATTNOPS_SIMD_INLINE typename V::Vec rowExp(typename V::Vec x) {
 }
 
 // The pse values of row i (sequence-local) of head n1 against keys [k0, k0 + nk), as pseTerm
-// reads or computes them one at a time (the term before or after the scale; see pseBefore).
-// Compressed alibi columns outside the table are 0: only masked pairs have them (checked).
+// reads or computes them one at a time (the term before or after the scale; see pseBefore), at
+// the addresses of pseRowAddress. Compressed alibi columns outside the table are 0: only masked
+// pairs have them (checked).
 ATTNOPS_SIMD_INLINE void pseRow(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t k0, int64_t nk,
                                 float* __restrict row) {
     const PseSpec& s = p.pse;
     const View4& v = s.view;
-    const size_t sb = size_t(b);
     switch (s.form) {
         case PseForm::None: std::fill(row, row + nk, 0.0f); return;
-        case PseForm::Dense: {
-            const int64_t at = s.physicalRows ? v.offset(b, n1, p.seq.qStart[sb] + i, p.seq.kvStart[sb] + k0)
-                                              : v.offset(b, n1, i, k0);
-            cpu::loadRow(v.data, at, v.stride[3], v.dtype, nk, row);
+        case PseForm::Dense:
+        case PseForm::TndDense:
+        case PseForm::TndRowBroadcast: {
+            const PseRowAddress a = pseRowAddress(p, b, n1, i, k0);
+            cpu::loadRow(v.data, a.at, a.step, v.dtype, nk, row);
             return;
         }
         case PseForm::CompressedAlibi: {
-            // col = W - 1 - (i - j) is in [0, W) for keys j in [i - W + 1, i].
-            const int64_t w = s.compressedCols;
-            const int64_t lo = std::clamp<int64_t>(i - w + 1 - k0, 0, nk), hi = std::clamp<int64_t>(i + 1 - k0, lo, nk);
+            const KeyRange k = compressedKeys(s.compressedCols, i, k0, nk);
             std::fill(row, row + nk, 0.0f);
-            if (hi > lo) cpu::loadRow(v.data, v.offset(b, n1, 1023, w - 1 - i + k0 + lo), v.stride[3], v.dtype, hi - lo, row + lo);
-            return;
-        }
-        case PseForm::TndDense: {
-            const int64_t sq = p.seq.qLen[sb], skv = p.seq.kvLen[sb];
-            const int64_t flat = p.seq.elementBase[sb] + (n1 * sq + i) * skv + k0;
-            cpu::loadRow(v.data, flat * v.stride[3], v.stride[3], v.dtype, nk, row);
-            return;
-        }
-        case PseForm::TndRowBroadcast: {
-            const int64_t flat = p.seq.rowBroadcastBase[sb] + n1 * p.seq.kvLen[sb] + k0;
-            cpu::loadRow(v.data, flat * v.stride[3], v.stride[3], v.dtype, nk, row);
+            if (k.hi > k.lo) {
+                const PseRowAddress a = pseRowAddress(p, b, n1, i, k.lo);
+                cpu::loadRow(v.data, a.at, a.step, v.dtype, k.hi - k.lo, row + (k.lo - k0));
+            }
             return;
         }
         case PseForm::Slopes: {
@@ -108,17 +99,16 @@ ATTNOPS_SIMD_INLINE void pseRow(const ForwardParams& p, int64_t b, int64_t n1, i
                 // Positions this small are exact in double and so is their difference: the
                 // distance as an int32 converts to the same double, in a loop the compiler
                 // vectorises (AVX2 converts int32 to double, not int64).
+                // (One loop per type: the constant type leaves the sqrt out of type 2's loop.)
                 const int32_t first = int32_t(keyPos - rowPos);
                 if (s.type == 3)
-                    for (int32_t j = 0; j < int32_t(nk); ++j) row[j] = float(-slope * std::sqrt(std::fabs(double(first + j))));
+                    for (int32_t j = 0; j < int32_t(nk); ++j) row[j] = slopeTerm(slope, 3, std::fabs(double(first + j)));
                 else
-                    for (int32_t j = 0; j < int32_t(nk); ++j) row[j] = float(-slope * std::fabs(double(first + j)));
+                    for (int32_t j = 0; j < int32_t(nk); ++j) row[j] = slopeTerm(slope, 2, std::fabs(double(first + j)));
                 return;
             }
-            for (int64_t j = 0; j < nk; ++j) {
-                const double dist = std::fabs(double(keyPos + j) - double(rowPos));
-                row[j] = float(-slope * (s.type == 3 ? std::sqrt(dist) : dist));
-            }
+            for (int64_t j = 0; j < nk; ++j)
+                row[j] = slopeTerm(slope, s.type, std::fabs(double(keyPos + j) - double(rowPos)));
             return;
         }
     }
@@ -141,9 +131,33 @@ ATTNOPS_SIMD_INLINE void maskRow(const ForwardParams& p, int64_t b, int64_t n1, 
     for (int64_t j = 0; j < nk; ++j) row[j] = src[j * m.maskStride[3]] != 0 ? 1 : 0;
 }
 
+// The bias values of one query row over the keys of a block, as fp32 rows over the keys: the pse
+// term, the explicit mask (1 kept by it, 0 masked), the keep bit of dropout (1 / 0). The
+// backward's key units read them as they are (their scores are [row][key]); LaneTables below
+// transposes them for the [key][row] layouts.
+struct RowBias {
+    alignas(64) float pse[kMaxBlockKeys];
+    alignas(64) float unmasked[kMaxBlockKeys];
+    alignas(64) float keep[kMaxBlockKeys];
+    alignas(64) uint8_t bits[kMaxBlockKeys];
+
+    // Row i (sequence-local) of head n1 against keys [k0, k0 + nk): only the parts the problem has.
+    ATTNOPS_SIMD_STEP void fill(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t k0, int64_t nk) {
+        if (p.pse.form != PseForm::None) pseRow(p, b, n1, i, k0, nk, pse);
+        if (p.mask.explicitMask) {
+            maskRow(p, b, n1, i, k0, nk, bits);
+            for (int64_t j = 0; j < nk; ++j) unmasked[j] = bits[j] != 0 ? 0.0f : 1.0f;
+        }
+        if (p.dropout.enabled) {
+            dropoutKeepRow(p, b, n1, i, k0, nk, bits);
+            for (int64_t j = 0; j < nk; ++j) keep[j] = bits[j] != 0 ? 1.0f : 0.0f;
+        }
+    }
+};
+
 // Per-lane tables of one group of V::kLanes query rows over the keys of a block, [key][lane]:
-// the pse term, the explicit mask (1 kept by it, 0 masked), the keep bit of dropout (1 / 0), and
-// after pass 1 whether the pair is kept at all (1 / 0).
+// RowBias's rows transposed, and after pass 1 of the forward whether the pair is kept at all
+// (1 / 0).
 template <class V>
 struct LaneTables {
     static constexpr int64_t L = V::kLanes;
@@ -151,36 +165,41 @@ struct LaneTables {
     alignas(64) float unmasked[kMaxBlockKeys * L];
     alignas(64) float keep[kMaxBlockKeys * L];
     alignas(64) float kept[kMaxBlockKeys * L];
-    alignas(64) float row[kMaxBlockKeys];  // one row before it is transposed
-    alignas(64) uint8_t bits[kMaxBlockKeys];
+    RowBias row;  // one row before it is transposed
 
     // The tables of rows i0 + lane, lane < live, of head n1 against keys [k0, k0 + nk); lanes
     // from `live` on hold neutral values (nothing masked, pse 0: their results are not used).
     ATTNOPS_SIMD_STEP void fill(const ForwardParams& p, int64_t b, int64_t n1, int64_t i0, int64_t live, int64_t k0,
                                   int64_t nk) {
-        if (p.pse.form != PseForm::None) {
-            if (live < L) std::fill(pse, pse + nk * L, 0.0f);
-            for (int64_t lane = 0; lane < live; ++lane) {
-                pseRow(p, b, n1, i0 + lane, k0, nk, row);
-                for (int64_t j = 0; j < nk; ++j) pse[j * L + lane] = row[j];
-            }
+        const bool hasPse = p.pse.form != PseForm::None, explicitMask = p.mask.explicitMask;
+        const bool dropout = p.dropout.enabled;
+        if (live < L) {
+            if (hasPse) std::fill(pse, pse + nk * L, 0.0f);
+            if (explicitMask) std::fill(unmasked, unmasked + nk * L, 1.0f);
+            if (dropout) std::fill(keep, keep + nk * L, 0.0f);
         }
-        if (p.mask.explicitMask) {
-            if (live < L) std::fill(unmasked, unmasked + nk * L, 1.0f);
-            for (int64_t lane = 0; lane < live; ++lane) {
-                maskRow(p, b, n1, i0 + lane, k0, nk, bits);
-                for (int64_t j = 0; j < nk; ++j) unmasked[j * L + lane] = bits[j] != 0 ? 0.0f : 1.0f;
-            }
-        }
-        if (p.dropout.enabled) {
-            if (live < L) std::fill(keep, keep + nk * L, 0.0f);
-            for (int64_t lane = 0; lane < live; ++lane) {
-                dropoutKeepRow(p, b, n1, i0 + lane, k0, nk, bits);
-                for (int64_t j = 0; j < nk; ++j) keep[j * L + lane] = bits[j] != 0 ? 1.0f : 0.0f;
-            }
+        for (int64_t lane = 0; lane < live; ++lane) {
+            row.fill(p, b, n1, i0 + lane, k0, nk);
+            if (hasPse)
+                for (int64_t j = 0; j < nk; ++j) pse[j * L + lane] = row.pse[j];
+            if (explicitMask)
+                for (int64_t j = 0; j < nk; ++j) unmasked[j * L + lane] = row.unmasked[j];
+            if (dropout)
+                for (int64_t j = 0; j < nk; ++j) keep[j * L + lane] = row.keep[j];
         }
     }
 };
+
+// The finished score of a vector of pairs: scale * (s + before) + after with the pse term of
+// pseBefore's side (pseTerm's formula, rounded as the row steps round it), or s * scale.
+template <class V>
+ATTNOPS_SIMD_INLINE typename V::Vec finishedScore(typename V::Vec s, typename V::Vec scale, bool pse, bool before,
+                                                  const float* term) {
+    if (!pse) return V::mul(s, scale);
+    const auto t = V::load(term), zero = V::zero();
+    // pseTerm's {before, after} with the other one 0, added as the row step adds it.
+    return V::fmadd(scale, V::add(s, before ? t : zero), before ? zero : t);
+}
 
 // The online softmax of a block of raw scores with pse, explicit mask and dropout: rows [0, rows)
 // of st (st[j * ld + r], keys k0 + j, sequence-local query rows q0 + r of head n1 of sequence b)
@@ -203,14 +222,7 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t b, int64_t
         auto rowMax = negInf;
         for (int64_t j = 0; j < nk; ++j) {
             float* at = st + j * ld + r0;
-            auto x = V::load(at);
-            if (pse) {
-                const auto term = V::load(t.pse + j * L);
-                // pseTerm's {before, after} with the other one 0, added as the row step adds it.
-                x = V::fmadd(scale, V::add(x, before ? term : zero), before ? zero : term);
-            } else {
-                x = V::mul(x, scale);
-            }
+            auto x = finishedScore<V>(V::load(at), scale, pse, before, t.pse + j * L);
             auto kept = full ? V::all() : simd::keptRows<V>(band, k0 + j, q0 + r0);
             if (explicitMask) kept = V::maskAnd(kept, V::notEqual(V::load(t.unmasked + j * L), zero));
             x = V::select(kept, negInf, x);

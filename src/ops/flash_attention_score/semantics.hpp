@@ -89,38 +89,68 @@ struct PseTerm {
     float before = 0.0f, after = 0.0f;
 };
 
+// Where the stored pse values of row i (sequence-local) of head n1 lie, from key j on: the element
+// offset of (i, j) in s.view.data and the step between consecutive keys. For the forms with a
+// table (Dense, CompressedAlibi, TndDense, TndRowBroadcast); a compressed alibi column is
+// W - 1 - (i - j) and exists for keys in compressedKeys only. pseTerm reads one value here, the
+// vector steps (cpu/simd/fa_bias_steps.hpp) a row of them.
+struct PseRowAddress {
+    int64_t at = 0, step = 0;
+};
+
+inline PseRowAddress pseRowAddress(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j) {
+    const PseSpec& s = p.pse;
+    const View4& v = s.view;
+    const size_t sb = size_t(b);
+    switch (s.form) {
+        case PseForm::Dense:
+            return {s.physicalRows ? v.offset(b, n1, p.seq.qStart[sb] + i, p.seq.kvStart[sb] + j) : v.offset(b, n1, i, j),
+                    v.stride[3]};
+        case PseForm::CompressedAlibi: return {v.offset(b, n1, 1023, s.compressedCols - 1 - i + j), v.stride[3]};
+        case PseForm::TndDense: {
+            const int64_t sq = p.seq.qLen[sb], skv = p.seq.kvLen[sb];
+            return {(p.seq.elementBase[sb] + (n1 * sq + i) * skv + j) * v.stride[3], v.stride[3]};
+        }
+        case PseForm::TndRowBroadcast:
+            return {(p.seq.rowBroadcastBase[sb] + n1 * p.seq.kvLen[sb] + j) * v.stride[3], v.stride[3]};
+        case PseForm::None:
+        case PseForm::Slopes: return {};
+    }
+    return {};
+}
+
+// Keys [lo, hi) of [k0, k0 + nk) that have a compressed alibi column for row i: col = W - 1 -
+// (i - j) is in [0, W) for j in [i - W + 1, i]. The others are masked positions only (checked).
+inline KeyRange compressedKeys(int64_t w, int64_t i, int64_t k0, int64_t nk) {
+    const int64_t lo = std::clamp<int64_t>(i - w + 1, k0, k0 + nk), hi = std::clamp<int64_t>(i + 1, lo, k0 + nk);
+    return {lo, hi};
+}
+
+// The alibi term -slope * dist (type 2) or -slope * sqrt(dist) (type 3) of a distance dist =
+// |key position - row position|, in double, rounded to float once.
+inline float slopeTerm(double slope, int64_t type, double dist) {
+    return float(-slope * (type == 3 ? std::sqrt(dist) : dist));
+}
+
 inline PseTerm pseTerm(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j) {
     const PseSpec& s = p.pse;
     float value = 0.0f;
     switch (s.form) {
         case PseForm::None: return {};
-        case PseForm::Dense:
-            value = s.physicalRows ? s.view.load(b, n1, p.seq.qStart[size_t(b)] + i, p.seq.kvStart[size_t(b)] + j)
-                                   : s.view.load(b, n1, i, j);
-            break;
         case PseForm::CompressedAlibi: {
-            const int64_t col = s.compressedCols - 1 - (i - j);
-            if (col < 0 || col >= s.compressedCols) return {};  // masked positions only (checked)
-            value = s.view.load(b, n1, 1023, col);
+            const KeyRange k = compressedKeys(s.compressedCols, i, j, 1);
+            if (k.hi <= k.lo) return {};  // masked positions only (checked)
+            value = loadAsFloat(s.view.data, pseRowAddress(p, b, n1, i, j).at, s.view.dtype);
             break;
         }
-        case PseForm::TndDense: {
-            const int64_t sq = p.seq.qLen[size_t(b)], skv = p.seq.kvLen[size_t(b)];
-            const int64_t flat = p.seq.elementBase[size_t(b)] + (n1 * sq + i) * skv + j;
-            value = loadAsFloat(s.view.data, flat * s.view.stride[3], s.view.dtype);
+        case PseForm::Dense:
+        case PseForm::TndDense:
+        case PseForm::TndRowBroadcast:
+            value = loadAsFloat(s.view.data, pseRowAddress(p, b, n1, i, j).at, s.view.dtype);
             break;
-        }
-        case PseForm::TndRowBroadcast: {
-            const int64_t skv = p.seq.kvLen[size_t(b)];
-            const int64_t flat = p.seq.rowBroadcastBase[size_t(b)] + n1 * skv + j;
-            value = loadAsFloat(s.view.data, flat * s.view.stride[3], s.view.dtype);
-            break;
-        }
         case PseForm::Slopes: {
-            const float slope = s.view.load(b, n1, 0, 0);
-            const double dist = std::fabs(double(j + s.kvStartIdx) - double(i + s.qStartIdx));
-            const double mag = s.type == 3 ? std::sqrt(dist) : dist;
-            return {0.0f, float(-double(slope) * mag)};
+            const double slope = double(s.view.load(b, n1, 0, 0));
+            return {0.0f, slopeTerm(slope, s.type, std::fabs(double(j + s.kvStartIdx) - double(i + s.qStartIdx)))};
         }
     }
     if (s.type == 1) return {value, 0.0f};
