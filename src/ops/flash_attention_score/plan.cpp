@@ -21,7 +21,8 @@ constexpr int64_t kUnitOverhead = 64;  // cost of a unit that attends nothing (l
 // mean), so the threads' idle tail is about half a chunk. With the plan's cost model at 2 threads,
 // 16 chunks per thread left 1.1% (GQA 32/8 S=2048 causal) and 2.7% (tnd-32k-causal) of the run
 // to that tail, 64 leave 0.3% and 0.5% (bench/results/amd-epyc-zen3-avx2/
-// fwd-s10-causal-tnd-under-load.txt); a chunk's claim is one lock, a few microseconds.
+// fwd-s10-causal-tnd-under-load.txt, AMD EPYC Zen 3); the price is one more claim of the pool's
+// lock per chunk (not measured separately: whole-forward CPU time did not move under load).
 constexpr int64_t kForwardChunksPerThread = 64;
 
 template <typename T>
