@@ -33,6 +33,7 @@ using attnops::testsupport::canonicalBytes;
 using attnops::testsupport::dropout;
 using attnops::testsupport::maskSomeRowsFully;
 using attnops::testsupport::masked;
+using attnops::testsupport::pseMinusInfRows;
 using attnops::testsupport::ThreadsGuard;
 using attnops::tools::FaInstance;
 using attnops::tools::FaProblem;
@@ -184,6 +185,15 @@ TEST(FaBiasSteps, NonFiniteInputsFollowTheRowSteps) {
     expectRowStepBits(dropout(fixed("BNSD", F32, 1, 130, 140, 2, 1, 32)), infInValue, false);
 }
 
+TEST(FaBiasSteps, MinusInfPseRowsMatchTheReference) {
+    // Row 5's first key block has only -inf scores (the row steps skip it; the vector steps once
+    // gave exp(-inf - -inf) = NaN there), row 9 has no finite score at all (fully masked).
+    expectRowStepBits(withPse(fixed("BNSD", F32, 1, 130, 260, 2, 1, 32), 0, "full"), pseMinusInfRows);
+    expectRowStepBits(withPse(fixed("BSND", BF16, 2, 130, 200, 4, 2, 32), 1, "full"), pseMinusInfRows);
+    expectRowStepBits(dropout(withPse(withMode(fixed("BNSD", F16, 1, 140, 300, 2, 1, 32), 3), 1, "full")),
+                      pseMinusInfRows);
+}
+
 TEST(FaBiasSteps, ThreadCountsGiveTheSameBits) {
     ThreadsGuard guard;
     const FaProblem problems[] = {
@@ -274,6 +284,32 @@ TEST(FaBiasSteps, FiaPrefillTakesPseAndMasksWithRowStepBits) {
         const FiaInstance row = runFia(p);
         EXPECT_TRUE(canonicalBytes(vec.attentionOut) == canonicalBytes(row.attentionOut)) << "attentionOut";
         EXPECT_TRUE(canonicalBytes(vec.softmaxLse) == canonicalBytes(row.softmaxLse)) << "softmaxLse";
+    }
+}
+
+TEST(FaBiasSteps, FiaMinusInfPseRowsMatchTheReference) {
+    // pseShift rows of -inf through the prefill route (minusInfRows: row 9 has no finite score, so
+    // output 0 and lse +inf; row 5 none in its first key block) and, with one query row, the
+    // decode kernels (batch 0: the first 130 keys -inf; batch 1: every key).
+    FiaProblem prefill = attnops::testing::fiaProblem("BNSD", 1, 130, 260, 2, 1, 32);
+    prefill.pse = "shared";
+    FiaProblem decode = attnops::testing::fiaProblem("BSND", 2, 1, 300, 4, 1, 32);
+    decode.pse = "batch";
+    for (const FiaProblem& p : {prefill, decode}) {
+        SCOPED_TRACE(p.describe());
+        FiaInstance inst(p);
+        HostTensor& pse = inst.pseShift;
+        if (p.qSeqLen > 1) {
+            attnops::testsupport::minusInfRows(pse);
+        } else {  // [B, N, 1, K]
+            const int64_t cols = pse.shape().back(), perBatch = pse.numel() / pse.shape()[0];
+            for (int64_t at = 0; at < pse.numel(); ++at)
+                if (at >= perBatch || at % cols < 130) pse.set(at, -std::numeric_limits<float>::infinity());
+        }
+        ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        const attnops::tools::FiaCheck r = attnops::tools::checkFia(inst);
+        EXPECT_TRUE(r.passed) << r.firstFailure << " (error " << r.maxAbsError << ", tolerance " << r.tolerance << ")";
+        EXPECT_GT(r.rows, 0);
     }
 }
 

@@ -29,6 +29,7 @@ using attnops::testsupport::canonicalBytes;
 using attnops::testsupport::dropout;
 using attnops::testsupport::maskSomeRowsFully;
 using attnops::testsupport::masked;
+using attnops::testsupport::pseMinusInfRows;
 using attnops::testsupport::ThreadsGuard;
 using attnops::tools::FaGrads;
 using attnops::tools::FaInstance;
@@ -114,21 +115,6 @@ FaProblem withDtype(FaProblem p, attnopsDataType dt) {
     return p;
 }
 
-// A dense [.., S1, S2] pse with -inf over the first 130 keys of query row 5 (a row the first key
-// block drops entirely and later blocks keep) and over the whole of row 9 (a fully masked row).
-void pseMinusInfRows(FaInstance& inst) {
-    HostTensor& t = inst.pse;
-    const auto& shape = t.shape();
-    const int64_t rows = shape[shape.size() - 2], cols = shape.back(), planes = t.numel() / (rows * cols);
-    const float negInf = -std::numeric_limits<float>::infinity();
-    for (int64_t pl = 0; pl < planes; ++pl) {
-        if (rows > 5)
-            for (int64_t c = 0; c < std::min<int64_t>(cols, 130); ++c) t.set((pl * rows + 5) * cols + c, negInf);
-        if (rows > 9)
-            for (int64_t c = 0; c < cols; ++c) t.set((pl * rows + 9) * cols + c, negInf);
-    }
-}
-
 void nanInQuery(FaInstance& inst) { inst.query.set(5, std::numeric_limits<float>::quiet_NaN()); }
 void infInKey(FaInstance& inst) { inst.key.set(inst.key.numel() / 3, std::numeric_limits<float>::infinity()); }
 void infInValue(FaInstance& inst) { inst.value.set(inst.value.numel() / 3, std::numeric_limits<float>::infinity()); }
@@ -186,11 +172,11 @@ TEST(FaBwdBiasSteps, EverySparseModeHasRowStepBits) {
 }
 
 TEST(FaBwdBiasSteps, NonFiniteInputsAndMinusInfPseFollowTheRowSteps) {
-    // (Not against the reference: the row steps, and so these steps, give NaN in some dq elements
-    // of such rows where the reference gives a finite value; a question for the row steps.)
-    expectRowStepBits(withPse(fixed("BNSD", F32, 1, 130, 260, 2, 1, 32), 0, "full"), pseMinusInfRows, false);
+    // Rows of -inf pse against the reference too (a row with no finite score is fully masked).
+    expectRowStepBits(withPse(fixed("BNSD", F32, 1, 130, 260, 2, 1, 32), 0, "full"), pseMinusInfRows);
     expectRowStepBits(withSink(dropout(withPse(withMode(fixed("BNSD", F32, 1, 140, 300, 2, 1, 32), 3), 1, "full"))),
-                      pseMinusInfRows, false);
+                      pseMinusInfRows);
+    expectRowStepBits(withPse(fixed("BSND", BF16, 2, 130, 200, 4, 2, 32), 1, "full"), pseMinusInfRows);
     expectRowStepBits(masked(withPse(fixed("BNSD", F32, 1, 130, 140, 2, 1, 32), 1, "full")), nanInQuery, false);
     expectRowStepBits(withSink(dropout(fixed("BNSD", F32, 1, 130, 140, 2, 1, 32))), nanInQuery, false);
     expectRowStepBits(masked(withPse(fixed("BNSD", F32, 1, 130, 300, 2, 1, 32), 0, "full")), infInKey, false);

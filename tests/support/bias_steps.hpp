@@ -3,10 +3,12 @@
 // steps, NaN-canonical bytes, and the problem edits both sweep.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "problem.hpp"
@@ -59,5 +61,22 @@ inline void maskSomeRowsFully(tools::FaInstance& inst) {
             if (r < rows)
                 for (int64_t c = 0; c < cols; ++c) m.set((pl * rows + r) * cols + c, 1.0f);
 }
+
+// A dense [.., S1, S2] pse with -inf over the first 130 keys of query row 5 (a row the first key
+// block drops entirely and later blocks keep) and over the whole of row 9 (a row with no key of
+// finite score: fully masked).
+// (minusInfRows: the same on any [.., rows, cols] tensor, such as FusedInferAttentionScore's pseShift.)
+inline void minusInfRows(tools::HostTensor& t) {
+    const auto& shape = t.shape();
+    const int64_t rows = shape[shape.size() - 2], cols = shape.back(), planes = t.numel() / (rows * cols);
+    const float negInf = -std::numeric_limits<float>::infinity();
+    for (int64_t pl = 0; pl < planes; ++pl) {
+        if (rows > 5)
+            for (int64_t c = 0; c < std::min<int64_t>(cols, 130); ++c) t.set((pl * rows + 5) * cols + c, negInf);
+        if (rows > 9)
+            for (int64_t c = 0; c < cols; ++c) t.set((pl * rows + 9) * cols + c, negInf);
+    }
+}
+inline void pseMinusInfRows(tools::FaInstance& inst) { minusInfRows(inst.pse); }
 
 }  // namespace attnops::testsupport

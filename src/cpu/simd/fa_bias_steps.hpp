@@ -241,7 +241,10 @@ ATTNOPS_SIMD_INLINE void softmaxBlock(const ForwardParams& p, int64_t b, int64_t
         for (int64_t j = 0; j < nk; ++j) {
             float* at = st + j * ld + r0;
             const auto kept = V::notEqual(V::load(t.kept + j * L), zero);
-            auto e = V::zeroUnless(kept, rowExp<V>(V::sub(V::load(at), mNew)));
+            // Inactive lanes (every score of the block -inf, some of them kept keys whose pse is
+            // -inf) get 0 as the row steps, which skip such a row's block: with mNew = -inf their
+            // exp would be NaN.
+            auto e = V::zeroUnless(V::maskAnd(kept, active), rowExp<V>(V::sub(V::load(at), mNew)));
             sum = V::add(sum, e);
             if (dropout) e = V::zeroUnless(V::notEqual(V::load(t.keep + j * L), zero), V::mul(e, invKeep));
             V::store(at, e);

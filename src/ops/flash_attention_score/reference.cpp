@@ -62,7 +62,9 @@ ReferenceRow referenceRow(const ForwardParams& p, int64_t b, int64_t n1, int64_t
     if (hasSink) m = any ? std::max(m, sink) : sink;
     ReferenceRow row;
     row.out.assign(size_t(p.dv), 0.0);
-    if (!any && !hasSink) {
+    // m = -inf: no key kept, or every kept key's score -inf (a pse of -inf), and no sink: a fully
+    // masked row (spec decision: output 0, max -inf, sum 0), not exp(-inf - -inf) = NaN.
+    if (m == negInf) {
         row.max = negInf;
         row.sum = 0.0;
         return row;
@@ -98,7 +100,7 @@ std::vector<float> naiveLowPrecisionRow(const ForwardParams& p, int64_t b, int64
     const float sink = hasSink ? p.sink[n1 * p.sinkStride] : 0.0f;
     if (hasSink) m = any ? std::max(m, sink) : sink;
     std::vector<float> out(size_t(p.dv), 0.0f);
-    if (!any) return out;
+    if (!any || m == -std::numeric_limits<float>::infinity()) return out;  // fully masked (referenceRow)
     float l = hasSink ? std::exp(sink - m) : 0.0f;
     for (int64_t j = 0; j < skv; ++j)
         if (kept[size_t(j)]) l += std::exp(s[size_t(j)] - m);
@@ -146,6 +148,7 @@ ReferenceHeadGrads backwardHead(const BackwardParams& bp, int64_t b, int64_t n1,
             }
         if (!any) continue;  // fully masked: P = 0 (with a sink, its probability times delta = 0)
         if (hasSink) m = std::max(m, sink);
+        if (m == -std::numeric_limits<Real>::infinity()) continue;  // every kept score -inf: as fully masked
         Real l = hasSink ? std::exp(sink - m) : Real(0);
         for (int64_t j = 0; j < skv; ++j)
             if (kept[size_t(j)]) l += std::exp(s[size_t(j)] - m);

@@ -67,7 +67,9 @@ ReferenceRow referenceRow(const Params& p, int64_t b, int64_t n1, int64_t i) {
     row.lse = std::numeric_limits<double>::infinity();
     bool any = false;
     const double mx = rowMax(s, kept, any);
-    if (!any) return row;  // spec A: rows that attend nothing are 0, lse +inf
+    // spec A: rows that attend nothing are 0, lse +inf; so are rows whose every kept score is -inf
+    // (a pse of -inf), where exp(-inf - -inf) would be NaN (the kernels skip such blocks).
+    if (!any || mx == -std::numeric_limits<double>::infinity()) return row;
     double sum = p.sink.empty() ? 0.0 : std::exp(double(p.sink[size_t(n1)]) - mx);
     for (size_t j = 0; j < s.size(); ++j)
         if (kept[j]) sum += std::exp(s[j] - mx);
