@@ -16,6 +16,14 @@ Both sides time the same thing: the forward call, or the backward call alone (Py
 over a graph built once, attnops: FlashAttentionScoreGrad given the forward's outputs), median of
 repeated runs after a warm-up, with the same number of threads.
 
+The two sides are measured back to back, row by row: for each workload, dtype and direction,
+--rounds times (default 2) attnops (`attnops bench` for that row alone, in its own process, as
+before) then PyTorch, and each side's time is the median over its rounds' medians. On a shared
+or noisy host (a VM whose neighbours come and go) the speed of the machine drifts from minute to
+minute; measuring all of attnops first and all of PyTorch minutes later let that drift into the
+ratio (on the 2-vCPU AMD EPYC Zen 3 VM the same attnops row once took 212 ms and, four minutes
+later, 454 ms). --rounds 0 keeps the old order (one attnops run of every row first).
+
 It prints one line per workload, dtype and direction with both times, both rates and the
 speed-up (PyTorch time / attnops time); --json saves everything, --plot draws TFLOP/s against
 sequence length for the --sweep workloads.
@@ -49,6 +57,8 @@ def parse_args():
     ap.add_argument("--quick", action="store_true", help="shapes / 8 (a smoke run)")
     ap.add_argument("--max-seconds", type=float, default=60.0,
                     help="stop repeating a PyTorch case after this much time (slow per-sequence loops)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds per row of attnops then PyTorch back to back (0: every attnops row first)")
     ap.add_argument("--json", default="", help="write the combined results here")
     ap.add_argument("--plot", default="", help="PNG of TFLOP/s against sequence length (needs --sweep)")
     return ap.parse_args()
@@ -64,20 +74,38 @@ def ensure_binary(path):
     return path
 
 
-def run_attnops(args):
+def run_attnops(args, row=None):
+    """`attnops bench --json` over the selected rows (with the peaks), or over one row (no peaks)."""
+    dtypes, directions, workloads = args.dtypes, args.directions, args.workloads
+    if row is not None:
+        dtypes, directions, workloads = row["dtype"], row["direction"], row["workload"]
     cmd = [ensure_binary(args.attnops), "bench", "--json", "--repeat", str(args.repeat),
-           "--dtypes", args.dtypes, "--directions", args.directions]
-    if args.workloads:
-        cmd += ["--workloads", args.workloads]
+           "--dtypes", dtypes, "--directions", directions]
+    if workloads:
+        cmd += ["--workloads", workloads]
     if args.sweep:
         cmd += ["--sweep", args.sweep]
     if args.quick:
         cmd.append("--quick")
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    print("$ " + " ".join(cmd), flush=True)
+    if row is not None:
+        cmd.append("--no-peaks")
+    else:
+        if args.rounds > 0:  # this run gives the peaks and the rows; the rounds time them
+            cmd[cmd.index("--repeat") + 1] = "1"
+            cmd += ["--warmup", "0"]
+        print("$ " + " ".join(cmd), flush=True)
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-    return json.loads(out)
+    doc = json.loads(out)
+    if row is None:
+        return doc
+    # The workload names are prefixes of one another (mla-decode-...-h16, ...-h16-int8): take this row's.
+    same = [r for r in doc["results"] if (r["workload"], r["dtype"], r["direction"]) ==
+            (row["workload"], row["dtype"], row["direction"])]
+    if len(same) != 1:
+        raise RuntimeError(f"attnops bench gave {len(same)} results for {row['workload']} {row['dtype']} {row['direction']}")
+    return same[0]
 
 
 def timed(fn, repeat, max_seconds):
@@ -243,20 +271,34 @@ def main():
     threads = args.threads or doc["threads"]
     torch.set_num_threads(threads)
     print(f"PyTorch {torch.__version__}, {threads} threads; attnops on {doc['cpu']}")
+    if args.rounds > 0:
+        print(f"each row: {args.rounds} rounds of attnops then PyTorch back to back, median over the rounds")
+    else:
+        print("every attnops row first, then every PyTorch row")
     print(f"{'workload':<28} {'dtype':<5} {'dir':<4} {'attnops':>11} {'PyTorch':>11} {'attnops rate':>15} "
           f"{'PyTorch rate':>15} {'speed-up':>9}")
     rows = []
     for r in doc["results"]:
         backward = r["direction"] == "bwd"
+        attnops_rounds, torch_rounds, error = [], [], None
         try:
             case = TorchCase(torch, r["problem"], r["dtype"], backward)
             if backward:
                 case.prepare_backward()
-            times = timed(case.backward if backward else case.forward, args.repeat, args.max_seconds)
-            torch_ms = statistics.median(times)
-            error = None
         except Exception as e:  # e.g. a dtype PyTorch's CPU kernels lack
-            torch_ms, error = None, f"{type(e).__name__}: {e}"
+            case, error = None, f"{type(e).__name__}: {e}"
+        for _ in range(max(args.rounds, 1)):
+            attnops_rounds.append(run_attnops(args, r)["medianMs"] if args.rounds > 0 else r["medianMs"])
+            if case is None:
+                continue
+            try:
+                times = timed(case.backward if backward else case.forward, args.repeat, args.max_seconds)
+                torch_rounds.append(statistics.median(times))
+            except Exception as e:
+                case, error = None, f"{type(e).__name__}: {e}"
+        case = None  # free PyTorch's tensors before the next row
+        r["medianMs"] = statistics.median(attnops_rounds)
+        torch_ms = statistics.median(torch_rounds) if torch_rounds and error is None else None
         work = r.get("flops", r.get("bytes"))
         unit, scale = ("TFLOP/s", 1e12) if "flops" in r else ("GB/s", 1e9)
         attnops_rate = work / (r["medianMs"] * 1e-3) / scale
@@ -265,7 +307,8 @@ def main():
         row = dict(workload=r["workload"], dtype=r["dtype"], direction=r["direction"],
                    implementation=r["implementation"], problem={k: v for k, v in r["problem"].items() if k != "seqLens"},
                    attnopsMs=r["medianMs"], torchMs=torch_ms, unit=unit, attnopsRate=attnops_rate,
-                   torchRate=torch_rate, speedup=speedup, torchError=error)
+                   torchRate=torch_rate, speedup=speedup, torchError=error,
+                   attnopsRoundsMs=attnops_rounds, torchRoundsMs=torch_rounds)
         rows.append(row)
         fmt_rate = lambda x: f"{x:.3f} {unit}" if x is not None and unit == "TFLOP/s" else (
             f"{x:.1f} {unit}" if x is not None else "-")
@@ -274,7 +317,7 @@ def main():
               + f" {fmt_rate(attnops_rate):>15} {fmt_rate(torch_rate):>15} "
               + (f"{speedup:>8.2f}x" if speedup else f"  ({error})"), flush=True)
     result = dict(cpu=doc["cpu"], threads=threads, torch=torch.__version__, peaks=doc["peaks"],
-                  repeat=args.repeat, quick=args.quick, rows=rows)
+                  repeat=args.repeat, rounds=args.rounds, quick=args.quick, rows=rows)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
