@@ -303,6 +303,37 @@ TEST(Dropout, KeepBitsFollowSpecRecipe) {
     }
 }
 
+// The kernels' integer keep test (word < keepThreshold) is the spec's float one, at the threshold,
+// around it, at the ends and on random words; fill() from every alignment and length, also across
+// a carry into the counter's high word, agrees with the spec.
+TEST(Dropout, IntegerThresholdIsTheFloatTest) {
+    using attnops::DropoutBits;
+    std::mt19937_64 rng(7);
+    for (float p : {1e-9f, 0x1p-33f, 0.05f, 0.1f, 0.3f, 0.5f, 0.7f, 0.9f, 0.99f, std::nextafter(1.0f, 0.0f), 1.0f, 1.5f,
+                    0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN()}) {
+        const uint64_t t = DropoutBits::keepThreshold(p);
+        ASSERT_LE(t, uint64_t(1) << 32);
+        std::vector<uint64_t> xs{0, 1, 0xffffffffu, 0x80000000u};
+        for (int64_t d = -3; d <= 3; ++d)
+            if (int64_t(t) + d >= 0 && int64_t(t) + d <= 0xffffffffll) xs.push_back(uint64_t(int64_t(t) + d));
+        for (int k = 0; k < 20000; ++k) xs.push_back(rng() & 0xffffffffu);
+        for (uint64_t x : xs)
+            ASSERT_EQ(x < t, DropoutBits::uniform(uint32_t(x)) < p) << "keepProb " << p << " word " << x << " threshold " << t;
+    }
+    for (const DropCase& c : kDropCases) {
+        const DropoutBits bits(c.seed, c.offset, c.keepProb);
+        for (uint64_t start : {uint64_t(0), (uint64_t(1) << 34) - 13, ~uint64_t(0) - 70})
+            for (uint64_t first = start; first < start + 4; ++first)
+                for (int64_t count = 0; count <= 41; ++count) {
+                    uint8_t flags[41];
+                    bits.fill(first, count, flags);
+                    for (int64_t e = 0; e < count; ++e)
+                        ASSERT_EQ(flags[e] != 0, specKeep(c.seed, c.offset, c.keepProb, first + uint64_t(e)))
+                            << "first " << first << " count " << count << " element " << e;
+                }
+    }
+}
+
 TEST(Dropout, UniformIsStrictlyInsideUnitIntervalOrOne) {
     using attnops::DropoutBits;
     EXPECT_EQ(DropoutBits::uniform(0), 0x1p-33f);

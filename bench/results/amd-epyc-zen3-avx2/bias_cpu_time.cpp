@@ -3,7 +3,8 @@
 // best of N calls, 1 worker thread. Build one copy against each tree (old: /work/main, new: a worktree):
 //   g++ -O2 -std=c++20 -I<tree>/include -I<tree>/tools/common -I<tree>/src THIS <tree>/build/libattnops_problem.a \
 //       <tree>/build/libattnops.a -lpthread -o bias_cpu_time_<tag>
-// usage: bias_cpu_time <workload> [S] [trials]; workloads: slopes, pse, mask, dropout, fa-mask-bf16, fia-mask-bf16
+// usage: bias_cpu_time <workload> [S] [trials]; workloads: slopes, pse, mask, dropout, fa-mask-bf16, fia-mask-bf16;
+// any other name: the plain forward (no bias)
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>

@@ -6,7 +6,7 @@
 //   g++ -O2 -std=c++20 -I<tree>/include -I<tree>/tools/common -I<tree>/src THIS <tree>/build/libattnops_problem.a \
 //       <tree>/build/libattnops.a -lpthread -o bwd_bias_cpu_time
 // usage: bwd_bias_cpu_time <workload> [S] [trials] [impl]; workloads: dropout (keep 0.9), alibi (slopes, pseType 2),
-// pse (dense, pseType 1), mask (random explicit mask); bf16 BNSD B=1 N=8 D=128; impl: ATTNOPS_FORCE_IMPL
+// pse (dense, pseType 1), mask (random explicit mask), none (no bias: the cost the others add to); bf16 BNSD B=1 N=8 D=128; impl: ATTNOPS_FORCE_IMPL
 // (default: the planner's choice, avx2-fused on AVX2 machines).
 #include <cstdio>
 #include <cstdlib>
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
         p = withPse(p, 1, "full");
     } else if (w == "mask") {
         p.maskKind = "random";
-    } else {
+    } else if (w != "none") {
         std::fprintf(stderr, "unknown workload %s\n", w.c_str());
         return 2;
     }

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/philox.hpp"
+
 #define ATTNOPS_AVX2_FN __attribute__((target("avx2,fma,f16c")))
 #define ATTNOPS_AVX2_INLINE static inline __attribute__((always_inline)) ATTNOPS_AVX2_FN
 #define ATTNOPS_SIMD_FN ATTNOPS_AVX2_FN
@@ -146,6 +148,60 @@ struct Avx2 {
         std::memcpy(padded, src + c, size_t(n - c) * sizeof(uint16_t));
         storeMasked(dst + c, tail(n - c), _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(padded))));
     }
+
+    // Dropout's keep flags of the whole Philox groups [group, group + groups) (DropoutBits::fill's
+    // WholeGroups): eight Philox4x32-10 blocks per step, block l in 32-bit lane l. The 32x32 ->
+    // 64-bit products are vpmuludq on the even lanes and on the odd lanes shifted down; the keep
+    // test is DropoutBits' integer one (word < threshold). The same flags as BlockByBlock, which
+    // takes the last groups (fewer than eight, or a counter whose low word wraps within the step).
+    struct PhiloxKeep {
+        ATTNOPS_AVX2_FN void operator()(const DropoutBits& bits, uint64_t group, int64_t groups, uint8_t* out) const {
+            constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
+            constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+            const __m256i mul0 = _mm256_set1_epi64x(kMul0), mul1 = _mm256_set1_epi64x(kMul1);
+            const bool keepAll = bits.threshold() > 0xffffffffu;
+            // word < threshold as a signed compare of both biased by 2^31.
+            const __m256i limit = _mm256_set1_epi32(int32_t(uint32_t(bits.threshold()) ^ 0x80000000u));
+            const uint64_t offset = bits.offset();
+            int64_t g = 0;
+            for (; g + 8 <= groups; g += 8) {
+                const uint64_t first = group + uint64_t(g);
+                if (uint32_t(first) > 0xfffffff8u) break;  // the counter's high word would differ by lane
+                __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(int32_t(uint32_t(first))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                __m256i c1 = _mm256_set1_epi32(int32_t(uint32_t(first >> 32)));
+                __m256i c2 = _mm256_set1_epi32(int32_t(uint32_t(offset)));
+                __m256i c3 = _mm256_set1_epi32(int32_t(uint32_t(offset >> 32)));
+                uint32_t k0 = bits.key(0), k1 = bits.key(1);
+                for (int round = 0; round < 10; ++round) {
+                    // p0 = kMul0 * c0, p1 = kMul1 * c2: low and high 32-bit halves, lane by lane.
+                    const __m256i p0Even = _mm256_mul_epu32(c0, mul0), p0Odd = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), mul0);
+                    const __m256i p1Even = _mm256_mul_epu32(c2, mul1), p1Odd = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), mul1);
+                    const __m256i p0Lo = _mm256_blend_epi32(p0Even, _mm256_slli_epi64(p0Odd, 32), 0xAA);
+                    const __m256i p0Hi = _mm256_blend_epi32(_mm256_srli_epi64(p0Even, 32), p0Odd, 0xAA);
+                    const __m256i p1Lo = _mm256_blend_epi32(p1Even, _mm256_slli_epi64(p1Odd, 32), 0xAA);
+                    const __m256i p1Hi = _mm256_blend_epi32(_mm256_srli_epi64(p1Even, 32), p1Odd, 0xAA);
+                    c0 = _mm256_xor_si256(_mm256_xor_si256(p1Hi, c1), _mm256_set1_epi32(int32_t(k0)));
+                    c2 = _mm256_xor_si256(_mm256_xor_si256(p0Hi, c3), _mm256_set1_epi32(int32_t(k1)));
+                    c1 = p1Lo;
+                    c3 = p0Lo;
+                    k0 += kWeyl0;
+                    k1 += kWeyl1;
+                }
+                // Flag of word w of block l at byte 4 l + w: each lane's four flags as one 32-bit word.
+                const __m256i flags = _mm256_or_si256(
+                    _mm256_or_si256(keep(c0, keepAll, limit), _mm256_slli_epi32(keep(c1, keepAll, limit), 8)),
+                    _mm256_or_si256(_mm256_slli_epi32(keep(c2, keepAll, limit), 16), _mm256_slli_epi32(keep(c3, keepAll, limit), 24)));
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * g), flags);
+            }
+            DropoutBits::BlockByBlock{}(bits, group + uint64_t(g), groups - g, out + 4 * g);
+        }
+        // 1 in the lanes whose word is below the threshold (limit: the threshold biased by 2^31), else 0.
+        ATTNOPS_AVX2_INLINE __m256i keep(__m256i word, bool keepAll, __m256i limit) {
+            const __m256i one = _mm256_set1_epi32(1);
+            if (keepAll) return one;
+            return _mm256_and_si256(_mm256_cmpgt_epi32(limit, _mm256_xor_si256(word, _mm256_set1_epi32(int32_t(0x80000000u)))), one);
+        }
+    };
 };
 
 }  // namespace attnops::cpu

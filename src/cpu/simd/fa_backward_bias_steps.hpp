@@ -68,7 +68,7 @@ ATTNOPS_SIMD_INLINE void rowGradients(const ForwardParams& p, const GradientCons
         std::fill(dp, dp + nk, 0.0f);
         return;
     }
-    t.fill(p, b, n1, i, k0, nk);
+    t.template fill<V>(p, b, n1, i, k0, nk);
     const auto vm = V::set1(m), invL = V::set1(1.0f / l), vd = V::set1(delta);
     auto live = V::none();
     // P and dP_d of the kept pairs (0 elsewhere) for the sum in key order, when there is one.

@@ -142,6 +142,7 @@ struct RowBias {
     alignas(64) uint8_t bits[kMaxBlockKeys];
 
     // Row i (sequence-local) of head n1 against keys [k0, k0 + nk): only the parts the problem has.
+    template <class V>
     ATTNOPS_SIMD_STEP void fill(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t k0, int64_t nk) {
         if (p.pse.form != PseForm::None) pseRow(p, b, n1, i, k0, nk, pse);
         if (p.mask.explicitMask) {
@@ -149,7 +150,10 @@ struct RowBias {
             for (int64_t j = 0; j < nk; ++j) unmasked[j] = bits[j] != 0 ? 0.0f : 1.0f;
         }
         if (p.dropout.enabled) {
-            dropoutKeepRow(p, b, n1, i, k0, nk, bits);
+            if constexpr (requires { typename V::PhiloxKeep; })
+                dropoutKeepRow(p, b, n1, i, k0, nk, bits, typename V::PhiloxKeep{});
+            else
+                dropoutKeepRow(p, b, n1, i, k0, nk, bits);
             for (int64_t j = 0; j < nk; ++j) keep[j] = bits[j] != 0 ? 1.0f : 0.0f;
         }
     }
@@ -179,7 +183,7 @@ struct LaneTables {
             if (dropout) std::fill(keep, keep + nk * L, 0.0f);
         }
         for (int64_t lane = 0; lane < live; ++lane) {
-            row.fill(p, b, n1, i0 + lane, k0, nk);
+            row.template fill<V>(p, b, n1, i0 + lane, k0, nk);
             if (hasPse)
                 for (int64_t j = 0; j < nk; ++j) pse[j * L + lane] = row.pse[j];
             if (explicitMask)

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "core/handles.hpp"
+#include "core/philox.hpp"
 #include "ops/flash_attention_score/layout.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
 #include "runtime/platform.hpp"
@@ -480,6 +481,7 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     // 12. Dropout.
     const attnopsTensor* drop = optionalTensor(a.dropMask, "dropMask", device);
     p.dropout.keepProb = float(a.keepProb);
+    p.dropout.keepThreshold = DropoutBits::keepThreshold(p.dropout.keepProb);
     p.dropout.enabled = a.keepProb < 1.0;
     p.dropout.invKeepProb = float(1.0 / a.keepProb);
     p.dropout.seed = uint64_t(a.seed);

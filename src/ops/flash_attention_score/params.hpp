@@ -109,6 +109,7 @@ struct DropoutSpec {
     bool enabled = false;              // keepProb < 1
     float keepProb = 1.0f;
     float invKeepProb = 1.0f;
+    uint64_t keepThreshold = uint64_t(1) << 32;  // DropoutBits::keepThreshold(keepProb)
     const uint8_t* mask = nullptr;     // explicit bit mask, or NULL: generated from seed/offset
     int64_t maskByteStride = 1;
     uint64_t seed = 0, offset = 0;

@@ -167,23 +167,26 @@ inline bool explicitKeepBit(const DropoutSpec& d, int64_t index) {
     return ((d.mask[(index >> 3) * d.maskByteStride] >> (index & 7)) & 1) != 0;
 }
 
-// Keep flags (0/1) of the flat indices [first, first + count).
-inline void dropoutKeepRange(const DropoutSpec& d, int64_t first, int64_t count, uint8_t* keep) {
+// Keep flags (0/1) of the flat indices [first, first + count); whole Philox groups through
+// `whole` (DropoutBits::fill).
+template <class WholeGroups = DropoutBits::BlockByBlock>
+inline void dropoutKeepRange(const DropoutSpec& d, int64_t first, int64_t count, uint8_t* keep, WholeGroups whole = {}) {
     if (d.mask != nullptr) {
         for (int64_t c = 0; c < count; ++c) keep[c] = explicitKeepBit(d, first + c) ? 1 : 0;
     } else {
-        DropoutBits(d.seed, d.offset, d.keepProb).fill(uint64_t(first), count, keep);
+        DropoutBits(d.seed, d.offset, d.keepProb, d.keepThreshold).fill(uint64_t(first), count, keep, whole);
     }
 }
 
 // Keep flags (0/1) of keys [j0, j0 + count) for row i. With global positions (context
 // parallelism) the keys map to global columns that are consecutive in runs (a shard is one or
 // two chunks of the global sequence): each run is one range of the global flat index.
+template <class WholeGroups = DropoutBits::BlockByBlock>
 inline void dropoutKeepRow(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j0, int64_t count,
-                           uint8_t* keep) {
+                           uint8_t* keep, WholeGroups whole = {}) {
     const DropoutGlobal& g = p.dropout.global;
     if (!g.enabled) {
-        dropoutKeepRange(p.dropout, dropoutIndex(p, b, n1, i, j0), count, keep);
+        dropoutKeepRange(p.dropout, dropoutIndex(p, b, n1, i, j0), count, keep, whole);
         return;
     }
     const size_t sb = size_t(b);
@@ -193,7 +196,7 @@ inline void dropoutKeepRow(const ForwardParams& p, int64_t b, int64_t n1, int64_
     for (int64_t c = 0; c < count;) {
         int64_t e = c + 1;
         while (e < count && col[e] == col[e - 1] + 1) ++e;
-        dropoutKeepRange(p.dropout, rowBase + col[c], e - c, keep + c);
+        dropoutKeepRange(p.dropout, rowBase + col[c], e - c, keep + c, whole);
         c = e;
     }
 }
