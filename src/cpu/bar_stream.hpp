@@ -4,7 +4,8 @@
 //   - each source row is read from memory once per token, converted to fp32 as it is loaded
 //     while its two dot products (forward: v . v and u . v; backward: dy . v and u . v) are
 //     accumulated in the same pass; the fp32 copy stays in L1/L2 for the rest of the token's work;
-//   - the forward keeps the token's rows (when they fit, like the backward), takes the softmax
+//   - the forward keeps the token's rows (when they fit, like the backward: fp32 rows as fp32
+//     copies, contiguous fp16/bf16 rows in L2 as they are, read again: weighRows), takes the softmax
 //     once every score is known, and accumulates o = sum_i p_i x_i in registers over 64-column
 //     blocks: one fused multiply-add per element and source, no accumulator row stored per source;
 //   - the per-element loops take the element type, the store kind and the dot kind as template
