@@ -4,7 +4,8 @@
 //   - each source row is read from memory once per token, converted to fp32 as it is loaded
 //     while its two dot products (forward: v . v and u . v; backward: dy . v and u . v) are
 //     accumulated in the same pass; the fp32 copy stays in L1/L2 for the rest of the token's work;
-//   - the forward keeps the token's rows (when they fit, like the backward), takes the softmax
+//   - the forward keeps the token's rows (when they fit, like the backward: fp32 rows as fp32
+//     copies, contiguous fp16/bf16 rows in L2 as they are, read again: weighRows), takes the softmax
 //     once every score is known, and accumulates o = sum_i p_i x_i in registers over 64-column
 //     blocks: one fused multiply-add per element and source, no accumulator row stored per source;
 //   - the per-element loops take the element type, the store kind and the dot kind as template
@@ -352,6 +353,53 @@ inline int64_t nextRows(const Sources& s, int64_t t, int64_t t1, const char** ro
     return k;
 }
 
+// The forward's weighting pass over a token whose probabilities are known: o = sum_i p_i x_i in
+// source order, in registers over 64-column blocks (one fused multiply-add per element and
+// source), written to dst (direct) or to acc. The rows are the token's fp32 copies (DT = F32:
+// rows padded to whole vectors) or, for fp16/bf16 sources, the contiguous source rows themselves,
+// read again from L2 and widened again (the same fp32 values, so the same bits): the first pass
+// then stores no fp32 copy, which on AMD EPYC Zen 3 cost a 64-byte store per 16 elements and
+// twice the L2 traffic of the fp16/bf16 rows (like the backward's second pass, gradColumns).
+// The next token's rows are prefetched at the pace of the blocks.
+// Row is called with a source index and returns the start of its row.
+template <class V, DType DT, class Row>
+ATTNOPS_BAR_STREAM_INLINE void weighRows(Row rows, int64_t k, int64_t h, const float* weight, void* dst,
+                                         DType outType, bool direct, bool stream, float* acc, const char* const* next,
+                                         int64_t prefetchRows, int64_t rowBytes) {
+    int64_t e = 0;
+    for (; e + 4 * kW <= h; e += 4 * kW) {
+        prefetchColumns(next, prefetchRows, rowBytes, e, 4 * kW);
+        typename V::F o[4];
+        for (int j = 0; j < 4; ++j) o[j] = V::zero();
+        for (int64_t i = 0; i < k; ++i) {
+            const typename V::F w = V::set1(weight[i]);
+            for (int j = 0; j < 4; ++j) {
+                const typename V::F x = DT == DType::F32 ? V::load(static_cast<const float*>(rows(i)) + e + j * kW)
+                                                         : loadFull<V>(rows(i), e + j * kW, DT);
+                o[j] = V::fmadd(w, x, o[j]);
+            }
+        }
+        for (int j = 0; j < 4; ++j) {
+            if (direct)
+                storeFull<V>(dst, e + j * kW, outType, o[j], stream);
+            else
+                V::store(acc + e + j * kW, o[j]);
+        }
+    }
+    for (; e < h; e += kW) {
+        typename V::F o = V::zero();
+        for (int64_t i = 0; i < k; ++i) {
+            const typename V::F x = DT == DType::F32 ? V::load(static_cast<const float*>(rows(i)) + e)
+                                                     : load16<V>(rows(i), e, DT, h - e);
+            o = V::fmadd(V::set1(weight[i]), x, o);
+        }
+        if (direct)
+            store16<V>(dst, e, outType, o, h - e, stream);
+        else
+            V::store(acc + e, o);
+    }
+}
+
 // The forward. Each source's scores come from one read of its row (fp32 statistics for fp16/bf16
 // rows, fp64 for fp32 rows: see loadWithStats) and an fp64 softmax.
 // When the token's rows fit in the tile, the probabilities are known before any row is weighted:
@@ -373,7 +421,17 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
     const double invH = h > 0 ? 1.0 / double(h) : 0.0;
     const bool stream = outputBytes(p.hidden, uint64_t(s.tokens) * uint64_t(h)) > kStreamOutputBytes;
     const char* next[kMaxPrefetchRows];
+    // reread: fp16/bf16 sources whose rows all fit in the tile are read again in the weighting
+    // pass instead of kept as fp32 copies (weighRows), when every row of the token is contiguous.
+    const DType dtype = s.partial.dtype;
+    const bool rereadable = sc.cached && dtype != DType::F32 && s.blockRes.dtype == dtype && k <= kMaxPrefetchRows;
+    const void* rows[kMaxPrefetchRows];
     for (int64_t t = t0; t < t1; ++t) {
+        bool reread = rereadable;
+        for (int64_t i = 0; reread && i < k; ++i) {
+            rows[i] = contiguousRow(i < s.blocks ? s.blockRes : s.partial, t, i < s.blocks ? i : 0);
+            reread = rows[i] != nullptr;
+        }
         // The softmax in fp64 (see loadWithStats); the accumulation of the rows in fp32.
         double m = -std::numeric_limits<double>::infinity(), l = 0.0;
         if (!sc.cached)
@@ -381,7 +439,17 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
         for (int64_t i = 0; i < k; ++i) {
             double ss = 0.0, c = 0.0;
             float* x = sc.row(i);
-            loadWithStats<V>(s, t, i, u, x, ss, c);
+            if (!reread) {
+                loadWithStats<V>(s, t, i, u, x, ss, c);
+            } else {  // the fp32 dots of loadWithStats' fp16/bf16 path, no fp32 copy stored
+                float ssF = 0.0f, cF = 0.0f;
+                if (dtype == DType::BF16)
+                    rowDots<V, DType::BF16, true, false>(rows[i], h, nullptr, u, nullptr, ssF, cF);
+                else
+                    rowDots<V, DType::F16, true, false>(rows[i], h, nullptr, u, nullptr, ssF, cF);
+                ss = ssF;
+                c = cF;
+            }
             const double r = 1.0 / std::sqrt(ss * invH + double(p.eps));
             inv[i] = float(r);
             score[i] = r * c;
@@ -403,31 +471,17 @@ ATTNOPS_BAR_STREAM_TARGET void forwardTokens(const ForwardParams& p, const float
             const bool direct = storesDirect(p.hidden, t, 0, stream);
             int64_t rowBytes = 0;
             const int64_t prefetchRows = nextRows(s, t, t1, next, rowBytes);
-            int64_t e = 0;
-            for (; e + 4 * kW <= h; e += 4 * kW) {
-                prefetchColumns(next, prefetchRows, rowBytes, e, 4 * kW);
-                typename V::F o[4];
-                for (int j = 0; j < 4; ++j) o[j] = V::zero();
-                for (int64_t i = 0; i < k; ++i) {
-                    const typename V::F w = V::set1(weight[i]);
-                    const float* x = sc.row(i) + e;
-                    for (int j = 0; j < 4; ++j) o[j] = V::fmadd(w, V::load(x + j * kW), o[j]);
-                }
-                for (int j = 0; j < 4; ++j) {
-                    if (direct)
-                        storeFull<V>(dst, e + j * kW, p.hidden.dtype, o[j], stream);
-                    else
-                        V::store(acc + e + j * kW, o[j]);
-                }
-            }
-            for (; e < h; e += kW) {
-                typename V::F o = V::zero();
-                for (int64_t i = 0; i < k; ++i) o = V::fmadd(V::set1(weight[i]), V::load(sc.row(i) + e), o);
-                if (direct)
-                    store16<V>(dst, e, p.hidden.dtype, o, h - e, stream);
-                else
-                    V::store(acc + e, o);
-            }
+            const auto cachedRow = [&](int64_t i) -> const void* { return sc.row(i); };
+            const auto srcRow = [&](int64_t i) -> const void* { return rows[i]; };
+            if (!reread)
+                weighRows<V, DType::F32>(cachedRow, k, h, weight, dst, p.hidden.dtype, direct, stream, acc, next,
+                                         prefetchRows, rowBytes);
+            else if (dtype == DType::BF16)
+                weighRows<V, DType::BF16>(srcRow, k, h, weight, dst, p.hidden.dtype, direct, stream, acc, next,
+                                          prefetchRows, rowBytes);
+            else
+                weighRows<V, DType::F16>(srcRow, k, h, weight, dst, p.hidden.dtype, direct, stream, acc, next,
+                                         prefetchRows, rowBytes);
             if (!direct) storeRow<V>(p.hidden, t, 0, h, acc, stream);
         } else {
             const typename V::F invL = V::set1(float(1.0 / l));

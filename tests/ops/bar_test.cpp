@@ -364,6 +364,9 @@ TEST(BarStrided, ViewsGiveTheContiguousBits) {
         expectStridedMatchesContiguous(d, 37, 5, 33, false);
         expectStridedMatchesContiguous(d, 9, 2, 300, false);
         expectStridedMatchesContiguous(d, 21, 4, 40, true);
+        // Several 64-column blocks and a 40-column tail: on fp16/bf16 the contiguous run's forward
+        // reads its rows again in the weighting pass, the strided run weighs fp32 copies.
+        expectStridedMatchesContiguous(d, 5, 3, 1000, false);
     }
 }
 
