@@ -40,9 +40,11 @@ FiaProblem decodeCase(const std::string& form, int64_t dim, std::pair<int64_t, i
     p.cache = paged ? form : "none";
     p.blockSize = 32;
     p.qSeqLen = 1;
-    p.kvLens = {1, 2, 3, 64, 65, 66, 130};
+    // Lengths around the key blocks of the kernels (64 keys in tiled-generic, 128 in the vector
+    // kernels' kKeyRows) and their kDotKeys steps of 3.
+    p.kvLens = {1, 2, 3, 64, 65, 66, 127, 128, 129, 257};
     p.batch = int64_t(p.kvLens.size());
-    p.kvSeqLen = 130;
+    p.kvSeqLen = 257;
     p.heads = group.first;
     p.kvHeads = group.second;
     p.dim = dim;
