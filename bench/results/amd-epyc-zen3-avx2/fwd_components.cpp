@@ -104,7 +104,7 @@ ATTNOPS_SIMD_INLINE void softmaxUpdateGroup(const fa::ForwardParams& p, int64_t 
     }
     if (!fast) {
         for (int g = 0; g < G; ++g)
-            fa::simd_forward::softmaxUpdate<V>(p, r0 + g * L, rows, nk, ld, st, m, l, acc,
+            fa::simd_forward::softmaxUpdate<V>(p, r0 + g * L, rows, nk, fa::KeyRange{0, nk}, ld, st, m, l, acc,
                                                V::load(stats.max + r0 + g * L), stats.nan[(r0 + g * L) / L]);
         return;
     }
@@ -137,7 +137,7 @@ ATTNOPS_SIMD_FN __attribute__((noinline)) static void softmaxGrouped(const fa::F
     for (; r0 + G * V::kLanes <= rows; r0 += G * V::kLanes)
         softmaxUpdateGroup<V, G>(p, r0, rows, nk, ld, st, m, l, acc, stats);
     for (; r0 < rows; r0 += V::kLanes)
-        fa::simd_forward::softmaxUpdate<V>(p, r0, rows, nk, ld, st, m, l, acc, V::load(stats.max + r0),
+        fa::simd_forward::softmaxUpdate<V>(p, r0, rows, nk, fa::KeyRange{0, nk}, ld, st, m, l, acc, V::load(stats.max + r0),
                                            stats.nan[r0 / V::kLanes]);
 }
 
@@ -194,7 +194,7 @@ ATTNOPS_SIMD_FN __attribute__((noinline)) static void softmaxKeysInterleaved(con
         const auto mNew = V::select(takeNew, mOld, blockMax);
         if (V::any(nan) ||
             V::any(V::maskOr(V::isNan(mNew), V::greater(mNew, V::set1(fa::simd_forward::kMaxFinite))))) {
-            fa::simd_forward::softmaxUpdate<V>(p, r0, rows, nk, ld, st, m, l, acc, V::load(stats.max + r0), nan);
+            fa::simd_forward::softmaxUpdate<V>(p, r0, rows, nk, fa::KeyRange{0, nk}, ld, st, m, l, acc, V::load(stats.max + r0), nan);
             continue;
         }
         const auto started = V::notEqual(mOld, V::set1(fa::simd_forward::kNegInf));

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Byte-for-byte comparison of two attnops CLIs' forward outputs (every .npy that --save writes: inputs, attentionOut,
 # softmaxMax/softmaxSum, FIA's softmaxLse) on FlashAttentionScore and FusedInferAttentionScore prefill problems, 2 and 1
-# threads. usage: fwd_same_bits.sh OLD_CLI NEW_CLI. Prints "compared N files, M differ".
+# threads (THREADS="3 2 1" for others). usage: fwd_same_bits.sh OLD_CLI NEW_CLI. Prints "compared N files, M differ".
 OLD=$1; NEW=$2; n=0; bad=0; dir=$(mktemp -d /tmp/fwdbits.XXXXXX)
 fa=(
 "--q-seqlen 256 --heads 2 --dim 128"
@@ -26,6 +26,12 @@ fa=(
 "--q-seqlen 300 --heads 2 --dim 128 --mask random"
 "--q-seqlen 300 --heads 2 --dim 128 --sparse-mode 3 --keep-prob 0.9"
 "--q-seqlen 200 --kv-seqlen 701 --heads 2 --dim 96 --sparse-mode 4 --pre-tokens 300 --next-tokens -100"
+"--q-seqlen 480 --kv-seqlen 520 --heads 4 --kv-heads 2 --dim 128"
+"--layout BSH --q-seqlen 257 --kv-seqlen 300 --heads 3 --dim 128"
+"--layout TND --q-seqlens 250,1,0,130,300 --kv-seqlens 261,5,3,129,310 --heads 4 --kv-heads 2 --dim 128"
+"--q-seqlen 360 --heads 2 --dim 120 --sparse-mode 3"
+"--q-seqlen 241 --heads 2 --dim 128 --dtype bf16"
+"--q-seqlen 241 --heads 2 --dim 128 --dtype fp16"
 )
 fia=(
 "--q-seqlen 300 --kv-seqlen 300 --heads 8 --kv-heads 2 --dim 128 --dtype bf16 --sparse-mode 3"
@@ -34,7 +40,7 @@ fia=(
 )
 run() {  # op args...
   local op=$1; shift
-  for th in 2 1; do
+  for th in ${THREADS:-2 1}; do
     for bin in old new; do
       rm -rf "$dir/$bin"; local cli=$OLD; [ $bin = new ] && cli=$NEW
       "$cli" run $op "$@" --threads $th --save "$dir/$bin" > /dev/null 2>&1 || echo "FAILED: $bin $op $* --threads $th"

@@ -436,17 +436,26 @@ ATTNOPS_SIMD_INLINE void loadRowsStrips(const fa::View4& view, int64_t b, int64_
             dst[(c / W) * rows * W + r * W + c % W] = c < cols ? view.load(b, n, row0 + r, c) : 0.0f;
 }
 
-// The same rows row-major with leading dimension cols (unit-stride rows converted a vector at a
-// time), for the A operand of S = K . Q^T.
+// The same rows row-major with leading dimension cols (unit-stride rows converted or copied a
+// vector at a time), for the A operand of S = K . Q^T. fp32 rows are copied by the vector loop
+// too, not by loadRows' memcpy per row: a 128 x 128 fp32 key block read from L3/DRAM took 4.0-4.8
+// instead of 5.5-5.9 us (a libc call per 512-byte row; AMD EPYC Zen 3, one thread, under load,
+// bench/results/amd-epyc-zen3-avx2/fwd_s11_block_parts.cpp). The same values (a copy).
 template <class V>
 ATTNOPS_SIMD_INLINE void loadRowsFast(const fa::View4& view, int64_t b, int64_t n, int64_t row0, int64_t rows,
                                       int64_t cols, float* __restrict dst) {
     constexpr int64_t L = V::kLanes;
     if (rows <= 0 || cols <= 0) return;
-    if (view.stride[3] != 1 || view.dtype == DType::F32 || cols % L != 0)
-        return loadRows<V>(view, b, n, row0, rows, cols, cols, dst);
-    const uint16_t* src = static_cast<const uint16_t*>(view.data) + view.offset(b, n, row0, 0);
+    if (view.stride[3] != 1 || cols % L != 0) return loadRows<V>(view, b, n, row0, rows, cols, cols, dst);
     const int64_t rs = view.stride[2];
+    if (view.dtype == DType::F32) {
+        const float* src = static_cast<const float*>(view.data) + view.offset(b, n, row0, 0);
+        for (int64_t r = 0; r < rows; ++r)
+#pragma GCC unroll 4
+            for (int64_t c = 0; c < cols; c += L) V::store(dst + r * cols + c, V::load(src + r * rs + c));
+        return;
+    }
+    const uint16_t* src = static_cast<const uint16_t*>(view.data) + view.offset(b, n, row0, 0);
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; c += L)
             V::store(dst + r * cols + c, view.dtype == DType::BF16 ? loadWide<V, uint16_t, false>(src + r * rs + c)
@@ -467,6 +476,18 @@ template <class V, bool TransA, typename Dot = F32Dot<V>>
 ATTNOPS_SIMD_FN static void gemmStrips(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* bs,
                                        float* c, int64_t ldc, bool accumulate) {
     constexpr int64_t W = stripWidth<V>();
+    constexpr int MR = V::kTileRows, NV = V::kTileVectors;
+    if (m % MR == 0 && n % W == 0) {
+        // Whole register tiles only (the forward's 120 rows x Dv = 128): gemm's tiles called
+        // directly, without its per-tile dispatch on the tile's rows and width; the same tiles and
+        // operations. P.V of a 120 x 128 block took about 1% less time (AMD EPYC Zen 3, one
+        // thread, under load, bench/results/amd-epyc-zen3-avx2/fwd_s11_pv_tile.cpp).
+        for (int64_t c0 = 0; c0 < n; c0 += W)
+            for (int64_t m0 = 0; m0 < m; m0 += MR)
+                gemmTile<V, Dot, MR, NV, TransA, false>(k, TransA ? a + m0 : a + m0 * lda, lda, bs + (c0 / W) * k * W,
+                                                        W, c + m0 * ldc + c0, ldc, V::all(), accumulate);
+        return;
+    }
     for (int64_t c0 = 0; c0 < n; c0 += W)
         gemm<V, TransA, Dot>(m, std::min(W, n - c0), k, a, lda, bs + (c0 / W) * k * W, W, c + c0, ldc, accumulate);
 }
