@@ -23,7 +23,7 @@ constexpr int64_t kUnitOverhead = 64;  // cost of a unit that attends nothing (l
 // left 1.1% (GQA 32/8 S=2048 causal) and 2.0% (tnd-32k-causal) of the run to that tail with 16
 // chunks per thread and 0.30% / 0.36% with 64; largest-first leaves 0.07% / 0.002% with 16 chunks
 // per thread (39 and 53 chunks, against 89 and 117 for index order with 64), so the forward is
-// back to the default chunk count (bench/results/amd-epyc-zen3-avx2/fwd-s11-lpt-tail.txt,
+// back to the default chunk count (bench/results/amd-epyc-zen3-avx2/fwd-bwd-s11-lpt-order-under-load.txt,
 // fwd_s11_lpt_tail.cpp; AMD EPYC Zen 3).
 
 template <typename T>
