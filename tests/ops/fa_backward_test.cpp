@@ -1351,7 +1351,7 @@ TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
             const bool bf16Only = std::string(impl) == "avx512-bf16" || std::string(impl) == "amx";
             if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && bf16Only && p.dtype != BF16) continue;
             std::vector<FaGrads> runs;
-            for (int32_t threads : {1, 2, 3, 1, 2, 3}) {
+            for (int32_t threads : {1, 2, 3, 1, 2, 3, 4, 7}) {
                 ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
                 runs.push_back(attnops::tools::makeGrads(inst));
                 runGrad(inst, runs.back());

@@ -16,14 +16,15 @@ namespace attnops::fa {
 namespace {
 
 constexpr int64_t kUnitOverhead = 64;  // cost of a unit that attends nothing (loads, stores)
-// The forward's chunks are finer: its units are claimed in index order, and causal and packed
-// problems put units of very different cost last (a head's last query blocks cost about twice the
-// mean), so the threads' idle tail is about half a chunk. With the plan's cost model at 2 threads,
-// 16 chunks per thread left 1.1% (GQA 32/8 S=2048 causal) and 2.7% (tnd-32k-causal) of the run
-// to that tail, 64 leave 0.3% and 0.5% (bench/results/amd-epyc-zen3-avx2/
-// fwd-s10-causal-tnd-under-load.txt, AMD EPYC Zen 3); the price is one more claim of the pool's
-// lock per chunk (not measured separately: whole-forward CPU time did not move under load).
-constexpr int64_t kForwardChunksPerThread = 64;
+// The forward's, and the backward's, units are claimed largest first (partitionUnits'
+// UnitOrder::LargestFirst, guided chunks): in index order causal and packed problems put units
+// of very different cost last (a head's last query blocks cost about twice the mean), and the
+// threads' idle tail was about half a chunk. By the plan's cost model at 2 threads, index order
+// left 1.1% (GQA 32/8 S=2048 causal) and 2.0% (tnd-32k-causal) of the run to that tail with 16
+// chunks per thread and 0.30% / 0.36% with 64; largest-first leaves 0.07% / 0.002% with 16 chunks
+// per thread (39 and 53 chunks, against 89 and 117 for index order with 64), so the forward is
+// back to the default chunk count (bench/results/amd-epyc-zen3-avx2/fwd-bwd-s11-lpt-order-under-load.txt,
+// fwd_s11_lpt_tail.cpp; AMD EPYC Zen 3).
 
 template <typename T>
 void append(std::string& key, const T& value) {
@@ -55,29 +56,59 @@ double queryBlockCost(const ForwardParams& p, int64_t b, int64_t q0, int64_t q1)
 }  // namespace
 
 UnitSpace partitionUnits(int64_t sequences, int32_t threads, const std::function<int64_t(int64_t)>& unitsOf,
-                         const std::function<double(int64_t, int64_t)>& costOf, int64_t chunksPerThread) {
+                         const std::function<double(int64_t, int64_t)>& costOf, int64_t chunksPerThread,
+                         UnitOrder unitOrder) {
     UnitSpace space;
     space.base.resize(size_t(sequences) + 1);
     int64_t units = 0;
     double total = 0;
+    std::vector<double> costs;  // per unit, LargestFirst only
     for (int64_t b = 0; b < sequences; ++b) {
         space.base[size_t(b)] = units;
         const int64_t n = unitsOf(b);
         units += n;
-        for (int64_t u = 0; u < n; ++u) total += costOf(b, u);
+        for (int64_t u = 0; u < n; ++u) {
+            const double cost = costOf(b, u);
+            total += cost;
+            if (unitOrder == UnitOrder::LargestFirst) costs.push_back(cost);
+        }
     }
     space.base[size_t(sequences)] = units;
     const double target = std::max(1.0, total / double(std::max(1, threads) * chunksPerThread));
     space.chunkStart.push_back(0);
     double running = 0;
-    for (int64_t b = 0; b < sequences; ++b)
-        for (int64_t u = 0, n = space.base[size_t(b) + 1] - space.base[size_t(b)]; u < n; ++u) {
-            running += costOf(b, u);
-            if (running >= target) {
-                space.chunkStart.push_back(space.base[size_t(b)] + u + 1);
+    if (unitOrder == UnitOrder::LargestFirst) {
+        space.order.resize(size_t(units));
+        for (int64_t u = 0; u < units; ++u) space.order[size_t(u)] = u;
+        // Stable: equal costs keep ascending index, so the order is a function of the problem.
+        std::stable_sort(space.order.begin(), space.order.end(),
+                         [&](int64_t a, int64_t b) { return costs[size_t(a)] > costs[size_t(b)]; });
+        // Guided cut: a chunk aims at min(target, remaining / (2 * threads)), so that the chunks
+        // shrink towards the end of the loop and the last ones hold single cheap units: the idle
+        // tail is bounded by the last chunks, not by a fixed chunk cost (cutting the sorted units
+        // into equal chunks leaves a full chunk at the end and gains little).
+        const double perClaim = 2.0 * double(std::max(1, threads));
+        double remaining = total;
+        double aim = std::max(1.0, std::min(target, remaining / perClaim));
+        for (int64_t i = 0; i < units; ++i) {
+            running += costs[size_t(space.order[size_t(i)])];
+            if (running >= aim) {
+                space.chunkStart.push_back(i + 1);
+                remaining -= running;
                 running = 0;
+                aim = std::max(1.0, std::min(target, remaining / perClaim));
             }
         }
+    } else {
+        for (int64_t b = 0; b < sequences; ++b)
+            for (int64_t u = 0, n = space.base[size_t(b) + 1] - space.base[size_t(b)]; u < n; ++u) {
+                running += costOf(b, u);
+                if (running >= target) {
+                    space.chunkStart.push_back(space.base[size_t(b)] + u + 1);
+                    running = 0;
+                }
+            }
+    }
     if (space.chunkStart.back() != units) space.chunkStart.push_back(units);
     return space;
 }
@@ -167,7 +198,7 @@ ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const Platf
             const WorkUnit w = queryUnitAt(p, tile, b, local);
             return queryBlockCost(p, b, w.q0, w.q1);
         },
-        kForwardChunksPerThread);
+        kChunksPerThread, UnitOrder::LargestFirst);
     return plan;
 }
 
@@ -207,7 +238,8 @@ BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const P
                 for (int64_t q0 = c.q0; q0 < c.q1; q0 += tile.queryRows)
                     cost += queryBlockCost(p, b, q0, std::min(c.q1, q0 + tile.queryRows));
                 return cost + double(kUnitOverhead);
-            });
+            },
+            kChunksPerThread, UnitOrder::LargestFirst);
         // A reduction unit's cost: the partial rows it adds.
         plan.reduceUnits = partitionUnits(
             p.seq.count, plan.threads,
@@ -223,7 +255,8 @@ BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const P
         [&](int64_t b, int64_t local) {
             const WorkUnit w = queryUnitAt(p, tile, b, local);
             return queryBlockCost(p, b, w.q0, w.q1);
-        });
+        },
+        kChunksPerThread, UnitOrder::LargestFirst);
     // A key block's cost: the query rows that may see it, times its width.
     plan.keyUnits = partitionUnits(
         p.seq.count, plan.threads, [&](int64_t b) { return p.n2 * blocksOf(p.seq.kvLen[size_t(b)], tile.keyRows); },
@@ -237,7 +270,8 @@ BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const P
                 if (keys.hi > k.k0 && keys.lo < k.k1) rows += std::min(tile.queryRows, sq - q0);
             }
             return double(p.group) * double(rows * (k.k1 - k.k0) + kUnitOverhead);
-        });
+        },
+        kChunksPerThread, UnitOrder::LargestFirst);
     return plan;
 }
 

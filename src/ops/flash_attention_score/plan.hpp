@@ -2,6 +2,7 @@
 // the kernel, the tile shape, the cost-balanced work partition and the workspace booking.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -14,11 +15,14 @@
 namespace attnops::fa {
 
 // Work units numbered sequence by sequence (sequence b owns [base[b], base[b+1])), cut into
-// chunks of consecutive units of similar cost that threads claim dynamically. Memory is O(B +
-// chunks): units themselves are never stored.
+// chunks of similar cost that threads claim dynamically, in chunk index order. Without `order`
+// a chunk is a run of consecutive units and memory is O(B + chunks); with it (largest-first
+// plans) position i of the claim order is unit order[i], and chunk c is the positions
+// [chunkStart[c], chunkStart[c+1]): memory O(units).
 struct UnitSpace {
     std::vector<int64_t> base;
     std::vector<int64_t> chunkStart;  // chunk c is [chunkStart[c], chunkStart[c+1])
+    std::vector<int64_t> order;       // empty, or a permutation of [0, units)
 
     int64_t chunks() const { return int64_t(chunkStart.size()) - 1; }
 
@@ -26,6 +30,14 @@ struct UnitSpace {
     template <typename Visit>
     void forEachInChunk(int64_t c, Visit&& visit) const {
         const int64_t u0 = chunkStart[size_t(c)], u1 = chunkStart[size_t(c) + 1];
+        if (!order.empty()) {
+            for (int64_t i = u0; i < u1; ++i) {
+                const int64_t u = order[size_t(i)];
+                const size_t b = size_t(std::upper_bound(base.begin(), base.end(), u) - base.begin()) - 1;
+                visit(int64_t(b), u - base[b]);
+            }
+            return;
+        }
         int64_t b = int64_t(std::upper_bound(base.begin(), base.end(), u0) - base.begin()) - 1;
         for (int64_t u = u0; u < u1; ++u) {
             while (base[size_t(b) + 1] <= u) ++b;
@@ -34,14 +46,23 @@ struct UnitSpace {
     }
 };
 
+// Claim order of partitionUnits' units.
+enum class UnitOrder {
+    Index,         // units in index order (sequence, then the unit's own order)
+    LargestFirst,  // descending cost, ties by ascending index: a pure function of the problem
+};
+
 // Chunks per thread that partitionUnits aims at: enough slack for dynamic balancing.
 constexpr int64_t kChunksPerThread = 16;
 
 // unitsOf(b): units of sequence b; costOf(b, local): relative cost of one unit; chunks of about
-// total / (threads * chunksPerThread) cost.
+// total / (threads * chunksPerThread) cost, cut over the units in `unitOrder`. LargestFirst
+// (longest processing time first) leaves the cheapest units for the end of the loop, so that the
+// threads finish close together; the order changes no bits where every unit writes only its own
+// outputs (the FA forward and backward: nothing accumulates across units).
 UnitSpace partitionUnits(int64_t sequences, int32_t threads, const std::function<int64_t(int64_t)>& unitsOf,
                          const std::function<double(int64_t, int64_t)>& costOf,
-                         int64_t chunksPerThread = kChunksPerThread);
+                         int64_t chunksPerThread = kChunksPerThread, UnitOrder unitOrder = UnitOrder::Index);
 
 struct ForwardPlan : PlanBase {
     const ForwardKernel* kernel = nullptr;
