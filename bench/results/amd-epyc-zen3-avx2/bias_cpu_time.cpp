@@ -13,14 +13,9 @@
 #include "attnops/attnops.h"
 #include "problem.hpp"
 #include "problem_fia.hpp"
+#include "measure.hpp"
 
 using namespace attnops::tools;
-
-static double cpuNow() {
-    timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
 
 int main(int argc, char** argv) {
     const std::string w = argc > 1 ? argv[1] : "mask";

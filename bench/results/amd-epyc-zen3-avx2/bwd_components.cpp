@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <random>
 #include <vector>
+#include "measure.hpp"
 
 using namespace attnops;
 using V = cpu::Avx2;
@@ -36,23 +37,6 @@ static double now() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-__attribute__((target("avx2,fma"), noinline)) static float peak(long n) {
-    __m256 a[12];
-    for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(float(i));
-    const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
-    for (long k = 0; k < n; ++k) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
-        __asm__ volatile("" ::"x"(a[0]), "x"(a[1]), "x"(a[2]), "x"(a[3]), "x"(a[4]), "x"(a[5]), "x"(a[6]), "x"(a[7]),
-                         "x"(a[8]), "x"(a[9]), "x"(a[10]), "x"(a[11]));
-    }
-    float s = 0, t[8];
-    for (int i = 0; i < 12; ++i) {
-        _mm256_storeu_ps(t, a[i]);
-        s += t[0];
-    }
-    return s;
-}
 
 constexpr int64_t kRows = 120, kKeys = 128, kD = 128, kBlocks = 16;
 constexpr int kGemms = 6;

@@ -9,16 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "measure.hpp"
+
 static double now(){return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();}
-__attribute__((target("avx2,fma"),noinline)) float peak(long n){
-  __m256 a[12]; for(int i=0;i<12;++i)a[i]=_mm256_set1_ps(float(i));
-  const __m256 b=_mm256_set1_ps(0.999f),c=_mm256_set1_ps(1e-3f);
-  for(long k=0;k<n;++k){
-#pragma GCC unroll 12
-    for(int i=0;i<12;++i)a[i]=_mm256_fmadd_ps(a[i],b,c);
-    __asm__ volatile(""::"x"(a[0]),"x"(a[1]),"x"(a[2]),"x"(a[3]),"x"(a[4]),"x"(a[5]),"x"(a[6]),"x"(a[7]),"x"(a[8]),"x"(a[9]),"x"(a[10]),"x"(a[11]));
-  }
-  float s=0; float t[8]; for(int i=0;i<12;++i){_mm256_storeu_ps(t,a[i]); s+=t[0];} return s;}
 int main(int argc,char**argv){
   const int64_t S=argc>1?atoi(argv[1]):512, N=1, D=128; int trials=argc>2?atoi(argv[2]):200; int causal=argc>3?atoi(argv[3]):0;
   std::vector<float> q(N*S*D),k(N*S*D),v(N*S*D),o(N*S*D),mx(N*S*8),sm(N*S*8);

@@ -16,23 +16,8 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "measure.hpp"
 
-static double cpu() { timespec t; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-static double wall() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-__attribute__((target("avx2,fma"), noinline)) float peak(long n) {
-    __m256 a[12];
-    for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(float(i));
-    const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(1e-3f);
-    for (long k = 0; k < n; ++k) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
-        __asm__ volatile("" ::"x"(a[0]), "x"(a[1]), "x"(a[2]), "x"(a[3]), "x"(a[4]), "x"(a[5]), "x"(a[6]), "x"(a[7]),
-                         "x"(a[8]), "x"(a[9]), "x"(a[10]), "x"(a[11]));
-    }
-    float s = 0, t[8];
-    for (int i = 0; i < 12; ++i) { _mm256_storeu_ps(t, a[i]); s += t[0]; }
-    return s;
-}
 struct Rng {  // tools::Rng
     uint64_t s;
     explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x1234567ull) {}
@@ -89,8 +74,8 @@ int main(int argc, char** argv) {
     flashAttentionScore(a, nullptr, &ws);
     double bp = 1e9, bc = 1e9, bw = 1e9;
     for (int t = 0; t < trials; ++t) {
-        double c0 = cpu(); peak(100000); double c1 = cpu(); bp = std::min(bp, c1 - c0);
-        const double w0 = wall(); c0 = cpu(); flashAttentionScore(a, nullptr, &ws); c1 = cpu(); const double w1 = wall();
+        double c0 = cpuNow(); peak(100000); double c1 = cpuNow(); bp = std::min(bp, c1 - c0);
+        const double w0 = wallNow(); c0 = cpuNow(); flashAttentionScore(a, nullptr, &ws); c1 = cpuNow(); const double w1 = wallNow();
         bc = std::min(bc, c1 - c0); bw = std::min(bw, w1 - w0);
     }
     const double pk = 100000.0 * 12 * 16 / bp / 1e9, fl = 4.0 * pairs * D * N1;
