@@ -15,6 +15,13 @@
 // those take the row steps shared with the tiled kernel, which skip masked keys exactly as the
 // reference does.
 //
+// A work unit holds the query heads of one kv head (a GQA group). They run in passes of
+// TileShape::headsPerPass heads over the key blocks: each key and value block is copied or
+// converted (K rows, V column strips, or bf16 pairs) once per pass and serves every head of it,
+// instead of once per head. Each head keeps its own query block and running state (HeadState),
+// and its blocks go through the same steps in the same order as with one head per pass, so the
+// bytes do not depend on the number of heads per pass.
+//
 // The unit loop (runUnitWith) is the one of FlashAttentionScore's forward and of
 // FusedInferAttentionScore's prefill route (cpu/simd/fia_prefill.hpp); the steps where the two
 // operators differ (the probabilities' rounding before P.V, the row updates of the row steps, the
@@ -41,29 +48,44 @@ using simd::alignUp;
 using simd::blockFullyKept;
 using tile::kNegInf;
 
+// One query head's state in a work unit: its query block and its running softmax and output.
+struct HeadState {
+    float* qt;     // [d][queryRows]   the query block transposed
+    float* acc;    // [queryRows][dv]
+    float* m;      // [queryRows] running max
+    float* l;      // [queryRows] running sum
+    uint32_t* qp;  // [dPairs][queryRows]  bf16 pairs: the query block, column pairs, transposed
+
+    static int64_t floats(const ForwardParams& p, TileShape t) {
+        const int64_t qr = t.queryRows, dPairs = (p.d + 1) / 2;
+        return alignUp(p.d * qr) + alignUp(qr * p.dv) + 2 * alignUp(qr) + alignUp(dPairs * qr);
+    }
+};
+
 struct Scratch {
-    float* qt;      // [d][queryRows]   the query block transposed
     float* k;       // [keyRows][d]
     float* v;       // [keyRows][dv]
     float* st;      // [keyRows][queryRows] scores, then probabilities
-    float* acc;     // [queryRows][dv]
-    float* m;       // [queryRows] running max
-    float* l;       // [queryRows] running sum
     float* s;       // [max(keyRows, d, dv)] one row of scores (row steps), one loaded row (transposes), an output row
     uint8_t* kept;  // [keyRows]
     uint8_t* keep;  // [keyRows]
     // bf16 pairs (entries with Pairs), dPairs = ceil(d / 2), keyPairs = keyRows / 2:
-    uint32_t* qp;  // [dPairs][queryRows]  the query block, column pairs, transposed
     uint32_t* kp;  // [keyRows][dPairs]    the key block, column pairs
     uint32_t* vp;  // [keyPairs][dv]       the value block, row pairs
     uint32_t* pp;  // [keyPairs][queryRows] probabilities, row pairs of st
     float* vs;     // [keyRows][dv] the value block in column strips (simd::loadRowsStrips)
+    float* heads;  // t.headsPerPass HeadStates of HeadState::floats each
+    int64_t headFloats;
 
-    static int64_t floats(const ForwardParams& p, TileShape t) {
+    // The key and value blocks and their products, shared by the heads of a pass.
+    static int64_t sharedFloats(const ForwardParams& p, TileShape t) {
         const int64_t qr = t.queryRows, kr = t.keyRows, dPairs = (p.d + 1) / 2;
-        return alignUp(p.d * qr) + alignUp(kr * p.d) + alignUp(kr * p.dv) + alignUp(kr * qr) + alignUp(qr * p.dv) +
-               2 * alignUp(qr) + alignUp(std::max({kr, p.d, p.dv})) + 2 * alignUp(kr) + alignUp(dPairs * qr) +
-               alignUp(kr * dPairs) + alignUp(kr / 2 * p.dv) + alignUp(kr / 2 * qr) + alignUp(kr * stripCols(p.dv));
+        return alignUp(kr * p.d) + alignUp(kr * p.dv) + alignUp(kr * qr) + alignUp(std::max({kr, p.d, p.dv})) +
+               2 * alignUp(kr) + alignUp(kr * dPairs) + alignUp(kr / 2 * p.dv) + alignUp(kr / 2 * qr) +
+               alignUp(kr * stripCols(p.dv));
+    }
+    static int64_t floats(const ForwardParams& p, TileShape t) {
+        return sharedFloats(p, t) + std::max<int64_t>(1, t.headsPerPass) * HeadState::floats(p, t);
     }
 
     // dv rounded up to whole column strips of any ISA (64 columns: a multiple of every
@@ -73,7 +95,7 @@ struct Scratch {
         return (dv + kWidest - 1) / kWidest * kWidest;
     }
 
-    Scratch(const ForwardParams& p, TileShape t, void* base) {
+    Scratch(const ForwardParams& p, TileShape t, void* base) : headFloats(HeadState::floats(p, t)) {
         const int64_t qr = t.queryRows, kr = t.keyRows;
         float* f = static_cast<float*>(base);
         auto take = [&](int64_t n) {
@@ -81,24 +103,52 @@ struct Scratch {
             f += alignUp(n);
             return r;
         };
-        qt = take(p.d * qr);
         k = take(kr * p.d);
         v = take(kr * p.dv);
         st = take(kr * qr);
-        acc = take(qr * p.dv);
-        m = take(qr);
-        l = take(qr);
         s = take(std::max({kr, p.d, p.dv}));
         kept = reinterpret_cast<uint8_t*>(take(kr));
         keep = reinterpret_cast<uint8_t*>(take(kr));
         const int64_t dPairs = (p.d + 1) / 2;
-        qp = reinterpret_cast<uint32_t*>(take(dPairs * qr));
         kp = reinterpret_cast<uint32_t*>(take(kr * dPairs));
         vp = reinterpret_cast<uint32_t*>(take(kr / 2 * p.dv));
         pp = reinterpret_cast<uint32_t*>(take(kr / 2 * qr));
         vs = take(kr * stripCols(p.dv));
+        heads = f;
+    }
+
+    HeadState head(const ForwardParams& p, TileShape t, int64_t h) const {
+        float* f = heads + h * headFloats;
+        const int64_t qr = t.queryRows;
+        HeadState hs;  // the layout of HeadState::floats
+        hs.qt = f;
+        f += alignUp(p.d * qr);
+        hs.acc = f;
+        f += alignUp(qr * p.dv);
+        hs.m = f;
+        f += alignUp(qr);
+        hs.l = f;
+        f += alignUp(qr);
+        hs.qp = reinterpret_cast<uint32_t*>(f);
+        return hs;
     }
 };
+
+// Query heads of a GQA group per pass over the key blocks (TileShape::headsPerPass): every packed
+// key and value block (the K copy and the V strips, or bf16 pairs) then serves that many heads
+// instead of one. As many as the per-core L2 holds beside the blocks a pass shares (the fp32
+// path's key rows, value strips and scores; the bf16 pairs' are smaller), at least 1; p.headsPerPass
+// (ATTNOPS_FA_HEADS_PER_PASS) overrides.
+inline int64_t headsPerPass(const ForwardParams& p, TileShape t, uint64_t l2Bytes) {
+    const int64_t group = std::max<int64_t>(1, p.group);
+    if (p.headsPerPass > 0) return std::min(p.headsPerPass, group);
+    const uint64_t l2 = l2Bytes != 0 ? l2Bytes : uint64_t(1) << 20;
+    const int64_t qr = t.queryRows, kr = t.keyRows;
+    const uint64_t shared = uint64_t(kr * (p.d + Scratch::stripCols(p.dv) + qr)) * sizeof(float);
+    const uint64_t perHead = uint64_t(p.d * qr + qr * p.dv + 2 * qr) * sizeof(float);
+    if (l2 < shared + 2 * perHead) return 1;
+    return std::clamp<int64_t>(int64_t((l2 - shared) / perHead), 1, group);
+}
 
 // V::kQueryRows query rows (a whole number of softmax vectors); keys by the per-core L2.
 template <class V>
@@ -106,6 +156,7 @@ TileShape chooseTile(const ForwardParams& p, const PlatformInfo& info) {
     TileShape t;
     t.queryRows = V::kQueryRows;
     t.keyRows = simd::keyBlockRows(p.d, p.dv, info.l2Bytes);
+    t.headsPerPass = headsPerPass(p, t, info.l2Bytes);
     return t;
 }
 
@@ -464,18 +515,24 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
     const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
     const SoftmaxBand<V> softmaxBand{band, rule, skv};
-    for (int64_t g = 0; g < p.group; ++g) {
-        const int64_t n1 = u.n2 * p.group + g;
-        if constexpr (kPairs)
-            Pairs::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, sc.qp);
-        else
-            simd::loadRowsTransposed<V>(p.q, u.b, n1, qRow0, rows, d, qr, sc.s, sc.qt);
-        std::fill(sc.m, sc.m + qr, kNegInf);
-        std::fill(sc.l, sc.l + qr, 0.0f);
-        std::fill(sc.acc, sc.acc + rows * dv, 0.0f);
+    const int64_t perPass = std::clamp<int64_t>(t.headsPerPass, 1, p.group);
+    for (int64_t g0 = 0; g0 < p.group; g0 += perPass) {
+        const int64_t heads = std::min(perPass, p.group - g0);
+        for (int64_t h = 0; h < heads; ++h) {
+            const HeadState hs = sc.head(p, t, h);
+            const int64_t n1 = u.n2 * p.group + g0 + h;
+            if constexpr (kPairs)
+                Pairs::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, hs.qp);
+            else
+                simd::loadRowsTransposed<V>(p.q, u.b, n1, qRow0, rows, d, qr, sc.s, hs.qt);
+            std::fill(hs.m, hs.m + qr, kNegInf);
+            std::fill(hs.l, hs.l + qr, 0.0f);
+            std::fill(hs.acc, hs.acc + rows * dv, 0.0f);
+        }
         for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
             const int64_t nk = std::min(t.keyRows, keys.hi - k0);
             const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+            // The key and value blocks are packed once for the heads of the pass.
             // Key rows are copied (fp32) or converted into the scratch even where they are stored
             // as fp32 rows: the score GEMM reads each block once per 24-column strip, and on its
             // first strip it ran at 74-80% of the FMA peak with the keys streamed from L3 where
@@ -485,7 +542,7 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
             const float* kRows = sc.k;
             if constexpr (kPairs) {
                 Pairs::packColumnPairs(kView, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
-                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, sc.qp, qr, sc.st, qr, false);
+                Pairs::packRowPairs(vView, u.b, u.n2, kvRow0, nk, dv, sc.vp);
             } else {
                 simd::loadRowsFast<V>(kView, u.b, u.n2, kvRow0, nk, d, sc.k);
                 simd::loadRowsStrips<V>(vView, u.b, u.n2, kvRow0, nk, dv, sc.vs);
@@ -493,56 +550,70 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
             // Partly masked blocks go through the GEMM too when the band is vectorisable and the
             // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
             const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
-            bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
-            bool scaled = false;  // St scaled and its column statistics in `stats` already
-            if constexpr (!kPairs) {
-                scaled = vectorSoftmax && full && wholeScoreTiles;
-                if (scaled) {  // St = scale * K . Q^T, with the softmax's first pass
-                    std::fill(colMax, colMax + rows, kNegInf);
-                    std::fill(colNan, colNan + rows / V::kLanes, V::none());
-                    simd::gemmScoresScaledMax<V>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr, p.scale, stats);
-                } else {
-                    banded = !full && vectorSoftmax && bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv) &&
-                             bandScores<V>(rule, skv, u.q0, k0, nk, rows, d, kRows, sc.qt, qr, sc.st);
-                    if (!banded) simd::gemmScores<V, false>(nk, rows, d, kRows, d, sc.qt, qr, sc.st, qr);  // St = K . Q^T
+            bool rowValues = false;  // sc.v holds the block's values as fp32 rows (the row steps)
+            for (int64_t h = 0; h < heads; ++h) {
+                const HeadState hs = sc.head(p, t, h);
+                const int64_t n1 = u.n2 * p.group + g0 + h;
+                if constexpr (kPairs)
+                    simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, hs.qp, qr, sc.st, qr,
+                                                              false);
+                bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
+                bool scaled = false;  // St scaled and its column statistics in `stats` already
+                if constexpr (!kPairs) {
+                    scaled = vectorSoftmax && full && wholeScoreTiles;
+                    if (scaled) {  // St = scale * K . Q^T, with the softmax's first pass
+                        std::fill(colMax, colMax + rows, kNegInf);
+                        std::fill(colNan, colNan + rows / V::kLanes, V::none());
+                        simd::gemmScoresScaledMax<V>(nk, rows, d, kRows, d, hs.qt, qr, sc.st, qr, p.scale, stats);
+                    } else {
+                        banded = !full && vectorSoftmax && bandVector &&
+                                 valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv) &&
+                                 bandScores<V>(rule, skv, u.q0, k0, nk, rows, d, kRows, hs.qt, qr, sc.st);
+                        if (!banded)
+                            simd::gemmScores<V, false>(nk, rows, d, kRows, d, hs.qt, qr, sc.st, qr);  // St = K . Q^T
+                    }
                 }
-            }
-            if constexpr (kPairs) Pairs::packRowPairs(vView, u.b, u.n2, kvRow0, nk, dv, sc.vp);
-            const bool biasBlock =
-                biasVector && ((full && !p.mask.explicitMask) || valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv));
-            if (scaled || banded || biasBlock ||
-                (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
-                if (scaled)
-                    softmaxBlockScaled<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, stats);
-                else if (biasBlock)  // scale, pse, mask, softmax, dropout (cpu/simd/fa_bias_steps.hpp)
-                    simd_bias::softmaxBlock<V>(p, u.b, n1, band, full, u.q0, rows, k0, nk, qr, sc.st, sc.m, sc.l,
-                                               sc.acc);
-                else
-                    softmaxBlock<V>(p, rows, nk, qr, sc.st, sc.m, sc.l, sc.acc, full ? nullptr : &softmaxBand, u.q0,
-                                    k0);
-                steps.roundProbabilities(rows, nk, qr, sc.st);
-                if constexpr (kPairs) {  // acc += P . V
-                    Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
-                    simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, sc.acc, dv,
-                                                             true);
-                } else if (banded) {
-                    bandValues<V>(rule, skv, u.q0, k0, nk, rows, dv, sc.st, qr, sc.vs, sc.acc);
-                } else {
-                    simd::gemmStrips<V, true>(rows, dv, nk, sc.st, qr, sc.vs, sc.acc, dv, true);
+                const bool biasBlock =
+                    biasVector && ((full && !p.mask.explicitMask) || valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv));
+                if (scaled || banded || biasBlock ||
+                    (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
+                    if (scaled)
+                        softmaxBlockScaled<V>(p, rows, nk, qr, sc.st, hs.m, hs.l, hs.acc, stats);
+                    else if (biasBlock)  // scale, pse, mask, softmax, dropout (cpu/simd/fa_bias_steps.hpp)
+                        simd_bias::softmaxBlock<V>(p, u.b, n1, band, full, u.q0, rows, k0, nk, qr, sc.st, hs.m, hs.l,
+                                                   hs.acc);
+                    else
+                        softmaxBlock<V>(p, rows, nk, qr, sc.st, hs.m, hs.l, hs.acc, full ? nullptr : &softmaxBand,
+                                        u.q0, k0);
+                    steps.roundProbabilities(rows, nk, qr, sc.st);
+                    if constexpr (kPairs) {  // acc += P . V
+                        Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
+                        simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, hs.acc,
+                                                                 dv, true);
+                    } else if (banded) {
+                        bandValues<V>(rule, skv, u.q0, k0, nk, rows, dv, sc.st, qr, sc.vs, hs.acc);
+                    } else {
+                        simd::gemmStrips<V, true>(rows, dv, nk, sc.st, qr, sc.vs, hs.acc, dv, true);
+                    }
+                    continue;
                 }
-                continue;
-            }
-            simd::loadRows<V>(vView, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);  // the row steps read fp32 rows
-            for (int64_t r = 0; r < rows; ++r) {
-                const int64_t i = u.q0 + r;
-                for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];
-                const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
-                if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
-                steps.accumulateRow(n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, sc.m[r], sc.l[r],
-                                    sc.acc + r * dv);
+                if (!rowValues)  // the row steps read fp32 rows
+                    simd::loadRows<V>(vView, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
+                rowValues = true;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const int64_t i = u.q0 + r;
+                    for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];
+                    const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
+                    if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
+                    steps.accumulateRow(n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, hs.m[r], hs.l[r],
+                                        hs.acc + r * dv);
+                }
             }
         }
-        for (int64_t r = 0; r < rows; ++r) steps.storeRow(g, r, sc.m[r], sc.l[r], sc.acc + r * dv, sc.s);
+        for (int64_t h = 0; h < heads; ++h) {
+            const HeadState hs = sc.head(p, t, h);
+            for (int64_t r = 0; r < rows; ++r) steps.storeRow(g0 + h, r, hs.m[r], hs.l[r], hs.acc + r * dv, sc.s);
+        }
     }
 }
 

@@ -184,6 +184,7 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     if (a.extras != nullptr) checkExtras(a.extras);
     ForwardParams p;
     p.rowSteps = envFlag("ATTNOPS_FA_ROW_STEPS");
+    p.headsPerPass = envInt("ATTNOPS_FA_HEADS_PER_PASS", 0);
     // 1. Required operands and the layout.
     const attnopsTensor& q = requiredTensor(a.query, "query", device);
     const attnopsTensor& k = requiredTensor(a.key, "key", device);

@@ -13,6 +13,9 @@ namespace attnops::fa {
 struct TileShape {
     int64_t queryRows = 64;  // rows of a work unit (one query block)
     int64_t keyRows = 64;    // keys per inner block
+    // Query heads of a GQA group that share each packed key/value block (the vector forward,
+    // cpu/simd/fa_forward.hpp: headsPerPass); 1 elsewhere.
+    int64_t headsPerPass = 1;
 };
 
 struct WorkUnit {

@@ -136,6 +136,10 @@ struct ForwardParams {
     // ATTNOPS_FA_ROW_STEPS=1 when the call was checked: the vector kernels' blocks with a pse, an
     // explicit mask or dropout take the row steps (tests compare the two paths byte for byte).
     bool rowSteps = false;
+    // ATTNOPS_FA_HEADS_PER_PASS when the call was checked (0: unset): the query heads of a GQA
+    // group that the vector forward runs per pass over the key blocks, instead of as many as the
+    // L2 holds (cpu/simd/fa_forward.hpp: headsPerPass). The same bytes whatever it is.
+    int64_t headsPerPass = 0;
 };
 
 // FlashAttentionScoreGrad: the forward's problem (the statistics views are inputs here and

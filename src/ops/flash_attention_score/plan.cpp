@@ -179,6 +179,7 @@ std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::s
         append(key, p.seq.maxKvLen);
     }
     appendVector(p.mask.prefix);
+    append(key, p.headsPerPass);  // the tile (ATTNOPS_FA_HEADS_PER_PASS)
     return key;
 }
 

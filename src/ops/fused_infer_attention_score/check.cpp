@@ -363,6 +363,7 @@ Params checkForward(const Args& a, int32_t device) {
     Params p;
     fa::ForwardParams& c = p.core;
     c.rowSteps = envFlag("ATTNOPS_FA_ROW_STEPS");  // the prefill route's vector pse/mask steps
+    c.headsPerPass = envInt("ATTNOPS_FA_HEADS_PER_PASS", 0);  // the prefill route's heads per pass
 
     // 1. Required operands; operands and attributes of features not implemented yet.
     const attnopsTensor& q = requireTensorOn(a.query, "query", device);

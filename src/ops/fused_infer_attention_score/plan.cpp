@@ -83,6 +83,7 @@ std::string planKey(const Params& p, int32_t threads, const std::string& forcedK
     append(key, p.tree != nullptr);
     append(key, p.decode);
     append(key, p.probDType);
+    append(key, c.headsPerPass);  // the prefill route's tile (ATTNOPS_FA_HEADS_PER_PASS)
     for (const auto* lens : {&c.seq.qLen, &c.seq.kvLen}) {
         append(key, int64_t(lens->size()));
         key.append(reinterpret_cast<const char*>(lens->data()), lens->size() * sizeof(int64_t));

@@ -1,0 +1,214 @@
+// The vector forward's heads per pass (cpu/simd/fa_forward.hpp: TileShape::headsPerPass): the
+// query heads of a GQA group that share each packed key and value block. The choice from the L2
+// and the ATTNOPS_FA_HEADS_PER_PASS override are checked on headsPerPass itself; through the public
+// API, FlashAttentionScore forwards (fp32, bf16, fp16; causal, band, TND with empty and length-1
+// sequences, pse, explicit masks with fully masked rows, dropout, sinks, NaN inputs that send blocks
+// through the row steps) and FusedInferAttentionScore's prefill route give the same bytes with 1,
+// 2, 3 and all the heads of the group per pass, on every vector forward this CPU runs, and pass
+// the double reference under the tolerance rule.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "bias_steps.hpp"
+#include "cpu/avx2/simd_avx2.hpp"
+#include "cpu/simd/fa_forward.hpp"
+#include "fia_problems.hpp"
+#include "forced_impl.hpp"
+#include "problem.hpp"
+#include "problem_fia.hpp"
+
+using attnops::testsupport::ForcedImpl;
+using attnops::testsupport::canonicalBytes;
+using attnops::testsupport::dropout;
+using attnops::testsupport::maskSomeRowsFully;
+using attnops::testsupport::masked;
+using attnops::tools::FaInstance;
+using attnops::tools::FaProblem;
+using attnops::tools::FiaInstance;
+using attnops::tools::FiaProblem;
+using attnops::tools::fixed;
+using attnops::tools::kNoBand;
+using attnops::tools::tnd;
+using attnops::tools::withMode;
+using attnops::tools::withPse;
+
+namespace {
+
+constexpr attnopsDataType F32 = ATTNOPS_FLOAT32;
+constexpr attnopsDataType F16 = ATTNOPS_FLOAT16;
+constexpr attnopsDataType BF16 = ATTNOPS_BFLOAT16;
+
+namespace fwd = attnops::fa::simd_forward;
+
+// Sets ATTNOPS_FA_HEADS_PER_PASS for a scope (0: unset).
+class HeadsPerPass {
+public:
+    explicit HeadsPerPass(int64_t heads) {
+        if (heads > 0) setenv("ATTNOPS_FA_HEADS_PER_PASS", std::to_string(heads).c_str(), 1);
+    }
+    ~HeadsPerPass() { unsetenv("ATTNOPS_FA_HEADS_PER_PASS"); }
+    HeadsPerPass(const HeadsPerPass&) = delete;
+    HeadsPerPass& operator=(const HeadsPerPass&) = delete;
+};
+
+TEST(FaHeadsPerPass, ChosenFromTheL2AndOverridden) {
+    attnops::fa::ForwardParams p;
+    p.d = p.dv = 128;
+    p.group = 4;
+    attnops::fa::TileShape t;
+    t.queryRows = 120;
+    t.keyRows = 128;
+    // L2 held by a pass: key rows, value strips and scores (128 x (128 + 128 + 120) floats), and
+    // per head its query block, accumulators and statistics (2 x 120 x 128 + 240 floats).
+    const uint64_t shared = 128 * (128 + 128 + 120) * 4, perHead = (2 * 120 * 128 + 240) * 4;
+    EXPECT_EQ(fwd::headsPerPass(p, t, 512 << 10), 2);  // Zen 3: (512 KiB - 188 KiB) / 121 KiB
+    EXPECT_EQ(fwd::headsPerPass(p, t, shared + 3 * perHead), 3);
+    EXPECT_EQ(fwd::headsPerPass(p, t, shared + 3 * perHead - 1), 2);
+    EXPECT_EQ(fwd::headsPerPass(p, t, 2 << 20), 4);  // all of the group
+    EXPECT_EQ(fwd::headsPerPass(p, t, 256 << 10), 1);
+    EXPECT_EQ(fwd::headsPerPass(p, t, shared + perHead), 1);  // room for one head only
+    p.group = 1;
+    EXPECT_EQ(fwd::headsPerPass(p, t, 2 << 20), 1);
+    p.group = 8;
+    p.headsPerPass = 3;
+    EXPECT_EQ(fwd::headsPerPass(p, t, 256 << 10), 3);
+    p.headsPerPass = 20;
+    EXPECT_EQ(fwd::headsPerPass(p, t, 256 << 10), 8);
+    // The scratch holds every head of a pass after the shared blocks.
+    t.headsPerPass = 3;
+    EXPECT_EQ(fwd::Scratch::floats(p, t), fwd::Scratch::sharedFloats(p, t) + 3 * fwd::HeadState::floats(p, t));
+}
+
+// The vector forwards this CPU runs (ATTNOPS_FORCE_IMPL names).
+std::vector<const char*> vectorForwardsHere() {
+    std::vector<const char*> names;
+    for (const char* name : {"avx512-bf16", "avx512", "avx2"}) {
+        ForcedImpl force(name);
+        FaInstance inst(fixed("BNSD", BF16, 1, 8, 8, 2, 1, 32));
+        if (inst.runForward() == ATTNOPS_SUCCESS) names.push_back(name);
+    }
+    return names;
+}
+
+using Edit = void (*)(FaInstance&);
+
+std::vector<uint8_t> outputs(const FaInstance& inst) {
+    std::vector<uint8_t> bytes = canonicalBytes(inst.attentionOut);
+    for (const auto* t : {&inst.softmaxMax, &inst.softmaxSum}) {
+        const std::vector<uint8_t> b = canonicalBytes(*t);
+        bytes.insert(bytes.end(), b.begin(), b.end());
+    }
+    return bytes;
+}
+
+// p's forward with 1, 2, 3 and all heads of the group per pass: the same bytes; the first within
+// the reference's tolerance unless the inputs hold NaN.
+void expectSameBytes(const FaProblem& p, Edit edit = nullptr, bool checkReference = true) {
+    const int64_t group = p.heads / p.kvHeads;
+    for (const char* impl : vectorForwardsHere()) {
+        SCOPED_TRACE(p.describe() + " on " + impl);
+        ForcedImpl force(impl);
+        std::vector<uint8_t> first;
+        for (int64_t heads : {int64_t(1), int64_t(2), int64_t(3), group}) {
+            if (heads > group) continue;
+            HeadsPerPass pass(heads);
+            FaInstance inst(p);
+            if (edit != nullptr) edit(inst);
+            ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            if (heads == 1) {
+                first = outputs(inst);
+                if (checkReference) {
+                    const auto rc = attnops::tools::checkForwardRows(inst, -1);
+                    EXPECT_TRUE(rc.passed) << "err " << rc.maxAbsError << " tol " << rc.tolerance << " "
+                                           << rc.firstFailure;
+                }
+            } else {
+                EXPECT_TRUE(outputs(inst) == first) << heads << " heads per pass";
+            }
+        }
+    }
+}
+
+void nanInQuery(FaInstance& inst) { inst.query.set(inst.query.numel() / 2 + 5, std::numeric_limits<float>::quiet_NaN()); }
+void infInValue(FaInstance& inst) { inst.value.set(inst.value.numel() / 3, std::numeric_limits<float>::infinity()); }
+
+TEST(FaHeadsPerPass, PlainForwardsGiveTheSameBytes) {
+    expectSameBytes(fixed("BNSD", F32, 1, 250, 300, 8, 2, 64));                  // group 4, two key blocks
+    expectSameBytes(withMode(fixed("BNSD", F32, 2, 241, 241, 6, 2, 128), 3));     // group 3, causal
+    expectSameBytes(withMode(fixed("BSND", BF16, 1, 130, 400, 8, 1, 64), 2));     // group 8, bottom-right causal
+    expectSameBytes(withMode(fixed("BSH", F16, 1, 300, 300, 4, 2, 32), 0, 70, 5)); // band
+    expectSameBytes(tnd(F32, {130, 0, 1, 241}, {129, 5, 300, 241}, 6, 2, 64));
+    expectSameBytes(withMode(tnd(BF16, {1, 250, 0, 121}, {1, 260, 3, 300}, 8, 2, 32), 3));
+    FaProblem s = withMode(fixed("BNSD", F32, 1, 200, 333, 4, 1, 64), 3);
+    s.sink = true;
+    expectSameBytes(s);
+    expectSameBytes(fixed("BNSD", F32, 1, 120, 128, 4, 4, 64));  // group 1: one head per pass anyway
+}
+
+TEST(FaHeadsPerPass, BiasAndRowStepsGiveTheSameBytes) {
+    expectSameBytes(withPse(fixed("BNSD", F32, 1, 130, 257, 4, 2, 64), 1, "full"));
+    expectSameBytes(withPse(withMode(fixed("BSND", BF16, 1, 241, 130, 6, 2, 32), 2), 2));
+    expectSameBytes(masked(fixed("BNSD", F32, 2, 130, 140, 4, 1, 32)), maskSomeRowsFully);
+    expectSameBytes(dropout(withMode(fixed("BSH", F16, 1, 241, 241, 4, 2, 32), 3), 0.7, true));
+    expectSameBytes(withMode(fixed("BNSD", F32, 1, 200, 300, 4, 1, 64), 3), infInValue);  // row steps, lazily loaded rows
+    expectSameBytes(fixed("BNSD", F32, 1, 150, 150, 4, 2, 32), nanInQuery, false);
+}
+
+TEST(FaHeadsPerPass, FiaPrefillGivesTheSameBytes) {
+    const char* route = nullptr;
+    for (const char* name : {"avx512-prefill", "avx2-prefill"}) {
+        ForcedImpl force(name);
+        FiaInstance inst(attnops::testing::fiaProblem("BNSD", 1, 130, 20, 1, 1, 16));
+        if (inst.run() == ATTNOPS_SUCCESS) {
+            route = name;
+            break;
+        }
+    }
+    if (route == nullptr) GTEST_SKIP() << "no prefill route runs on this CPU";
+    std::vector<FiaProblem> ps;
+    {
+        FiaProblem p = attnops::testing::withMode(attnops::testing::fiaProblem("BNSD", 2, 300, 300, 8, 2, 128), 3);
+        p.dtype = BF16;
+        ps.push_back(p);
+    }
+    {
+        FiaProblem p = attnops::testing::fiaProblem("BSND", 2, 140, 260, 6, 2, 64);  // left padding, mask, pse
+        p.dtype = F16;
+        p.qLens = {130, 125};
+        p.kvLens = {200, 257};
+        p.queryPadding = 3;
+        p.kvPadding = 2;
+        p.maskKind = "random";
+        p.pse = "batch";
+        ps.push_back(p);
+    }
+    for (const FiaProblem& p : ps) {
+        SCOPED_TRACE(p.describe());
+        std::vector<uint8_t> first;
+        for (int64_t heads : {1, 2, 3, 4}) {
+            HeadsPerPass pass(heads);
+            FiaInstance inst(p);
+            ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            EXPECT_EQ(attnops::tools::lastImplementation(), route);
+            std::vector<uint8_t> bytes = canonicalBytes(inst.attentionOut);
+            const std::vector<uint8_t> lse = canonicalBytes(inst.softmaxLse);
+            bytes.insert(bytes.end(), lse.begin(), lse.end());
+            if (heads == 1) {
+                first = bytes;
+                const attnops::tools::FiaCheck r = attnops::tools::checkFia(inst);
+                EXPECT_TRUE(r.passed) << r.firstFailure << " (error " << r.maxAbsError << ", tolerance " << r.tolerance
+                                      << ")";
+            } else {
+                EXPECT_TRUE(bytes == first) << heads << " heads per pass";
+            }
+        }
+    }
+}
+
+}  // namespace
