@@ -219,15 +219,6 @@ TEST(FaBiasSteps, ThreadCountsGiveTheSameBits) {
 
 // ---------------------------------------------------------------- FusedInferAttentionScore
 
-const char* prefillRouteHere() {
-    for (const char* route : {"avx512-prefill", "avx2-prefill"}) {
-        ForcedImpl force(route);
-        FiaInstance inst(attnops::testing::fiaProblem("BNSD", 1, 130, 20, 1, 1, 16));
-        if (inst.run() == ATTNOPS_SUCCESS) return route;
-    }
-    return nullptr;
-}
-
 FiaInstance runFia(const FiaProblem& p) {
     FiaInstance inst(p);
     EXPECT_EQ(inst.run(), ATTNOPS_SUCCESS) << p.describe() << ": " << attnopsGetLastErrorMessage();
@@ -235,7 +226,7 @@ FiaInstance runFia(const FiaProblem& p) {
 }
 
 TEST(FaBiasSteps, FiaPrefillTakesPseAndMasksWithRowStepBits) {
-    const char* route = prefillRouteHere();
+    const char* route = attnops::testing::prefillRouteHere();
     if (route == nullptr) GTEST_SKIP() << "no prefill route runs on this CPU";
     std::vector<FiaProblem> ps;
     {

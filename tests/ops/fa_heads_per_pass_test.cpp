@@ -161,15 +161,7 @@ TEST(FaHeadsPerPass, BiasAndRowStepsGiveTheSameBytes) {
 }
 
 TEST(FaHeadsPerPass, FiaPrefillGivesTheSameBytes) {
-    const char* route = nullptr;
-    for (const char* name : {"avx512-prefill", "avx2-prefill"}) {
-        ForcedImpl force(name);
-        FiaInstance inst(attnops::testing::fiaProblem("BNSD", 1, 130, 20, 1, 1, 16));
-        if (inst.run() == ATTNOPS_SUCCESS) {
-            route = name;
-            break;
-        }
-    }
+    const char* route = attnops::testing::prefillRouteHere();
     if (route == nullptr) GTEST_SKIP() << "no prefill route runs on this CPU";
     std::vector<FiaProblem> ps;
     {

@@ -32,6 +32,17 @@ inline tools::FiaProblem fiaProblem(const std::string& layout, int64_t batch, in
     return p;
 }
 
+// The FusedInferAttentionScore prefill route this CPU runs (its ATTNOPS_FORCE_IMPL name), or
+// nullptr where none does.
+inline const char* prefillRouteHere() {
+    for (const char* route : {"avx512-prefill", "avx2-prefill"}) {
+        testsupport::ForcedImpl force(route);
+        tools::FiaInstance inst(fiaProblem("BNSD", 1, 130, 20, 1, 1, 16));
+        if (inst.run() == ATTNOPS_SUCCESS) return route;
+    }
+    return nullptr;
+}
+
 // Packed sequences (TND, NTD and their output forms) with their own query and key lengths.
 inline tools::FiaProblem fiaPacked(const std::string& layout, std::vector<int64_t> qLens, std::vector<int64_t> kvLens,
                                    int64_t heads, int64_t kvHeads, int64_t dim) {
