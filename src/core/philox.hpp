@@ -10,9 +10,13 @@ namespace attnops {
 
 using PhiloxBlock = std::array<uint32_t, 4>;
 
+// The round multipliers and the key schedule's Weyl increments (also the vector generators'
+// constants: cpu/avx2/simd_avx2.hpp, Avx2::PhiloxKeep).
+constexpr uint32_t kPhiloxMul0 = 0xD2511F53u, kPhiloxMul1 = 0xCD9E8D57u;
+constexpr uint32_t kPhiloxWeyl0 = 0x9E3779B9u, kPhiloxWeyl1 = 0xBB67AE85u;
+
 inline PhiloxBlock philox4x32_10(PhiloxBlock counter, std::array<uint32_t, 2> key) {
-    constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-    constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+    constexpr uint32_t kMul0 = kPhiloxMul0, kMul1 = kPhiloxMul1, kWeyl0 = kPhiloxWeyl0, kWeyl1 = kPhiloxWeyl1;
     for (int round = 0; round < 10; ++round) {
         uint64_t p0 = uint64_t(kMul0) * counter[0];
         uint64_t p1 = uint64_t(kMul1) * counter[2];
@@ -29,10 +33,11 @@ inline PhiloxBlock philox4x32_10(PhiloxBlock counter, std::array<uint32_t, 2> ke
 class DropoutBits {
 public:
     DropoutBits(uint64_t seed, uint64_t offset, float keepProb)
-        : DropoutBits(seed, offset, keepProb, keepThreshold(keepProb)) {}
+        : DropoutBits(seed, offset, keepThreshold(keepProb), Threshold{}) {}
     // With keepThreshold(keepProb) computed once by the caller (a call costs 33 uniform()s).
-    DropoutBits(uint64_t seed, uint64_t offset, float keepProb, uint64_t threshold)
-        : key_{uint32_t(seed), uint32_t(seed >> 32)}, offset_(offset), keepProb_(keepProb), threshold_(threshold) {}
+    struct Threshold {};
+    DropoutBits(uint64_t seed, uint64_t offset, uint64_t threshold, Threshold)
+        : key_{uint32_t(seed), uint32_t(seed >> 32)}, offset_(offset), threshold_(threshold) {}
 
     // Uniform in (0, 1) as float32(float32(x) * 2^-32 + 2^-33).
     static float uniform(uint32_t x) { return float(x) * 2.3283064365386963e-10f + 1.1641532182693481e-10f; }
@@ -59,7 +64,8 @@ public:
                              key_);
     }
 
-    bool keep(uint64_t index) const { return uniform(words(index >> 2)[index & 3]) < keepProb_; }
+    // uniform(word) < keepProb, as the integer test (keepThreshold).
+    bool keep(uint64_t index) const { return words(index >> 2)[index & 3] < threshold_; }
 
     // Keep flags (0/1) of the whole groups [group, group + groups) (4 elements each) into out,
     // one block at a time: the default of fill's WholeGroups.
@@ -99,7 +105,6 @@ private:
 
     std::array<uint32_t, 2> key_;
     uint64_t offset_;
-    float keepProb_;
     uint64_t threshold_;
 };
 

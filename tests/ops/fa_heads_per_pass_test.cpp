@@ -46,15 +46,10 @@ constexpr attnopsDataType BF16 = ATTNOPS_BFLOAT16;
 
 namespace fwd = attnops::fa::simd_forward;
 
-// Sets ATTNOPS_FA_HEADS_PER_PASS for a scope (0: unset).
-class HeadsPerPass {
+// Sets ATTNOPS_FA_HEADS_PER_PASS for a scope.
+class HeadsPerPass : attnops::testsupport::ScopedEnv {
 public:
-    explicit HeadsPerPass(int64_t heads) {
-        if (heads > 0) setenv("ATTNOPS_FA_HEADS_PER_PASS", std::to_string(heads).c_str(), 1);
-    }
-    ~HeadsPerPass() { unsetenv("ATTNOPS_FA_HEADS_PER_PASS"); }
-    HeadsPerPass(const HeadsPerPass&) = delete;
-    HeadsPerPass& operator=(const HeadsPerPass&) = delete;
+    explicit HeadsPerPass(int64_t heads) : ScopedEnv("ATTNOPS_FA_HEADS_PER_PASS", std::to_string(heads)) {}
 };
 
 TEST(FaHeadsPerPass, ChosenFromTheL2AndOverridden) {

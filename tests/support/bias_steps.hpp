@@ -11,17 +11,15 @@
 #include <limits>
 #include <vector>
 
+#include "forced_impl.hpp"
 #include "problem.hpp"
 
 namespace attnops::testsupport {
 
 // Sets ATTNOPS_FA_ROW_STEPS for a scope.
-class RowSteps {
+class RowSteps : ScopedEnv {
 public:
-    RowSteps() { setenv("ATTNOPS_FA_ROW_STEPS", "1", 1); }
-    ~RowSteps() { unsetenv("ATTNOPS_FA_ROW_STEPS"); }
-    RowSteps(const RowSteps&) = delete;
-    RowSteps& operator=(const RowSteps&) = delete;
+    RowSteps() : ScopedEnv("ATTNOPS_FA_ROW_STEPS", "1") {}
 };
 
 // The bytes of a tensor with every NaN written as one pattern: NaN payloads and signs depend on

@@ -1,16 +1,27 @@
-// Forces one implementation (ATTNOPS_FORCE_IMPL) for the duration of a scope.
+// Environment settings for the duration of a scope: a generic one (ScopedEnv) and the forced
+// implementation (ATTNOPS_FORCE_IMPL).
 #pragma once
 
 #include <cstdlib>
+#include <string>
 
 namespace attnops::testsupport {
 
-class ForcedImpl {
+// Sets the variable `name` to `value` for the scope, and unsets it at the end.
+class ScopedEnv {
 public:
-    explicit ForcedImpl(const char* name) { setenv("ATTNOPS_FORCE_IMPL", name, 1); }
-    ~ForcedImpl() { unsetenv("ATTNOPS_FORCE_IMPL"); }
-    ForcedImpl(const ForcedImpl&) = delete;
-    ForcedImpl& operator=(const ForcedImpl&) = delete;
+    ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+    ~ScopedEnv() { unsetenv(name_); }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    const char* name_;
+};
+
+class ForcedImpl : ScopedEnv {
+public:
+    explicit ForcedImpl(const char* name) : ScopedEnv("ATTNOPS_FORCE_IMPL", name) {}
 };
 
 }  // namespace attnops::testsupport

@@ -156,9 +156,7 @@ struct Avx2 {
     // takes the last groups (fewer than eight, or a counter whose low word wraps within the step).
     struct PhiloxKeep {
         ATTNOPS_AVX2_FN void operator()(const DropoutBits& bits, uint64_t group, int64_t groups, uint8_t* out) const {
-            constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-            constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-            const __m256i mul0 = _mm256_set1_epi64x(kMul0), mul1 = _mm256_set1_epi64x(kMul1);
+            const __m256i mul0 = _mm256_set1_epi64x(kPhiloxMul0), mul1 = _mm256_set1_epi64x(kPhiloxMul1);
             const bool keepAll = bits.threshold() > 0xffffffffu;
             // word < threshold as a signed compare of both biased by 2^31.
             const __m256i limit = _mm256_set1_epi32(int32_t(uint32_t(bits.threshold()) ^ 0x80000000u));
@@ -184,8 +182,8 @@ struct Avx2 {
                     c2 = _mm256_xor_si256(_mm256_xor_si256(p0Hi, c3), _mm256_set1_epi32(int32_t(k1)));
                     c1 = p1Lo;
                     c3 = p0Lo;
-                    k0 += kWeyl0;
-                    k1 += kWeyl1;
+                    k0 += kPhiloxWeyl0;
+                    k1 += kPhiloxWeyl1;
                 }
                 // Flag of word w of block l at byte 4 l + w: each lane's four flags as one 32-bit word.
                 const __m256i flags = _mm256_or_si256(

@@ -174,7 +174,7 @@ inline void dropoutKeepRange(const DropoutSpec& d, int64_t first, int64_t count,
     if (d.mask != nullptr) {
         for (int64_t c = 0; c < count; ++c) keep[c] = explicitKeepBit(d, first + c) ? 1 : 0;
     } else {
-        DropoutBits(d.seed, d.offset, d.keepProb, d.keepThreshold).fill(uint64_t(first), count, keep, whole);
+        DropoutBits(d.seed, d.offset, d.keepThreshold, DropoutBits::Threshold{}).fill(uint64_t(first), count, keep, whole);
     }
 }
 
