@@ -64,7 +64,7 @@ ATTNOPS_AVX2_FN bool runBlock(Block& b, const SeqRule& rule, int64_t skv, int64_
     fwd::softmaxBlock<Avx2>(p, b.rows, b.nk, b.qr, b.st.data(), b.m.data(), b.l.data(), b.acc.data(), &softmaxBand, q0,
                             k0);
     if (trimmed)
-        fwd::bandValues<Avx2>(rule, skv, q0, k0, b.nk, b.rows, b.dv, b.st.data(), b.qr, b.vs.data(), b.acc.data());
+        fwd::bandValues<Avx2>(rule, skv, q0, k0, b.nk, b.rows, b.dv, b.st.data(), b.qr, b.vs.data(), b.nk, b.acc.data());
     else
         simd::gemmStrips<Avx2, true>(b.rows, b.dv, b.nk, b.st.data(), b.qr, b.vs.data(), b.acc.data(), b.dv, true);
     return true;

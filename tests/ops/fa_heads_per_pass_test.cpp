@@ -1,11 +1,13 @@
-// The vector forward's heads per pass (cpu/simd/fa_forward.hpp: TileShape::headsPerPass): the
-// query heads of a GQA group that share each packed key and value block. The choice from the L2
-// and the ATTNOPS_FA_HEADS_PER_PASS override are checked on headsPerPass itself; through the public
-// API, FlashAttentionScore forwards (fp32, bf16, fp16; causal, band, TND with empty and length-1
-// sequences, pse, explicit masks with fully masked rows, dropout, sinks, NaN inputs that send blocks
-// through the row steps) and FusedInferAttentionScore's prefill route give the same bytes with 1,
-// 2, 3 and all the heads of the group per pass, on every vector forward this CPU runs, and pass
-// the double reference under the tolerance rule.
+// The vector forward's shared packed blocks (cpu/simd/fa_forward.hpp): the query heads of a GQA
+// group per pass (TileShape::headsPerPass) and the query blocks per work unit
+// (TileShape::blocksPerUnit) that share each packed key and value block. The choices from the L2
+// (and, for blocks, the thread count) and the ATTNOPS_FA_HEADS_PER_PASS / ATTNOPS_FA_BLOCKS_PER_UNIT
+// overrides are checked on the functions themselves; through the public API, FlashAttentionScore
+// forwards (fp32, bf16, fp16; causal, band, TND with empty and length-1 sequences, pse, explicit
+// masks with fully masked rows, dropout, sinks, NaN inputs that send blocks through the row steps)
+// and FusedInferAttentionScore's prefill route give the same bytes with 1, 2, 3 and all the heads
+// of the group per pass and 1, 2 and 3 query blocks per unit, on every vector forward this CPU
+// runs, and pass the double reference under the tolerance rule.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "bias_steps.hpp"
 #include "cpu/avx2/simd_avx2.hpp"
 #include "cpu/simd/fa_forward.hpp"
+#include "ops/flash_attention_score/plan.hpp"
 #include "fia_problems.hpp"
 #include "forced_impl.hpp"
 #include "problem.hpp"
@@ -52,6 +55,24 @@ public:
     explicit HeadsPerPass(int64_t heads) : ScopedEnv("ATTNOPS_FA_HEADS_PER_PASS", std::to_string(heads)) {}
 };
 
+// Sets ATTNOPS_FA_BLOCKS_PER_UNIT for a scope.
+class BlocksPerUnit : attnops::testsupport::ScopedEnv {
+public:
+    explicit BlocksPerUnit(int64_t blocks) : ScopedEnv("ATTNOPS_FA_BLOCKS_PER_UNIT", std::to_string(blocks)) {}
+};
+
+// (heads per pass, query blocks per unit) settings compared; the first is the reference run.
+struct Sharing {
+    int64_t heads, blocks;
+};
+std::vector<Sharing> sharings(int64_t group) {
+    std::vector<Sharing> s;
+    for (Sharing c : {Sharing{1, 1}, Sharing{2, 1}, Sharing{3, 1}, Sharing{group, 1}, Sharing{1, 2}, Sharing{2, 2},
+                      Sharing{1, 3}, Sharing{group, 3}})
+        if (c.heads <= group) s.push_back(c);
+    return s;
+}
+
 TEST(FaHeadsPerPass, ChosenFromTheL2AndOverridden) {
     attnops::fa::ForwardParams p;
     p.d = p.dv = 128;
@@ -78,6 +99,84 @@ TEST(FaHeadsPerPass, ChosenFromTheL2AndOverridden) {
     // The scratch holds every head of a pass after the shared blocks.
     t.headsPerPass = 3;
     EXPECT_EQ(fwd::Scratch::floats(p, t), fwd::Scratch::sharedFloats(p, t) + 3 * fwd::HeadState::floats(p, t));
+    // ... and each of its query blocks.
+    t.blocksPerUnit = 2;
+    EXPECT_EQ(fwd::Scratch::floats(p, t), fwd::Scratch::sharedFloats(p, t) + 6 * fwd::HeadState::floats(p, t));
+}
+
+TEST(FaBlocksPerUnit, ChosenFromTheL2AndTheThreads) {
+    attnops::fa::ForwardParams p;
+    p.d = p.dv = 128;
+    attnops::fa::TileShape t;
+    t.queryRows = 120;
+    t.keyRows = 128;
+    const uint64_t shared = 128 * (128 + 128 + 120) * 4, perState = (2 * 120 * 128 + 240) * 4;
+    p.group = 1;  // MHA: the states the L2 holds beside the shared blocks go to query blocks, at most 2
+    t.headsPerPass = fwd::headsPerPass(p, t, 512 << 10);
+    EXPECT_EQ(t.headsPerPass, 1);
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, 512 << 10), 2);  // Zen 3
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, shared + 2 * perState - 1), 1);
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, 2 << 20), fwd::kMaxBlocksPerUnit);
+    p.group = 4;  // a GQA group of 4 fills 2 states with heads on Zen 3, all 4 on a 2 MiB L2 with room for more
+    t.headsPerPass = fwd::headsPerPass(p, t, 512 << 10);
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, 512 << 10), 1);
+    t.headsPerPass = fwd::headsPerPass(p, t, 2 << 20);
+    EXPECT_EQ(t.headsPerPass, 4);
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, 2 << 20), 2);
+    p.blocksPerUnit = 3;  // ATTNOPS_FA_BLOCKS_PER_UNIT
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, 256 << 10), 3);
+    p.blocksPerUnit = 1000;
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, 256 << 10), fwd::kMaxForcedBlocksPerUnit);
+    // The plan keeps single blocks where two per unit leave a thread fewer than 8 units, unless forced:
+    // 2 kv heads x 1,920 rows = 16 blocks each, 8 units of two blocks each.
+    t.blocksPerUnit = 2;
+    p.blocksPerUnit = 0;
+    p.n2 = 2;
+    p.seq.count = 1;
+    p.seq.qLen = {1920};
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 2).blocksPerUnit, 2);  // 16 units
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 3).blocksPerUnit, 1);
+    p.seq.qLen = {1800};  // 15 blocks: 8 units per head still (the last of one block)
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 2).blocksPerUnit, 2);
+    p.seq.qLen = {1680};  // 14 blocks: 7 units per head
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 2).blocksPerUnit, 1);
+    p.seq.count = 100;  // 100 sequences of one block each: nothing to share
+    p.seq.qLen.assign(100, 120);
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 2).blocksPerUnit, 1);
+    p.blocksPerUnit = 2;
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 8).blocksPerUnit, 2);
+}
+
+TEST(FaBlocksPerUnit, BlocksSharePassesWhenTheirKeyBlocksLineUp) {
+    const attnops::fa::WorkUnit u{0, 0, 0, 300};  // blocks [0, 120), [120, 240), [240, 300)
+    auto rule = [](int64_t mode, int64_t pre, int64_t next) {
+        attnops::fa::MaskSpec m;
+        m.sparseMode = mode;
+        m.preTokens = pre;
+        m.nextTokens = next;
+        return attnops::fa::seqRule(m, 0, 300, 300);
+    };
+    const auto none = rule(0, kNoBand, kNoBand), causal = rule(3, kNoBand, 0), band = rule(4, 100, 0);
+    EXPECT_TRUE(fwd::sharePass(none, u, 120, 300, false));
+    EXPECT_TRUE(fwd::sharePass(causal, u, 120, 300, false));  // every block from key 0
+    EXPECT_FALSE(fwd::sharePass(band, u, 120, 300, false));   // sliding first keys
+    EXPECT_FALSE(fwd::sharePass(none, attnops::fa::WorkUnit{0, 0, 0, 120}, 120, 300, false));  // one block
+    // The pass covers the blocks' keys: causal rows [0, 300) see keys [0, 300).
+    const attnops::fa::KeyRange k = fwd::passKeys(causal, u, 120, 0, 3, 300);
+    EXPECT_EQ(k.lo, 0);
+    EXPECT_EQ(k.hi, 300);
+    EXPECT_EQ(fwd::passKeys(causal, u, 120, 0, 1, 300).hi, 120);
+    // bf16 pairs: causal blocks end at 120 and 240 (even counts) and share; ending at 121 (odd) they do not.
+    EXPECT_TRUE(fwd::sharePass(causal, u, 120, 300, true));
+    const auto shifted = attnops::fa::seqRule([] {
+        attnops::fa::MaskSpec m;
+        m.sparseMode = 3;
+        m.preTokens = kNoBand;
+        m.nextTokens = 0;
+        return m;
+    }(), 0, 300, 301);  // bottom-right: row i sees keys [0, i + 2)
+    EXPECT_FALSE(fwd::sharePass(shifted, u, 120, 301, true));
+    EXPECT_TRUE(fwd::sharePass(shifted, u, 120, 301, false));
 }
 
 // The vector forwards this CPU runs (ATTNOPS_FORCE_IMPL names).
@@ -102,21 +201,21 @@ std::vector<uint8_t> outputs(const FaInstance& inst) {
     return bytes;
 }
 
-// p's forward with 1, 2, 3 and all heads of the group per pass: the same bytes; the first within
-// the reference's tolerance unless the inputs hold NaN.
+// p's forward with each of sharings(): the same bytes; the first within the reference's tolerance
+// unless the inputs hold NaN.
 void expectSameBytes(const FaProblem& p, Edit edit = nullptr, bool checkReference = true) {
     const int64_t group = p.heads / p.kvHeads;
     for (const char* impl : vectorForwardsHere()) {
         SCOPED_TRACE(p.describe() + " on " + impl);
         ForcedImpl force(impl);
         std::vector<uint8_t> first;
-        for (int64_t heads : {int64_t(1), int64_t(2), int64_t(3), group}) {
-            if (heads > group) continue;
-            HeadsPerPass pass(heads);
+        for (const Sharing s : sharings(group)) {
+            HeadsPerPass pass(s.heads);
+            BlocksPerUnit unit(s.blocks);
             FaInstance inst(p);
             if (edit != nullptr) edit(inst);
             ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-            if (heads == 1) {
+            if (first.empty()) {
                 first = outputs(inst);
                 if (checkReference) {
                     const auto rc = attnops::tools::checkForwardRows(inst, -1);
@@ -124,7 +223,7 @@ void expectSameBytes(const FaProblem& p, Edit edit = nullptr, bool checkReferenc
                                            << rc.firstFailure;
                 }
             } else {
-                EXPECT_TRUE(outputs(inst) == first) << heads << " heads per pass";
+                EXPECT_TRUE(outputs(inst) == first) << s.heads << " heads per pass, " << s.blocks << " blocks per unit";
             }
         }
     }
@@ -178,21 +277,22 @@ TEST(FaHeadsPerPass, FiaPrefillGivesTheSameBytes) {
     for (const FiaProblem& p : ps) {
         SCOPED_TRACE(p.describe());
         std::vector<uint8_t> first;
-        for (int64_t heads : {1, 2, 3, 4}) {
-            HeadsPerPass pass(heads);
+        for (const Sharing s : sharings(p.heads / p.kvHeads)) {
+            HeadsPerPass pass(s.heads);
+            BlocksPerUnit unit(s.blocks);
             FiaInstance inst(p);
             ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
             EXPECT_EQ(attnops::tools::lastImplementation(), route);
             std::vector<uint8_t> bytes = canonicalBytes(inst.attentionOut);
             const std::vector<uint8_t> lse = canonicalBytes(inst.softmaxLse);
             bytes.insert(bytes.end(), lse.begin(), lse.end());
-            if (heads == 1) {
+            if (first.empty()) {
                 first = bytes;
                 const attnops::tools::FiaCheck r = attnops::tools::checkFia(inst);
                 EXPECT_TRUE(r.passed) << r.firstFailure << " (error " << r.maxAbsError << ", tolerance " << r.tolerance
                                       << ")";
             } else {
-                EXPECT_TRUE(bytes == first) << heads << " heads per pass";
+                EXPECT_TRUE(bytes == first) << s.heads << " heads per pass, " << s.blocks << " blocks per unit";
             }
         }
     }

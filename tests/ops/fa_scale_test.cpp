@@ -20,6 +20,7 @@
 
 #include "attnops/attnops.h"
 #include "child_process.hpp"
+#include "forced_impl.hpp"
 #include "ops/flash_attention_score/bwd_chunks.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
@@ -91,12 +92,17 @@ uint64_t gradWorkspaceOf(const FaInstance& inst, FaGrads& g) {
 void runAndCheckManySequences(FaInstance& inst, int64_t sampledRows) {
     const FaProblem& p = inst.problem;
     const int64_t count = int64_t(p.qSeqLens.size());
-    // Per-sequence metadata is O(B): the workspace does not grow with the number of sequences.
+    // Per-sequence metadata is O(B): the workspace does not grow with the number of sequences. (The
+    // tile may: two query blocks per unit take a larger scratch where there are enough units to
+    // share one, so the comparison holds the blocks per unit fixed, at each count.)
     FaProblem few = p;
     few.qSeqLens = {p.qSeqLens.begin(), p.qSeqLens.begin() + 3};
     few.kvSeqLens = {p.kvSeqLens.begin(), p.kvSeqLens.begin() + 3};
     FaInstance small(few);
-    EXPECT_EQ(workspaceOf(inst), workspaceOf(small));
+    for (const char* blocks : {"1", "2"}) {
+        attnops::testsupport::ScopedEnv perUnit("ATTNOPS_FA_BLOCKS_PER_UNIT", blocks);
+        EXPECT_EQ(workspaceOf(inst), workspaceOf(small)) << blocks << " query blocks per unit";
+    }
 
     ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << lastError();
     const auto rc = attnops::tools::checkForwardRows(inst, sampledRows);

@@ -1,6 +1,7 @@
 // `attnops bench`: the workload catalogue of issue 6, each workload timed per dtype and direction
 // through the public two-phase API (median of repeated runs after warm-up), with the implementation
-// that ran and the ratio to a peak of this machine measured in the same run:
+// that ran and the ratio to a peak of this machine measured in the same run (the higher of the
+// start-up measurement and a sample right after the row, RowPeaks):
 //   fp32 and fp16 attention -> the fp32 FMA peak (the fp16 paths compute in fp32),
 //   bf16 attention          -> the peak of this CPU's bf16 path (AMX where granted, else
 //                              AVX512-BF16 vdpbf16ps or the fp32 FMA peak, as cpu/bf16_path.hpp chose),
@@ -232,6 +233,58 @@ struct Peaks {
     double readGBs = 0.0;
 };
 
+enum class PeakKind { Fp32, Bf16, Read };
+
+// The peak a row's rate is divided by: the higher of the run's start-up measurement and a short
+// sample taken right after the row. On a shared host one sample can fall in a slow moment (on the
+// 2-vCPU Zen 3 VM a start-up fp32 peak read 96 GFLOP/s and the forward right after it ran at 134),
+// and a low peak overstates every ratio; the higher of two samples cannot. The range of the
+// samples is printed at the end, as a measure of the host's noise.
+class RowPeaks {
+public:
+    RowPeaks(const Peaks& start, int32_t threads) : start_(start), threads_(threads) {}
+
+    double after(PeakKind kind) {
+        double now = 0.0, atStart = 0.0;
+        if (kind == PeakKind::Read) {
+            now = tools::measureReadBandwidth(uint64_t(256) << 20, threads_, 3);
+            atStart = start_.readGBs;
+        } else if (kind == PeakKind::Bf16) {
+            now = tools::measureBf16Peak(threads_, 0.05, 3).gflops;
+            atStart = start_.bf16.gflops;
+        } else {
+            now = tools::measureFp32Peak(threads_, 0.05, 3).gflops;
+            atStart = start_.fp32.gflops;
+        }
+        auto& [lo, hi] = range_[kind];
+        if (lo == 0.0) lo = hi = atStart;
+        lo = std::min(lo, now);
+        hi = std::max(hi, now);
+        return std::max(atStart, now);
+    }
+
+    // "fp32 162.3-199.0 GFLOP/s, ..." over the start-up peaks and every row's sample.
+    std::string rangeText() const {
+        std::string text;
+        const char* names[] = {"fp32", "bf16", "DRAM read"};
+        for (const auto& [kind, r] : range_)
+            text += fmt::format("{}{} {:.1f}-{:.1f} {}", text.empty() ? "" : ", ", names[int(kind)], r.first, r.second,
+                                kind == PeakKind::Read ? "GB/s" : "GFLOP/s");
+        return text;
+    }
+    json rangeJson() const {
+        json j = json::object();
+        const char* names[] = {"fp32", "bf16", "dramReadGBs"};
+        for (const auto& [kind, r] : range_) j[names[int(kind)]] = {{"low", r.first}, {"high", r.second}};
+        return j;
+    }
+
+private:
+    Peaks start_;
+    int32_t threads_;
+    std::map<PeakKind, std::pair<double, double>> range_;
+};
+
 json problemJson(const Workload& w) {
     if (w.fia) {
         const tools::FiaProblem& p = w.fiaProblem;
@@ -360,6 +413,7 @@ int runBench(const BenchOptions& o) {
         peaks.bf16 = tools::measureBf16Peak(threads);
         peaks.readGBs = tools::measureReadBandwidth(uint64_t(512) << 20, threads);
     }
+    RowPeaks rowPeaks(peaks, threads);
     const std::string bf16Path = tools::bf16PathText();
     json doc = {{"cpu", isa.brand},
                 {"vendor", isa.vendor},
@@ -379,7 +433,7 @@ int runBench(const BenchOptions& o) {
         fmt::print("attnops bench on {} ({} threads){}\n", isa.brand, threads, o.quick ? ", --quick shapes" : "");
         fmt::print("bf16 path: {}\n", bf16Path);
         if (!o.noPeaks)
-            fmt::print("peaks measured now: fp32 {:.1f} GFLOP/s [{}]; bf16 {:.1f} GFLOP/s [{}]; DRAM read {:.1f} GB/s\n",
+            fmt::print("peaks at start-up: fp32 {:.1f} GFLOP/s [{}]; bf16 {:.1f} GFLOP/s [{}]; DRAM read {:.1f} GB/s\n",
                        peaks.fp32.gflops, peaks.fp32.unit, peaks.bf16.gflops, peaks.bf16.unit, peaks.readGBs);
         fmt::print("median of {} runs after {} warm-up; attention FLOPs mask-aware, backward {}\n\n", o.repeat,
                    o.warmUps, kBackwardFlopNote);
@@ -411,9 +465,11 @@ int runBench(const BenchOptions& o) {
                       {"bytes", r.work},
                       {"GBs", rate},
                       {"tokensPerSecond", double(p.batch) / seconds}};
-            if (peaks.readGBs > 0) {
+            const double readPeak = o.noPeaks ? 0.0 : rowPeaks.after(PeakKind::Read);
+            if (readPeak > 0) {
                 j["peak"] = "DRAM read";
-                j["ratioToPeak"] = rate / peaks.readGBs;
+                j["peakValue"] = readPeak;
+                j["ratioToPeak"] = rate / readPeak;
             }
             std::string speedText;
             const std::pair<int64_t, int64_t> twin{p.ropeDim, context};  // GQA and MLA each against their bf16 KV run
@@ -426,7 +482,7 @@ int runBench(const BenchOptions& o) {
             doc["results"].push_back(j);
             if (table) {
                 const std::string ratioText =
-                    peaks.readGBs > 0 ? fmt::format("{:.1f}% DRAM read", 100.0 * rate / peaks.readGBs) : "-";
+                    readPeak > 0 ? fmt::format("{:.1f}% DRAM read", 100.0 * rate / readPeak) : "-";
                 fmt::print("{:<28} {:<5} {:<4} {:<16} {:>11} {:>12} {} ({:.0f} tokens/s{})\n", w.name,
                            p.int8Kv ? "i8kv" : "bf16", "fwd", r.implementation, formatMs(r.timing.median()),
                            fmt::format("{:.1f} GB/s", rate), ratioText, double(p.batch) / seconds, speedText);
@@ -477,18 +533,9 @@ int runBench(const BenchOptions& o) {
                 const Result r = w.bar ? runBar(w, dt, backward, o) : runAttention(w, dt, backward, o);
                 const double seconds = r.timing.median() * 1e-3;
                 const double rate = r.work / seconds / 1e9;  // GFLOP/s or GB/s
-                double peak = 0.0;
-                std::string peakName;
-                if (w.bar) {
-                    peak = peaks.readGBs;
-                    peakName = "DRAM read";
-                } else if (dt == ATTNOPS_BFLOAT16) {
-                    peak = peaks.bf16.gflops;
-                    peakName = "bf16";
-                } else {
-                    peak = peaks.fp32.gflops;
-                    peakName = "fp32 FMA";
-                }
+                const PeakKind kind = w.bar ? PeakKind::Read : dt == ATTNOPS_BFLOAT16 ? PeakKind::Bf16 : PeakKind::Fp32;
+                const double peak = o.noPeaks ? 0.0 : rowPeaks.after(kind);
+                const std::string peakName = w.bar ? "DRAM read" : dt == ATTNOPS_BFLOAT16 ? "bf16" : "fp32 FMA";
                 json j = {{"workload", w.name},
                           {"description", w.description},
                           {"dtype", dtype},
@@ -506,6 +553,7 @@ int runBench(const BenchOptions& o) {
                 }
                 if (peak > 0) {
                     j["peak"] = peakName;
+                    j["peakValue"] = peak;
                     j["ratioToPeak"] = rate / peak;
                 }
                 doc["results"].push_back(j);
@@ -518,6 +566,13 @@ int runBench(const BenchOptions& o) {
                     std::fflush(stdout);
                 }
             }
+    }
+    if (!o.noPeaks) {
+        doc["peakRange"] = rowPeaks.rangeJson();
+        if (table)
+            fmt::print("\npeaks over the run (start-up and after each row): {}; each row's ratio is to the higher of the\n"
+                       "start-up peak and its own sample\n",
+                       rowPeaks.rangeText());
     }
     if (o.json) fmt::print("{}\n", doc.dump(2));
     if (!o.jsonFile.empty()) {

@@ -8,10 +8,10 @@
 namespace attnops::tools {
 
 // DRAM read bandwidth in GB/s: `threads` threads each sum their share of a `bytes` buffer
-// (first touched by the same threads), median of `repeats` passes after a warm-up pass.
+// (first touched by the same threads), the best of `repeats` passes after a warm-up pass.
 double measureReadBandwidth(uint64_t bytes = uint64_t(512) << 20, int threads = 0, int repeats = 5);
 
-// An arithmetic peak in GFLOP/s over `threads` threads (0: device 0's worker count), the median
+// An arithmetic peak in GFLOP/s over `threads` threads (0: device 0's worker count), the best
 // of `repeats` timed passes of about `seconds` each; `unit` names the instructions used. A peak
 // this CPU (or OS) lacks has gflops 0 and says why in `unit`.
 struct ArithmeticPeak {

@@ -74,7 +74,7 @@ struct Scratch {
     uint32_t* vp;  // [keyPairs][dv]       the value block, row pairs
     uint32_t* pp;  // [keyPairs][queryRows] probabilities, row pairs of st
     float* vs;     // [keyRows][dv] the value block in column strips (simd::loadRowsStrips)
-    float* heads;  // t.headsPerPass HeadStates of HeadState::floats each
+    float* heads;  // t.headsPerPass x t.blocksPerUnit HeadStates of HeadState::floats each
     int64_t headFloats;
 
     // The key and value blocks and their products, shared by the heads of a pass.
@@ -85,7 +85,8 @@ struct Scratch {
                alignUp(kr * stripCols(p.dv));
     }
     static int64_t floats(const ForwardParams& p, TileShape t) {
-        return sharedFloats(p, t) + std::max<int64_t>(1, t.headsPerPass) * HeadState::floats(p, t);
+        return sharedFloats(p, t) +
+               std::max<int64_t>(1, t.headsPerPass) * std::max<int64_t>(1, t.blocksPerUnit) * HeadState::floats(p, t);
     }
 
     // dv rounded up to whole column strips of any ISA (64 columns: a multiple of every
@@ -134,20 +135,42 @@ struct Scratch {
     }
 };
 
+// Query blocks (a query head's rows of one query block) whose state the per-core L2 holds beside
+// the blocks a pass shares (the fp32 path's key rows, value strips and scores; the bf16 pairs' are
+// smaller), at least 1.
+inline int64_t statesInL2(const ForwardParams& p, TileShape t, uint64_t l2Bytes) {
+    const uint64_t l2 = l2Bytes != 0 ? l2Bytes : uint64_t(1) << 20;
+    const int64_t qr = t.queryRows, kr = t.keyRows;
+    const uint64_t shared = uint64_t(kr * (p.d + Scratch::stripCols(p.dv) + qr)) * sizeof(float);
+    const uint64_t perState = uint64_t(p.d * qr + qr * p.dv + 2 * qr) * sizeof(float);
+    if (l2 < shared + 2 * perState) return 1;
+    return std::max<int64_t>(1, int64_t((l2 - shared) / perState));
+}
+
 // Query heads of a GQA group per pass over the key blocks (TileShape::headsPerPass): every packed
 // key and value block (the K copy and the V strips, or bf16 pairs) then serves that many heads
-// instead of one. As many as the per-core L2 holds beside the blocks a pass shares (the fp32
-// path's key rows, value strips and scores; the bf16 pairs' are smaller), at least 1; p.headsPerPass
+// instead of one. As many as the L2 holds (statesInL2), at most the group; p.headsPerPass
 // (ATTNOPS_FA_HEADS_PER_PASS) overrides.
 inline int64_t headsPerPass(const ForwardParams& p, TileShape t, uint64_t l2Bytes) {
     const int64_t group = std::max<int64_t>(1, p.group);
     if (p.headsPerPass > 0) return std::min(p.headsPerPass, group);
-    const uint64_t l2 = l2Bytes != 0 ? l2Bytes : uint64_t(1) << 20;
-    const int64_t qr = t.queryRows, kr = t.keyRows;
-    const uint64_t shared = uint64_t(kr * (p.d + Scratch::stripCols(p.dv) + qr)) * sizeof(float);
-    const uint64_t perHead = uint64_t(p.d * qr + qr * p.dv + 2 * qr) * sizeof(float);
-    if (l2 < shared + 2 * perHead) return 1;
-    return std::clamp<int64_t>(int64_t((l2 - shared) / perHead), 1, group);
+    return std::clamp<int64_t>(statesInL2(p, t, l2Bytes), 1, group);
+}
+
+// Query blocks per work unit (TileShape::blocksPerUnit), which go through a pass together when
+// their key blocks line up (runUnitWith): where the L2 holds states for more than the heads of a
+// pass (MHA and small groups), each packed block then serves kMaxBlocksPerUnit query blocks of a
+// head. A 120 x 128 fp32 block spent about 7% of its time copying K and packing V (AMD EPYC Zen 3,
+// bench/results/amd-epyc-zen3-avx2/fwd-s11-block-parts-under-load.txt); two blocks halve that.
+// More would make units coarser for little more. p.blocksPerUnit (ATTNOPS_FA_BLOCKS_PER_UNIT)
+// overrides; the plan goes back to 1 where units would be too few for the threads
+// (fa::fitUnitsToThreads).
+constexpr int64_t kMaxBlocksPerUnit = 2;
+constexpr int64_t kMaxForcedBlocksPerUnit = 16;
+
+inline int64_t blocksPerUnit(const ForwardParams& p, TileShape t, uint64_t l2Bytes) {
+    if (p.blocksPerUnit > 0) return std::min(p.blocksPerUnit, kMaxForcedBlocksPerUnit);
+    return std::clamp<int64_t>(statesInL2(p, t, l2Bytes) / std::max<int64_t>(1, t.headsPerPass), 1, kMaxBlocksPerUnit);
 }
 
 // V::kQueryRows query rows (a whole number of softmax vectors); keys by the per-core L2.
@@ -157,6 +180,7 @@ TileShape chooseTile(const ForwardParams& p, const PlatformInfo& info) {
     t.queryRows = V::kQueryRows;
     t.keyRows = simd::keyBlockRows(p.d, p.dv, info.l2Bytes);
     t.headsPerPass = headsPerPass(p, t, info.l2Bytes);
+    t.blocksPerUnit = blocksPerUnit(p, t, info.l2Bytes);
     return t;
 }
 
@@ -385,14 +409,19 @@ ATTNOPS_SIMD_INLINE void storeOutputRow(const ForwardParams& p, const WorkUnit& 
         }
 }
 
-// Whether the value block (fp32 column strips vs, zero-padded, or bf16 row pairs vp) is finite.
+// Whether the first nk keys of the value block (fp32 column strips vs of stripRows rows each,
+// zero-padded, or bf16 row pairs vp) are finite.
 template <class V, class Pairs>
-ATTNOPS_SIMD_INLINE bool valuesFinite(const float* vs, const uint32_t* vp, int64_t nk, int64_t dv) {
+ATTNOPS_SIMD_INLINE bool valuesFinite(const float* vs, const uint32_t* vp, int64_t nk, int64_t stripRows, int64_t dv) {
     constexpr int64_t W = simd::stripWidth<V>();
-    if constexpr (std::is_void_v<Pairs>)
-        return simd::allFinite<V>(vs, nk * ((dv + W - 1) / W), W, W);
-    else
+    if constexpr (std::is_void_v<Pairs>) {
+        if (nk == stripRows) return simd::allFinite<V>(vs, nk * ((dv + W - 1) / W), W, W);
+        for (int64_t c0 = 0; c0 < dv; c0 += W)
+            if (!simd::allFinite<V>(vs + (c0 / W) * stripRows * W, nk, W, W)) return false;
+        return true;
+    } else {
         return Pairs::finite(vp, nk, dv);
+    }
 }
 
 // St = K . Q^T (fp32, rows of K at k with leading dimension d) for a partly masked block on the
@@ -420,7 +449,7 @@ ATTNOPS_SIMD_FN static bool bandScores(const SeqRule& rule, int64_t skv, int64_t
     return true;
 }
 
-// acc[rows x dv] += P . V (P = pt[key][row], V in column strips as loadRowsStrips packs it) for a
+// acc[rows x dv] += P . V (P = pt[key][row], V in column strips of stripRows rows as loadRowsStrips packs it) for a
 // partly masked block on the band path: each register tile of query rows runs over the keys some
 // row of it keeps, no further. The keys skipped have probability 0 for every row of the tile and
 // finite values (the band path requires it), so each would add +-0 to the accumulator, which
@@ -429,7 +458,7 @@ ATTNOPS_SIMD_FN static bool bandScores(const SeqRule& rule, int64_t skv, int64_t
 template <class V>
 ATTNOPS_SIMD_FN static void bandValues(const SeqRule& rule, int64_t skv, int64_t q0, int64_t k0, int64_t nk,
                                        int64_t rows, int64_t dv, const float* pt, int64_t qr, const float* vs,
-                                       float* acc) {
+                                       int64_t stripRows, float* acc) {
     constexpr int64_t W = simd::stripWidth<V>(), L = V::kLanes;
     constexpr int MR = V::kTileRows;
     using Dot = simd::F32Dot<V>;
@@ -437,7 +466,7 @@ ATTNOPS_SIMD_FN static void bandValues(const SeqRule& rule, int64_t skv, int64_t
         const int64_t cols = std::min(W, dv - c0);
         const int nv = int((cols + L - 1) / L);
         const typename V::Mask last = V::tail(cols - (nv - 1) * L);
-        const float* strip = vs + (c0 / W) * nk * W;
+        const float* strip = vs + (c0 / W) * stripRows * W;
         for (int64_t m0 = 0; m0 < rows; m0 += MR) {
             const int mr = int(std::min<int64_t>(MR, rows - m0));
             const KeyRange kept = blockKeys(rule, q0 + m0, q0 + m0 + mr, k0, nk, skv);
@@ -483,12 +512,49 @@ struct FaSteps {
     }
 };
 
+// The key range of a pass over query blocks [b0, b0 + nb) of a unit (blocks of qr rows from u.q0):
+// the blocks' common first key and their last, empty when every block is empty. Blocks share a
+// pass only when their key blocks line up (sharePass), so each block's key blocks are the pass's,
+// the last one cut short at the block's own end: the same blocks as in a pass of its own.
+inline KeyRange passKeys(const SeqRule& rule, const WorkUnit& u, int64_t qr, int64_t b0, int64_t nb, int64_t skv) {
+    KeyRange r{0, 0};
+    for (int64_t j = b0; j < b0 + nb; ++j) {
+        const int64_t q0 = u.q0 + j * qr;
+        const KeyRange k = keyRange(rule, q0, std::min(u.q1, q0 + qr), skv);
+        if (k.lo >= k.hi) continue;
+        r = r.lo < r.hi ? KeyRange{r.lo, std::max(r.hi, k.hi)} : k;
+    }
+    return r;
+}
+
+// Whether the unit's query blocks can go through one pass: every non-empty one starts at the same
+// key (causal and unmasked rows; not the band's sliding starts). With bf16 pairs a block cut short
+// at an odd key count before the pass's end would read the next key's value beside its zero
+// probability (0 * inf is NaN where a pass of its own reads a zero), so such units run block by
+// block too.
+inline bool sharePass(const SeqRule& rule, const WorkUnit& u, int64_t qr, int64_t skv, bool pairs) {
+    const int64_t blocks = (u.q1 - u.q0 + qr - 1) / qr;
+    if (blocks < 2) return false;
+    const KeyRange all = passKeys(rule, u, qr, 0, blocks, skv);
+    for (int64_t j = 0; j < blocks; ++j) {
+        const int64_t q0 = u.q0 + j * qr;
+        const KeyRange k = keyRange(rule, q0, std::min(u.q1, q0 + qr), skv);
+        if (k.lo >= k.hi) continue;
+        if (k.lo != all.lo || (pairs && k.hi != all.hi && (k.hi - k.lo) % 2 != 0)) return false;
+    }
+    return true;
+}
+
 // The unit loop: rows [u.q0, u.q1) of the query heads of kv head u.n2 against every key they
 // may see, keys and values read from kView / vView (b, kv head, row, dim; rows from
 // p.seq.kvStart), the differing steps from `steps`. Pairs = void: everything converted to fp32
 // and multiplied with fp32 FMAs. Otherwise bf16 inputs multiplied as bf16 pairs (Q.K^T exact
 // products, P rounded to bf16 for P.V like the naive low-precision computation of the tolerance
 // rule).
+//
+// A pass takes t.headsPerPass heads and, where sharePass allows, every query block of the unit
+// (else one block at a time); each (head, block) keeps its HeadState, and each key block of the
+// pass is packed once for all of them.
 template <class V, class Pairs, class Steps>
 ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, const View4& vView, TileShape t,
                                  const WorkUnit& u, void* scratch, const Steps& steps) {
@@ -496,8 +562,7 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     Scratch sc(p, t, scratch);
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
     const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
-    const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
-    const int64_t rows = u.q1 - u.q0, qr = t.queryRows, d = p.d, dv = p.dv, dPairs = (d + 1) / 2;
+    const int64_t qr = t.queryRows, d = p.d, dv = p.dv, dPairs = (d + 1) / 2;
     const bool vectorSoftmax = p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
     // pse, explicit mask or dropout: blocks take the vector steps of cpu/simd/fa_bias_steps.hpp
     // (the row steps' bits) where the values are finite or nothing is masked. Not with bf16 pairs:
@@ -507,114 +572,133 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     // scaled and reduced to their column maxima in the score GEMM's epilogue
     // (simd::gemmScoresScaledMax).
     constexpr int64_t kScoreTileCols = simd::ScoreTile<V>::kVectors * V::kLanes;
-    const bool wholeScoreTiles = rows % kScoreTileCols == 0 && rows <= V::kQueryRows;
     alignas(64) float colMax[V::kQueryRows];
     typename V::Mask colNan[V::kQueryRows / V::kLanes];
     const simd::ColumnStats<V> stats{colMax, colNan};
-    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool bandVector = simd::BandLanes<V>::usable(sq, skv);
     const simd::BandLanes<V> band = simd::bandLanes<V>(rule, skv);
     const SoftmaxBand<V> softmaxBand{band, rule, skv};
     const int64_t perPass = std::clamp<int64_t>(t.headsPerPass, 1, p.group);
-    for (int64_t g0 = 0; g0 < p.group; g0 += perPass) {
-        const int64_t heads = std::min(perPass, p.group - g0);
-        for (int64_t h = 0; h < heads; ++h) {
-            const HeadState hs = sc.head(p, t, h);
-            const int64_t n1 = u.n2 * p.group + g0 + h;
-            if constexpr (kPairs)
-                Pairs::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, hs.qp);
-            else
-                simd::loadRowsTransposed<V>(p.q, u.b, n1, qRow0, rows, d, qr, sc.s, hs.qt);
-            std::fill(hs.m, hs.m + qr, kNegInf);
-            std::fill(hs.l, hs.l + qr, 0.0f);
-            std::fill(hs.acc, hs.acc + rows * dv, 0.0f);
-        }
-        for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
-            const int64_t nk = std::min(t.keyRows, keys.hi - k0);
-            const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            // The key and value blocks are packed once for the heads of the pass.
-            // Key rows are copied (fp32) or converted into the scratch even where they are stored
-            // as fp32 rows: the score GEMM reads each block once per 24-column strip, and on its
-            // first strip it ran at 74-80% of the FMA peak with the keys streamed from L3 where
-            // they are stored, against 96% from L2; copying the block first (a sequential read)
-            // brought copy + GEMM to 80-86% (Zen 3, bench/results/amd-epyc-zen3-avx2/
-            // fwd_components.cpp). Widened bf16 and fp16 keys always took this route.
-            const float* kRows = sc.k;
-            if constexpr (kPairs) {
-                Pairs::packColumnPairs(kView, u.b, u.n2, kvRow0, nk, d, dPairs, sc.kp);
-                Pairs::packRowPairs(vView, u.b, u.n2, kvRow0, nk, dv, sc.vp);
-            } else {
-                simd::loadRowsFast<V>(kView, u.b, u.n2, kvRow0, nk, d, sc.k);
-                simd::loadRowsStrips<V>(vView, u.b, u.n2, kvRow0, nk, dv, sc.vs);
-            }
-            // Partly masked blocks go through the GEMM too when the band is vectorisable and the
-            // values are finite (a masked key's 0 * v must be 0, as if it were skipped).
-            const bool full = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
-            bool rowValues = false;  // sc.v holds the block's values as fp32 rows (the row steps)
-            for (int64_t h = 0; h < heads; ++h) {
-                const HeadState hs = sc.head(p, t, h);
-                const int64_t n1 = u.n2 * p.group + g0 + h;
-                if constexpr (kPairs)
-                    simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, hs.qp, qr, sc.st, qr,
-                                                              false);
-                bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
-                bool scaled = false;  // St scaled and its column statistics in `stats` already
-                if constexpr (!kPairs) {
-                    scaled = vectorSoftmax && full && wholeScoreTiles;
-                    if (scaled) {  // St = scale * K . Q^T, with the softmax's first pass
-                        std::fill(colMax, colMax + rows, kNegInf);
-                        std::fill(colNan, colNan + rows / V::kLanes, V::none());
-                        simd::gemmScoresScaledMax<V>(nk, rows, d, kRows, d, hs.qt, qr, sc.st, qr, p.scale, stats);
-                    } else {
-                        banded = !full && vectorSoftmax && bandVector &&
-                                 valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv) &&
-                                 bandScores<V>(rule, skv, u.q0, k0, nk, rows, d, kRows, hs.qt, qr, sc.st);
-                        if (!banded)
-                            simd::gemmScores<V, false>(nk, rows, d, kRows, d, hs.qt, qr, sc.st, qr);  // St = K . Q^T
-                    }
-                }
-                const bool biasBlock =
-                    biasVector && ((full && !p.mask.explicitMask) || valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv));
-                if (scaled || banded || biasBlock ||
-                    (vectorSoftmax && (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, dv))))) {
-                    if (scaled)
-                        softmaxBlockScaled<V>(p, rows, nk, qr, sc.st, hs.m, hs.l, hs.acc, stats);
-                    else if (biasBlock)  // scale, pse, mask, softmax, dropout (cpu/simd/fa_bias_steps.hpp)
-                        simd_bias::softmaxBlock<V>(p, u.b, n1, band, full, u.q0, rows, k0, nk, qr, sc.st, hs.m, hs.l,
-                                                   hs.acc);
+    const int64_t blocks = (u.q1 - u.q0 + qr - 1) / qr;
+    const int64_t blocksPerPass = sharePass(rule, u, qr, skv, kPairs) ? blocks : 1;
+    for (int64_t g0 = 0; g0 < p.group; g0 += perPass)
+        for (int64_t b0 = 0; b0 < blocks; b0 += blocksPerPass) {
+            const int64_t heads = std::min(perPass, p.group - g0), nb = std::min(blocksPerPass, blocks - b0);
+            // State s = h * nb + j: head g0 + h, query block b0 + j (rows [blockQ0(j), blockQ1(j))).
+            const auto blockQ0 = [&](int64_t j) { return u.q0 + (b0 + j) * qr; };
+            const auto blockQ1 = [&](int64_t j) { return std::min(u.q1, blockQ0(j) + qr); };
+            for (int64_t h = 0; h < heads; ++h)
+                for (int64_t j = 0; j < nb; ++j) {
+                    const HeadState hs = sc.head(p, t, h * nb + j);
+                    const int64_t n1 = u.n2 * p.group + g0 + h, rows = blockQ1(j) - blockQ0(j);
+                    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + blockQ0(j);
+                    if constexpr (kPairs)
+                        Pairs::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, hs.qp);
                     else
-                        softmaxBlock<V>(p, rows, nk, qr, sc.st, hs.m, hs.l, hs.acc, full ? nullptr : &softmaxBand,
-                                        u.q0, k0);
-                    steps.roundProbabilities(rows, nk, qr, sc.st);
-                    if constexpr (kPairs) {  // acc += P . V
-                        Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
-                        simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv, hs.acc,
-                                                                 dv, true);
-                    } else if (banded) {
-                        bandValues<V>(rule, skv, u.q0, k0, nk, rows, dv, sc.st, qr, sc.vs, hs.acc);
-                    } else {
-                        simd::gemmStrips<V, true>(rows, dv, nk, sc.st, qr, sc.vs, hs.acc, dv, true);
-                    }
-                    continue;
+                        simd::loadRowsTransposed<V>(p.q, u.b, n1, qRow0, rows, d, qr, sc.s, hs.qt);
+                    std::fill(hs.m, hs.m + qr, kNegInf);
+                    std::fill(hs.l, hs.l + qr, 0.0f);
+                    std::fill(hs.acc, hs.acc + rows * dv, 0.0f);
                 }
-                if (!rowValues)  // the row steps read fp32 rows
-                    simd::loadRows<V>(vView, u.b, u.n2, kvRow0, nk, dv, dv, sc.v);
-                rowValues = true;
-                for (int64_t r = 0; r < rows; ++r) {
-                    const int64_t i = u.q0 + r;
-                    for (int64_t j = 0; j < nk; ++j) sc.s[j] = sc.st[j * qr + r];
-                    const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
-                    if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
-                    steps.accumulateRow(n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, hs.m[r], hs.l[r],
-                                        hs.acc + r * dv);
+            const KeyRange keys = passKeys(rule, u, qr, b0, nb, skv);
+            for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += t.keyRows) {
+                const int64_t packed = std::min(t.keyRows, keys.hi - k0);  // keys of the block packed
+                const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+                // The key and value blocks are packed once for the states of the pass.
+                // Key rows are copied (fp32) or converted into the scratch even where they are stored
+                // as fp32 rows: the score GEMM reads each block once per 24-column strip, and on its
+                // first strip it ran at 74-80% of the FMA peak with the keys streamed from L3 where
+                // they are stored, against 96% from L2; copying the block first (a sequential read)
+                // brought copy + GEMM to 80-86% (Zen 3, bench/results/amd-epyc-zen3-avx2/
+                // fwd_components.cpp). Widened bf16 and fp16 keys always took this route.
+                const float* kRows = sc.k;
+                if constexpr (kPairs) {
+                    Pairs::packColumnPairs(kView, u.b, u.n2, kvRow0, packed, d, dPairs, sc.kp);
+                    Pairs::packRowPairs(vView, u.b, u.n2, kvRow0, packed, dv, sc.vp);
+                } else {
+                    simd::loadRowsFast<V>(kView, u.b, u.n2, kvRow0, packed, d, sc.k);
+                    simd::loadRowsStrips<V>(vView, u.b, u.n2, kvRow0, packed, dv, sc.vs);
+                }
+                bool rowValues = false;  // sc.v holds the block's values as fp32 rows (the row steps)
+                for (int64_t j = 0; j < nb; ++j) {
+                    const int64_t q0 = blockQ0(j), q1 = blockQ1(j), rows = q1 - q0;
+                    const KeyRange own = keyRange(rule, q0, q1, skv);
+                    if (own.lo >= own.hi || k0 >= own.hi) continue;  // past this block's last key
+                    const int64_t nk = std::min(t.keyRows, own.hi - k0);  // <= packed, a prefix
+                    const bool wholeScoreTiles = rows % kScoreTileCols == 0 && rows <= V::kQueryRows;
+                    // Partly masked blocks go through the GEMM too when the band is vectorisable and
+                    // the values are finite (a masked key's 0 * v must be 0, as if it were skipped).
+                    const bool full = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
+                    for (int64_t h = 0; h < heads; ++h) {
+                        const HeadState hs = sc.head(p, t, h * nb + j);
+                        const int64_t n1 = u.n2 * p.group + g0 + h;
+                        if constexpr (kPairs)
+                            simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, hs.qp, qr, sc.st,
+                                                                      qr, false);
+                        bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
+                        bool scaled = false;  // St scaled and its column statistics in `stats` already
+                        if constexpr (!kPairs) {
+                            scaled = vectorSoftmax && full && wholeScoreTiles;
+                            if (scaled) {  // St = scale * K . Q^T, with the softmax's first pass
+                                std::fill(colMax, colMax + rows, kNegInf);
+                                std::fill(colNan, colNan + rows / V::kLanes, V::none());
+                                simd::gemmScoresScaledMax<V>(nk, rows, d, kRows, d, hs.qt, qr, sc.st, qr, p.scale,
+                                                             stats);
+                            } else {
+                                banded = !full && vectorSoftmax && bandVector &&
+                                         valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, packed, dv) &&
+                                         bandScores<V>(rule, skv, q0, k0, nk, rows, d, kRows, hs.qt, qr, sc.st);
+                                if (!banded)
+                                    simd::gemmScores<V, false>(nk, rows, d, kRows, d, hs.qt, qr, sc.st, qr);  // St = K . Q^T
+                            }
+                        }
+                        const bool biasBlock = biasVector && ((full && !p.mask.explicitMask) ||
+                                                              valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, packed, dv));
+                        if (scaled || banded || biasBlock ||
+                            (vectorSoftmax &&
+                             (full || (bandVector && valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, packed, dv))))) {
+                            if (scaled)
+                                softmaxBlockScaled<V>(p, rows, nk, qr, sc.st, hs.m, hs.l, hs.acc, stats);
+                            else if (biasBlock)  // scale, pse, mask, softmax, dropout (cpu/simd/fa_bias_steps.hpp)
+                                simd_bias::softmaxBlock<V>(p, u.b, n1, band, full, q0, rows, k0, nk, qr, sc.st, hs.m,
+                                                           hs.l, hs.acc);
+                            else
+                                softmaxBlock<V>(p, rows, nk, qr, sc.st, hs.m, hs.l, hs.acc,
+                                                full ? nullptr : &softmaxBand, q0, k0);
+                            steps.roundProbabilities(rows, nk, qr, sc.st);
+                            if constexpr (kPairs) {  // acc += P . V
+                                Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
+                                simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv,
+                                                                         hs.acc, dv, true);
+                            } else if (banded) {
+                                bandValues<V>(rule, skv, q0, k0, nk, rows, dv, sc.st, qr, sc.vs, packed, hs.acc);
+                            } else {
+                                simd::gemmStrips<V, true>(rows, dv, nk, sc.st, qr, sc.vs, hs.acc, dv, true, packed);
+                            }
+                            continue;
+                        }
+                        if (!rowValues)  // the row steps read fp32 rows
+                            simd::loadRows<V>(vView, u.b, u.n2, kvRow0, packed, dv, dv, sc.v);
+                        rowValues = true;
+                        for (int64_t r = 0; r < rows; ++r) {
+                            const int64_t i = q0 + r;
+                            for (int64_t c = 0; c < nk; ++c) sc.s[c] = sc.st[c * qr + r];
+                            const float rowMax = tile::finishScores(p, u.b, n1, rule, i, k0, nk, skv, sc.s, sc.kept);
+                            if (rowMax == kNegInf) continue;  // nothing kept in this block for this row
+                            steps.accumulateRow(n1, i, k0, nk, rowMax, sc.s, sc.kept, sc.keep, sc.v, hs.m[r], hs.l[r],
+                                                hs.acc + r * dv);
+                        }
+                    }
                 }
             }
+            for (int64_t h = 0; h < heads; ++h)
+                for (int64_t j = 0; j < nb; ++j) {
+                    const HeadState hs = sc.head(p, t, h * nb + j);
+                    const int64_t r0 = blockQ0(j) - u.q0, rows = blockQ1(j) - blockQ0(j);
+                    for (int64_t r = 0; r < rows; ++r)
+                        steps.storeRow(g0 + h, r0 + r, hs.m[r], hs.l[r], hs.acc + r * dv, sc.s);
+                }
         }
-        for (int64_t h = 0; h < heads; ++h) {
-            const HeadState hs = sc.head(p, t, h);
-            for (int64_t r = 0; r < rows; ++r) steps.storeRow(g0 + h, r, hs.m[r], hs.l[r], hs.acc + r * dv, sc.s);
-        }
-    }
 }
 
 // The FlashAttentionScore forward's work unit.

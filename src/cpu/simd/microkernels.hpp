@@ -471,12 +471,15 @@ ATTNOPS_SIMD_INLINE void scaleRowUnmasked(int64_t n, float a, float* y) {
     for (; c < n; ++c) y[c] *= a;
 }
 
-// C[m x n] (+)= A(m x k) * B with B packed by loadRowsStrips (k rows, n columns); A and C as in gemm.
+// C[m x n] (+)= A(m x k) * B with B packed by loadRowsStrips (n columns; its strips of
+// stripRows >= k rows, 0 meaning k: the first k rows of a block packed with more); A and C as in
+// gemm.
 template <class V, bool TransA, typename Dot = F32Dot<V>>
 ATTNOPS_SIMD_FN static void gemmStrips(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* bs,
-                                       float* c, int64_t ldc, bool accumulate) {
+                                       float* c, int64_t ldc, bool accumulate, int64_t stripRows = 0) {
     constexpr int64_t W = stripWidth<V>();
     constexpr int MR = V::kTileRows, NV = V::kTileVectors;
+    const int64_t strip = (stripRows > 0 ? stripRows : k) * W;  // floats from one strip to the next
     if (m % MR == 0 && n % W == 0) {
         // Whole register tiles only (the forward's 120 rows x Dv = 128): gemm's tiles called
         // directly, without its per-tile dispatch on the tile's rows and width; the same tiles and
@@ -484,12 +487,12 @@ ATTNOPS_SIMD_FN static void gemmStrips(int64_t m, int64_t n, int64_t k, const fl
         // thread, under load, bench/results/amd-epyc-zen3-avx2/fwd_s11_pv_tile.cpp).
         for (int64_t c0 = 0; c0 < n; c0 += W)
             for (int64_t m0 = 0; m0 < m; m0 += MR)
-                gemmTile<V, Dot, MR, NV, TransA, false>(k, TransA ? a + m0 : a + m0 * lda, lda, bs + (c0 / W) * k * W,
+                gemmTile<V, Dot, MR, NV, TransA, false>(k, TransA ? a + m0 : a + m0 * lda, lda, bs + (c0 / W) * strip,
                                                         W, c + m0 * ldc + c0, ldc, V::all(), accumulate);
         return;
     }
     for (int64_t c0 = 0; c0 < n; c0 += W)
-        gemm<V, TransA, Dot>(m, std::min(W, n - c0), k, a, lda, bs + (c0 / W) * k * W, W, c + c0, ldc, accumulate);
+        gemm<V, TransA, Dot>(m, std::min(W, n - c0), k, a, lda, bs + (c0 / W) * strip, W, c + c0, ldc, accumulate);
 }
 
 // The analytic mask of a sequence (fa::SeqRule) evaluated for V::kLanes (query row, key) pairs

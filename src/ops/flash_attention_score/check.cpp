@@ -185,6 +185,7 @@ ForwardParams checkForward(const ForwardArgs& a, int32_t device) {
     ForwardParams p;
     p.rowSteps = envFlag("ATTNOPS_FA_ROW_STEPS");
     p.headsPerPass = envInt("ATTNOPS_FA_HEADS_PER_PASS", 0);
+    p.blocksPerUnit = envInt("ATTNOPS_FA_BLOCKS_PER_UNIT", 0);
     // 1. Required operands and the layout.
     const attnopsTensor& q = requiredTensor(a.query, "query", device);
     const attnopsTensor& k = requiredTensor(a.key, "key", device);

@@ -1,5 +1,5 @@
 // The FlashAttentionScore forward implementation list: each entry is a kernel over work units
-// (one sequence, one kv head with its query-head group, one block of query rows).
+// (one sequence, one kv head with its query-head group, TileShape::unitRows() query rows).
 #pragma once
 
 #include <cstdint>
@@ -11,11 +11,16 @@
 namespace attnops::fa {
 
 struct TileShape {
-    int64_t queryRows = 64;  // rows of a work unit (one query block)
+    int64_t queryRows = 64;  // rows of a query block
     int64_t keyRows = 64;    // keys per inner block
     // Query heads of a GQA group that share each packed key/value block (the vector forward,
     // cpu/simd/fa_forward.hpp: headsPerPass); 1 elsewhere.
     int64_t headsPerPass = 1;
+    // Query blocks of a forward work unit, which share each packed key/value block too (the vector
+    // forward, cpu/simd/fa_forward.hpp: blocksPerUnit); 1 elsewhere.
+    int64_t blocksPerUnit = 1;
+
+    int64_t unitRows() const { return queryRows * blocksPerUnit; }  // query rows of a work unit
 };
 
 struct WorkUnit {

@@ -140,6 +140,10 @@ struct ForwardParams {
     // group that the vector forward runs per pass over the key blocks, instead of as many as the
     // L2 holds (cpu/simd/fa_forward.hpp: headsPerPass). The same bytes whatever it is.
     int64_t headsPerPass = 0;
+    // ATTNOPS_FA_BLOCKS_PER_UNIT likewise (0: unset): the query blocks of a vector forward work
+    // unit, which share each packed block too (cpu/simd/fa_forward.hpp: blocksPerUnit), instead of
+    // the count chosen from the L2 and the thread count. The same bytes whatever it is.
+    int64_t blocksPerUnit = 0;
 };
 
 // FlashAttentionScoreGrad: the forward's problem (the statistics views are inputs here and

@@ -130,8 +130,20 @@ BlockSpan blockAt(int64_t rows, int64_t blockRows, int64_t local) {
 }  // namespace
 
 WorkUnit queryUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local) {
-    const BlockSpan s = blockAt(p.seq.qLen[size_t(b)], tile.queryRows, local);
+    const BlockSpan s = blockAt(p.seq.qLen[size_t(b)], tile.unitRows(), local);
     return WorkUnit{b, s.n2, s.first, s.last};
+}
+
+TileShape fitUnitsToThreads(const ForwardParams& p, TileShape tile, int32_t threads) {
+    if (p.blocksPerUnit > 0 || tile.blocksPerUnit <= 1) return tile;
+    int64_t units = 0, blocks = 0;
+    for (int64_t b = 0; b < p.seq.count; ++b) {
+        units += p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.unitRows());
+        blocks += p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.queryRows);
+    }
+    // No unit would hold two blocks (short sequences): the larger scratch would serve nothing.
+    if (units == blocks || units < kMinUnitsPerThread * int64_t(std::max(1, threads))) tile.blocksPerUnit = 1;
+    return tile;
 }
 
 HeadChunk headChunkAt(const ForwardParams& p, const BackwardPlan& plan, int64_t b, int64_t local, float* partials) {
@@ -180,6 +192,7 @@ std::string forwardPlanKey(const ForwardParams& p, int32_t threads, const std::s
     }
     appendVector(p.mask.prefix);
     append(key, p.headsPerPass);  // the tile (ATTNOPS_FA_HEADS_PER_PASS)
+    append(key, p.blocksPerUnit);  // and ATTNOPS_FA_BLOCKS_PER_UNIT
     return key;
 }
 
@@ -188,16 +201,19 @@ ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const Platf
     ForwardPlan plan;
     plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FlashAttentionScore",
                                  [&](const ForwardKernel& k) { return passedOver(k, p, info); });
-    plan.tile = plan.kernel->tile(p, info);
     plan.threads = std::max(1, threads);
+    plan.tile = fitUnitsToThreads(p, plan.kernel->tile(p, info), plan.threads);
     plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
     plan.workspaceBytes = plan.scratchPerThread * uint64_t(plan.threads);
     const TileShape tile = plan.tile;
     plan.units = partitionUnits(
-        p.seq.count, plan.threads, [&](int64_t b) { return p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.queryRows); },
-        [&](int64_t b, int64_t local) {
+        p.seq.count, plan.threads, [&](int64_t b) { return p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.unitRows()); },
+        [&](int64_t b, int64_t local) {  // the unit's query blocks, each against its own keys
             const WorkUnit w = queryUnitAt(p, tile, b, local);
-            return queryBlockCost(p, b, w.q0, w.q1);
+            double cost = 0;
+            for (int64_t q0 = w.q0; q0 < w.q1; q0 += tile.queryRows)
+                cost += queryBlockCost(p, b, q0, std::min(w.q1, q0 + tile.queryRows));
+            return cost;
         },
         kChunksPerThread, UnitOrder::LargestFirst);
     return plan;

@@ -105,8 +105,16 @@ ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const Platf
 BackwardPlan makeBackwardPlan(const BackwardParams& p, int32_t threads, const PlatformInfo& info,
                               const std::string& forcedKernel);
 
-// Unit `local` of sequence b: query units of the forward and of the backward's dq pass.
+// Unit `local` of sequence b: query units of the forward and of the backward's dq pass
+// (tile.unitRows() rows).
 WorkUnit queryUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local);
+
+// `tile` with one query block per unit where its blocksPerUnit would leave fewer than
+// kMinUnitsPerThread units per thread or no sequence has more than one query block, unless p.blocksPerUnit (ATTNOPS_FA_BLOCKS_PER_UNIT) forced
+// the count. The vector forward gives the same bytes for any count, so choosing it by the thread
+// count keeps results independent of it.
+constexpr int64_t kMinUnitsPerThread = 8;
+TileShape fitUnitsToThreads(const ForwardParams& p, TileShape tile, int32_t threads);
 KeyUnit keyUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local);
 
 }  // namespace attnops::fa

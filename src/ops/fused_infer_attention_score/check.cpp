@@ -364,6 +364,7 @@ Params checkForward(const Args& a, int32_t device) {
     fa::ForwardParams& c = p.core;
     c.rowSteps = envFlag("ATTNOPS_FA_ROW_STEPS");  // the prefill route's vector pse/mask steps
     c.headsPerPass = envInt("ATTNOPS_FA_HEADS_PER_PASS", 0);  // the prefill route's heads per pass
+    c.blocksPerUnit = envInt("ATTNOPS_FA_BLOCKS_PER_UNIT", 0);  // and query blocks per unit
 
     // 1. Required operands; operands and attributes of features not implemented yet.
     const attnopsTensor& q = requireTensorOn(a.query, "query", device);

@@ -41,13 +41,13 @@ void appendSource(std::string& key, const KvSource& s, const AntiquantSpec& q) {
 
 WorkUnit unitAt(const Params& p, const Plan& plan, int64_t b, int64_t local, float* partialArea) {
     const int64_t sq = p.core.seq.qLen[size_t(b)], splits = plan.splits[size_t(b)];
-    const int64_t blocks = blocksOf(sq, plan.tile.queryRows);
+    const int64_t blocks = blocksOf(sq, plan.tile.unitRows());
     const int64_t perHead = blocks * splits, block = (local % perHead) / splits, split = local % splits;
     WorkUnit u;
     u.b = b;
     u.n2 = local / perHead;
-    u.q0 = block * plan.tile.queryRows;
-    u.q1 = std::min(sq, u.q0 + plan.tile.queryRows);
+    u.q0 = block * plan.tile.unitRows();
+    u.q1 = std::min(sq, u.q0 + plan.tile.unitRows());
     const fa::KeyRange keys = blockKeys(p, b, u.q0, u.q1);
     u.k0 = keys.lo;
     u.k1 = keys.hi;
@@ -84,6 +84,7 @@ std::string planKey(const Params& p, int32_t threads, const std::string& forcedK
     append(key, p.decode);
     append(key, p.probDType);
     append(key, c.headsPerPass);  // the prefill route's tile (ATTNOPS_FA_HEADS_PER_PASS)
+    append(key, c.blocksPerUnit);  // and ATTNOPS_FA_BLOCKS_PER_UNIT
     for (const auto* lens : {&c.seq.qLen, &c.seq.kvLen}) {
         append(key, int64_t(lens->size()));
         key.append(reinterpret_cast<const char*>(lens->data()), lens->size() * sizeof(int64_t));
@@ -104,10 +105,10 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
                 unsupported("ATTNOPS_FORCE_IMPL = {}: full int8 quantisation runs in tiled-generic or reference only", forcedKernel);
     plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FusedInferAttentionScore",
                                 [](const ForwardKernel&) { return false; });
-    plan.tile = plan.kernel->tile(p);
     plan.threads = std::max(1, threads);
-    plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
     const fa::ForwardParams& c = p.core;
+    plan.tile = fa::fitUnitsToThreads(c, plan.kernel->tile(p), plan.threads);  // the prefill route's blocks per unit
+    plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
     const TileShape tile = plan.tile;
     // Key splits: only where a batch's query rows form one block (its units would otherwise be
     // its kv heads alone), and from the lengths alone.
@@ -117,7 +118,7 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
     for (int64_t b = 0; b < c.seq.count; ++b) {
         const int64_t sq = c.seq.qLen[size_t(b)];
         // Full quant: whole rows (its int8 probabilities depend on the running max of key blocks).
-        if (!plan.kernel->splitsKeys || p.fullQuant.on || blocksOf(sq, tile.queryRows) != 1) continue;
+        if (!plan.kernel->splitsKeys || p.fullQuant.on || blocksOf(sq, tile.unitRows()) != 1) continue;
         const fa::KeyRange keys = blockKeys(p, b, 0, sq);
         const int64_t splits = std::max<int64_t>(1, blocksOf(keys.hi - keys.lo, kSplitKeys));
         if (splits == 1) continue;
@@ -129,7 +130,7 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
     plan.workspaceBytes = plan.partialOffset + (partialFloats * sizeof(float) + 63) / 64 * 64;
     plan.units = fa::partitionUnits(
         c.seq.count, plan.threads,
-        [&](int64_t b) { return c.n2 * blocksOf(c.seq.qLen[size_t(b)], tile.queryRows) * plan.splits[size_t(b)]; },
+        [&](int64_t b) { return c.n2 * blocksOf(c.seq.qLen[size_t(b)], tile.unitRows()) * plan.splits[size_t(b)]; },
         [&](int64_t b, int64_t local) {
             const WorkUnit u = unitAt(p, plan, b, local, nullptr);
             return double(c.group) * double((u.q1 - u.q0) * (u.k1 - u.k0) + kUnitOverhead);
