@@ -263,6 +263,8 @@ public:
         return std::max(atStart, now);
     }
 
+    bool sampled() const { return !range_.empty(); }  // some row was divided by a peak
+
     // "fp32 162.3-199.0 GFLOP/s, ..." over the start-up peaks and every row's sample.
     std::string rangeText() const {
         std::string text;
@@ -567,7 +569,7 @@ int runBench(const BenchOptions& o) {
                 }
             }
     }
-    if (!o.noPeaks) {
+    if (!o.noPeaks && rowPeaks.sampled()) {  // (prefill rows are divided by FlashAttentionScore's rate)
         doc["peakRange"] = rowPeaks.rangeJson();
         if (table)
             fmt::print("\npeaks over the run (start-up and after each row): {}; each row's ratio is to the higher of the\n"

@@ -26,7 +26,7 @@ constexpr int64_t kTargetUnits = 64;
 // Pairs from which every (sequence, kv head) is one unit, with no partials: with this many the
 // pairs already balance a few cores, and the partial dK/dV of a cut (written, read back and
 // added: 4 chunks of 16 heads at S = 2048, D = 128 are 128 MiB of fresh workspace) cost 8% of
-// the dense BNSD N = 16 S = 2048 fp32 backward on 2 Zen 3 cores (README, performance).
+// the dense BNSD N = 16 S = 2048 fp32 backward on 2 Zen 3 cores (bench/results/amd-epyc-zen3-avx2/NOTES.md).
 constexpr int64_t kWholePairs = 16;
 // Fewest query rows (over the group's heads) per chunk: below that, the per-key-block loads and
 // the partial dk, dv traffic start to weigh against the chunk's five GEMMs (callgrind, AVX2, one
