@@ -235,16 +235,25 @@ struct Peaks {
 
 enum class PeakKind { Fp32, Bf16, Read };
 
+struct PeakNames {
+    const char* table;  // in the "of peak" column
+    const char* range;  // in the closing range line
+    const char* json;   // key of peakRange
+};
+constexpr PeakNames kPeakNames[] = {{"fp32 FMA", "fp32", "fp32"}, {"bf16", "bf16", "bf16"}, {"DRAM read", "DRAM read", "dramReadGBs"}};
+
 // The peak a row's rate is divided by: the higher of the run's start-up measurement and a short
 // sample taken right after the row. On a shared host one sample can fall in a slow moment (on the
 // 2-vCPU Zen 3 VM a start-up fp32 peak read 96 GFLOP/s and the forward right after it ran at 134),
 // and a low peak overstates every ratio; the higher of two samples cannot. The range of the
-// samples is printed at the end, as a measure of the host's noise.
+// samples is printed at the end, as a measure of the host's noise. Disabled (--no-peaks): 0, no
+// ratio.
 class RowPeaks {
 public:
-    RowPeaks(const Peaks& start, int32_t threads) : start_(start), threads_(threads) {}
+    RowPeaks(const Peaks& start, int32_t threads, bool enabled) : start_(start), threads_(threads), enabled_(enabled) {}
 
     double after(PeakKind kind) {
+        if (!enabled_) return 0.0;
         double now = 0.0, atStart = 0.0;
         if (kind == PeakKind::Read) {
             now = tools::measureReadBandwidth(uint64_t(256) << 20, threads_, 3);
@@ -268,22 +277,21 @@ public:
     // "fp32 162.3-199.0 GFLOP/s, ..." over the start-up peaks and every row's sample.
     std::string rangeText() const {
         std::string text;
-        const char* names[] = {"fp32", "bf16", "DRAM read"};
         for (const auto& [kind, r] : range_)
-            text += fmt::format("{}{} {:.1f}-{:.1f} {}", text.empty() ? "" : ", ", names[int(kind)], r.first, r.second,
+            text += fmt::format("{}{} {:.1f}-{:.1f} {}", text.empty() ? "" : ", ", kPeakNames[int(kind)].range, r.first, r.second,
                                 kind == PeakKind::Read ? "GB/s" : "GFLOP/s");
         return text;
     }
     json rangeJson() const {
         json j = json::object();
-        const char* names[] = {"fp32", "bf16", "dramReadGBs"};
-        for (const auto& [kind, r] : range_) j[names[int(kind)]] = {{"low", r.first}, {"high", r.second}};
+        for (const auto& [kind, r] : range_) j[kPeakNames[int(kind)].json] = {{"low", r.first}, {"high", r.second}};
         return j;
     }
 
 private:
     Peaks start_;
     int32_t threads_;
+    bool enabled_;
     std::map<PeakKind, std::pair<double, double>> range_;
 };
 
@@ -415,7 +423,7 @@ int runBench(const BenchOptions& o) {
         peaks.bf16 = tools::measureBf16Peak(threads);
         peaks.readGBs = tools::measureReadBandwidth(uint64_t(512) << 20, threads);
     }
-    RowPeaks rowPeaks(peaks, threads);
+    RowPeaks rowPeaks(peaks, threads, !o.noPeaks);
     const std::string bf16Path = tools::bf16PathText();
     json doc = {{"cpu", isa.brand},
                 {"vendor", isa.vendor},
@@ -467,9 +475,9 @@ int runBench(const BenchOptions& o) {
                       {"bytes", r.work},
                       {"GBs", rate},
                       {"tokensPerSecond", double(p.batch) / seconds}};
-            const double readPeak = o.noPeaks ? 0.0 : rowPeaks.after(PeakKind::Read);
+            const double readPeak = rowPeaks.after(PeakKind::Read);
             if (readPeak > 0) {
-                j["peak"] = "DRAM read";
+                j["peak"] = kPeakNames[int(PeakKind::Read)].table;
                 j["peakValue"] = readPeak;
                 j["ratioToPeak"] = rate / readPeak;
             }
@@ -536,8 +544,8 @@ int runBench(const BenchOptions& o) {
                 const double seconds = r.timing.median() * 1e-3;
                 const double rate = r.work / seconds / 1e9;  // GFLOP/s or GB/s
                 const PeakKind kind = w.bar ? PeakKind::Read : dt == ATTNOPS_BFLOAT16 ? PeakKind::Bf16 : PeakKind::Fp32;
-                const double peak = o.noPeaks ? 0.0 : rowPeaks.after(kind);
-                const std::string peakName = w.bar ? "DRAM read" : dt == ATTNOPS_BFLOAT16 ? "bf16" : "fp32 FMA";
+                const double peak = rowPeaks.after(kind);
+                const std::string peakName = kPeakNames[int(kind)].table;
                 json j = {{"workload", w.name},
                           {"description", w.description},
                           {"dtype", dtype},
@@ -569,7 +577,7 @@ int runBench(const BenchOptions& o) {
                 }
             }
     }
-    if (!o.noPeaks && rowPeaks.sampled()) {  // (prefill rows are divided by FlashAttentionScore's rate)
+    if (rowPeaks.sampled()) {  // (prefill rows are divided by FlashAttentionScore's rate)
         doc["peakRange"] = rowPeaks.rangeJson();
         if (table)
             fmt::print("\npeaks over the run (start-up and after each row): {}; each row's ratio is to the higher of the\n"

@@ -415,7 +415,6 @@ template <class V, class Pairs>
 ATTNOPS_SIMD_INLINE bool valuesFinite(const float* vs, const uint32_t* vp, int64_t nk, int64_t stripRows, int64_t dv) {
     constexpr int64_t W = simd::stripWidth<V>();
     if constexpr (std::is_void_v<Pairs>) {
-        if (nk == stripRows) return simd::allFinite<V>(vs, nk * ((dv + W - 1) / W), W, W);
         for (int64_t c0 = 0; c0 < dv; c0 += W)
             if (!simd::allFinite<V>(vs + (c0 / W) * stripRows * W, nk, W, W)) return false;
         return true;
@@ -516,13 +515,24 @@ struct FaSteps {
 // the blocks' common first key and their last, empty when every block is empty. Blocks share a
 // pass only when their key blocks line up (sharePass), so each block's key blocks are the pass's,
 // the last one cut short at the block's own end: the same blocks as in a pass of its own.
+// Query block j of a unit (qr rows from u.q0): its rows [q0, q1) and the keys they may see.
+struct QueryBlock {
+    int64_t q0, q1;
+    KeyRange keys;
+    bool empty() const { return keys.lo >= keys.hi; }
+};
+
+inline QueryBlock queryBlock(const SeqRule& rule, const WorkUnit& u, int64_t qr, int64_t j, int64_t skv) {
+    const int64_t q0 = u.q0 + j * qr, q1 = std::min(u.q1, q0 + qr);
+    return {q0, q1, keyRange(rule, q0, q1, skv)};
+}
+
 inline KeyRange passKeys(const SeqRule& rule, const WorkUnit& u, int64_t qr, int64_t b0, int64_t nb, int64_t skv) {
     KeyRange r{0, 0};
     for (int64_t j = b0; j < b0 + nb; ++j) {
-        const int64_t q0 = u.q0 + j * qr;
-        const KeyRange k = keyRange(rule, q0, std::min(u.q1, q0 + qr), skv);
-        if (k.lo >= k.hi) continue;
-        r = r.lo < r.hi ? KeyRange{r.lo, std::max(r.hi, k.hi)} : k;
+        const QueryBlock b = queryBlock(rule, u, qr, j, skv);
+        if (b.empty()) continue;
+        r = r.lo < r.hi ? KeyRange{r.lo, std::max(r.hi, b.keys.hi)} : b.keys;
     }
     return r;
 }
@@ -537,8 +547,7 @@ inline bool sharePass(const SeqRule& rule, const WorkUnit& u, int64_t qr, int64_
     if (blocks < 2) return false;
     const KeyRange all = passKeys(rule, u, qr, 0, blocks, skv);
     for (int64_t j = 0; j < blocks; ++j) {
-        const int64_t q0 = u.q0 + j * qr;
-        const KeyRange k = keyRange(rule, q0, std::min(u.q1, q0 + qr), skv);
+        const KeyRange k = queryBlock(rule, u, qr, j, skv).keys;
         if (k.lo >= k.hi) continue;
         if (k.lo != all.lo || (pairs && k.hi != all.hi && (k.hi - k.lo) % 2 != 0)) return false;
     }
@@ -584,14 +593,14 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
     for (int64_t g0 = 0; g0 < p.group; g0 += perPass)
         for (int64_t b0 = 0; b0 < blocks; b0 += blocksPerPass) {
             const int64_t heads = std::min(perPass, p.group - g0), nb = std::min(blocksPerPass, blocks - b0);
-            // State s = h * nb + j: head g0 + h, query block b0 + j (rows [blockQ0(j), blockQ1(j))).
-            const auto blockQ0 = [&](int64_t j) { return u.q0 + (b0 + j) * qr; };
-            const auto blockQ1 = [&](int64_t j) { return std::min(u.q1, blockQ0(j) + qr); };
+            // State s = h * nb + j: head g0 + h, query block b0 + j.
+            const auto block = [&](int64_t j) { return queryBlock(rule, u, qr, b0 + j, skv); };
             for (int64_t h = 0; h < heads; ++h)
                 for (int64_t j = 0; j < nb; ++j) {
                     const HeadState hs = sc.head(p, t, h * nb + j);
-                    const int64_t n1 = u.n2 * p.group + g0 + h, rows = blockQ1(j) - blockQ0(j);
-                    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + blockQ0(j);
+                    const QueryBlock qb = block(j);
+                    const int64_t n1 = u.n2 * p.group + g0 + h, rows = qb.q1 - qb.q0;
+                    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + qb.q0;
                     if constexpr (kPairs)
                         Pairs::packColumnPairsTransposed(p.q, u.b, n1, qRow0, rows, d, qr, hs.qp);
                     else
@@ -621,10 +630,10 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
                 }
                 bool rowValues = false;  // sc.v holds the block's values as fp32 rows (the row steps)
                 for (int64_t j = 0; j < nb; ++j) {
-                    const int64_t q0 = blockQ0(j), q1 = blockQ1(j), rows = q1 - q0;
-                    const KeyRange own = keyRange(rule, q0, q1, skv);
-                    if (own.lo >= own.hi || k0 >= own.hi) continue;  // past this block's last key
-                    const int64_t nk = std::min(t.keyRows, own.hi - k0);  // <= packed, a prefix
+                    const QueryBlock qb = block(j);
+                    const int64_t q0 = qb.q0, q1 = qb.q1, rows = q1 - q0;
+                    if (qb.empty() || k0 >= qb.keys.hi) continue;  // past this block's last key
+                    const int64_t nk = std::min(t.keyRows, qb.keys.hi - k0);  // <= packed, a prefix
                     const bool wholeScoreTiles = rows % kScoreTileCols == 0 && rows <= V::kQueryRows;
                     // Partly masked blocks go through the GEMM too when the band is vectorisable and
                     // the values are finite (a masked key's 0 * v must be 0, as if it were skipped).
@@ -694,7 +703,8 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
             for (int64_t h = 0; h < heads; ++h)
                 for (int64_t j = 0; j < nb; ++j) {
                     const HeadState hs = sc.head(p, t, h * nb + j);
-                    const int64_t r0 = blockQ0(j) - u.q0, rows = blockQ1(j) - blockQ0(j);
+                    const QueryBlock qb = block(j);
+                    const int64_t r0 = qb.q0 - u.q0, rows = qb.q1 - qb.q0;
                     for (int64_t r = 0; r < rows; ++r)
                         steps.storeRow(g0 + h, r0 + r, hs.m[r], hs.l[r], hs.acc + r * dv, sc.s);
                 }
