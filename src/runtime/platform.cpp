@@ -1,5 +1,5 @@
 // Usable-core detection (sched_getaffinity, cgroup v2 cpu.max, cgroup v1 CFS quota) and cache
-// sizes (sysconf, then sysfs), with logged fallbacks.
+// sizes (sysfs, then sysconf), with fallbacks.
 #include "runtime/platform.hpp"
 
 #include <sched.h>
@@ -47,9 +47,27 @@ int cgroupQuotaCores() {
     return 0;
 }
 
+std::string& sysfsCpuRoot() {
+    static std::string root = "/sys/devices/system/cpu";
+    return root;
+}
+
+// The first CPU this process may run on (cache sizes can differ between core types: on hybrid
+// parts an efficiency core's L2 is not a performance core's).
+int firstAllowedCpu() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &set)) return cpu;
+    return 0;
+}
+
+// The size the kernel gives for this level's cache of `type` ("Data" or "Unified"), 0 if none.
 uint64_t sysfsCacheBytes(int level, const char* type) {
+    const std::string cpu = sysfsCpuRoot() + "/cpu" + std::to_string(firstAllowedCpu()) + "/cache/index";
     for (int index = 0; index < 8; ++index) {
-        std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+        std::string base = cpu + std::to_string(index) + "/";
         std::ifstream lv(base + "level"), ty(base + "type"), sz(base + "size");
         int l = 0;
         std::string t, s;
@@ -63,11 +81,13 @@ uint64_t sysfsCacheBytes(int level, const char* type) {
     return 0;
 }
 
-uint64_t cacheBytes(int sysconfName, int level, const char* type, uint64_t fallback) {
+// The kernel's sysfs first: it is the OS's view of this machine's (or this VM's) caches. glibc's
+// sysconf comes second: on AMD it derives the L3 from CPUID and can report the whole package's
+// (256 MiB on a 2-vCPU Zen 3 VM whose sysfs says 32 MiB).
+uint64_t cacheBytes(int level, const char* type, int sysconfName, uint64_t fallback) {
+    if (uint64_t s = sysfsCacheBytes(level, type); s > 0) return s;
     long v = sysconf(sysconfName);
-    if (v > 0) return uint64_t(v);
-    uint64_t s = sysfsCacheBytes(level, type);
-    return s > 0 ? s : fallback;
+    return v > 0 ? uint64_t(v) : fallback;
 }
 
 PlatformInfo probe() {
@@ -80,9 +100,9 @@ PlatformInfo probe() {
         cores = 1;
     }
     info.usableCores = cores;
-    info.l1dBytes = cacheBytes(_SC_LEVEL1_DCACHE_SIZE, 1, "Data", 32 * 1024);
-    info.l2Bytes = cacheBytes(_SC_LEVEL2_CACHE_SIZE, 2, "Unified", 1024 * 1024);
-    info.l3Bytes = cacheBytes(_SC_LEVEL3_CACHE_SIZE, 3, "Unified", 8 * 1024 * 1024);
+    info.l1dBytes = cacheBytes(1, "Data", _SC_LEVEL1_DCACHE_SIZE, 32 * 1024);
+    info.l2Bytes = cacheBytes(2, "Unified", _SC_LEVEL2_CACHE_SIZE, 1024 * 1024);
+    info.l3Bytes = cacheBytes(3, "Unified", _SC_LEVEL3_CACHE_SIZE, 8 * 1024 * 1024);
     return info;
 }
 
@@ -95,6 +115,7 @@ const PlatformInfo& platform() {
 
 namespace testing {
 void setCgroupRoot(const std::string& root) { cgroupRoot() = root; }
+void setSysfsCpuRoot(const std::string& root) { sysfsCpuRoot() = root; }
 }  // namespace testing
 
 void logWarning(const std::string& message) { std::fprintf(stderr, "attnops warning: %s\n", message.c_str()); }

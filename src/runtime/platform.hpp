@@ -29,6 +29,9 @@ namespace testing {
 // Tests only (internal): read the cgroup CPU quota files (cpu.max; cpu/cpu.cfs_quota_us and
 // cpu/cpu.cfs_period_us) under `root` instead of /sys/fs/cgroup. Call before the first platform().
 void setCgroupRoot(const std::string& root);
+// Tests only (internal): read the cache sizes from <root>/cpu<N>/cache/index<i>/{level,type,size}
+// instead of /sys/devices/system/cpu. Call before the first platform().
+void setSysfsCpuRoot(const std::string& root);
 }  // namespace testing
 
 }  // namespace attnops

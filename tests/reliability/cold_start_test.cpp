@@ -197,15 +197,16 @@ TEST(CgroupQuotaChild, DISABLED_UsableCores) {
     EXPECT_EQ(info.threads, want);
 }
 
-class CgroupRoot {
+// A temporary folder tree of small text files (a fake /sys/fs/cgroup or /sys/devices/system/cpu).
+class TempTree {
 public:
-    CgroupRoot() {
+    TempTree() {
         char templ[] = "/tmp/attnops-cgroup-XXXXXX";
         const char* made = mkdtemp(templ);
         EXPECT_NE(made, nullptr);
         path_ = made ? made : "";
     }
-    ~CgroupRoot() {
+    ~TempTree() {
         std::error_code ec;
         std::filesystem::remove_all(path_, ec);
     }
@@ -219,19 +220,19 @@ private:
     std::string path_;
 };
 
-void expectQuota(const CgroupRoot& root, const char* cores) {
+void expectQuota(const TempTree& root, const char* cores) {
     expectChildPasses("CgroupQuotaChild.DISABLED_UsableCores",
                       {{"ATTNOPS_TEST_CGROUP_ROOT", root.path()}, {"ATTNOPS_TEST_EXPECT_QUOTA_CORES", cores}});
 }
 
 TEST(CgroupQuota, V2HalfCpuGivesOneCore) {
-    CgroupRoot root;
+    TempTree root;
     root.write("cpu.max", "50000 100000\n");
     expectQuota(root, "1");
 }
 
 TEST(CgroupQuota, V2FractionalQuotaRoundsUpAndMaxMeansNone) {
-    CgroupRoot a, b;
+    TempTree a, b;
     a.write("cpu.max", "250000 100000\n");
     expectQuota(a, "3");
     b.write("cpu.max", "max 100000\n");
@@ -239,7 +240,7 @@ TEST(CgroupQuota, V2FractionalQuotaRoundsUpAndMaxMeansNone) {
 }
 
 TEST(CgroupQuota, V1CfsQuota) {
-    CgroupRoot a, b;
+    TempTree a, b;
     a.write("cpu/cpu.cfs_quota_us", "50000\n");
     a.write("cpu/cpu.cfs_period_us", "100000\n");
     expectQuota(a, "1");
@@ -249,10 +250,66 @@ TEST(CgroupQuota, V1CfsQuota) {
 }
 
 TEST(CgroupQuota, MissingOrGarbageFilesMeanNoQuota) {
-    CgroupRoot empty, garbage;
+    TempTree empty, garbage;
     expectQuota(empty, "0");
     garbage.write("cpu.max", "lots\n");
     expectQuota(garbage, "0");
+}
+
+// ------------------------------------------------------------------ cache sizes
+
+// Child: the platform reads the cache sizes under ATTNOPS_TEST_SYSFS_CPU_ROOT (the layout of
+// /sys/devices/system/cpu); the device info must give the sizes expected (0: what sysconf says,
+// the fallback when sysfs has nothing).
+TEST(CacheSizesChild, DISABLED_FromSysfs) {
+    if (!isChild()) GTEST_SKIP() << "runs in a fresh process started by its parent test";
+    attnops::testing::setSysfsCpuRoot(env("ATTNOPS_TEST_SYSFS_CPU_ROOT"));
+    auto expected = [](const char* name, int sysconfName, uint64_t fallback) {
+        const uint64_t want = std::strtoull(env(name).c_str(), nullptr, 10);
+        if (want > 0) return want;
+        const long v = sysconf(sysconfName);
+        return v > 0 ? uint64_t(v) : fallback;
+    };
+    attnopsDeviceInfo info{};
+    ASSERT_EQ(attnopsGetDeviceInfo(0, &info), ATTNOPS_SUCCESS);
+    EXPECT_EQ(info.l1dBytes, expected("ATTNOPS_TEST_EXPECT_L1D", _SC_LEVEL1_DCACHE_SIZE, 32 * 1024));
+    EXPECT_EQ(info.l2Bytes, expected("ATTNOPS_TEST_EXPECT_L2", _SC_LEVEL2_CACHE_SIZE, 1024 * 1024));
+    EXPECT_EQ(info.l3Bytes, expected("ATTNOPS_TEST_EXPECT_L3", _SC_LEVEL3_CACHE_SIZE, 8 * 1024 * 1024));
+}
+
+// Writes cache index `index` of every CPU this process may run on (the platform reads the first).
+void writeCache(const TempTree& root, int index, const char* level, const char* type, const char* size) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (!CPU_ISSET(cpu, &set)) continue;
+        const std::string dir = "cpu" + std::to_string(cpu) + "/cache/index" + std::to_string(index) + "/";
+        root.write(dir + "level", std::string(level) + "\n");
+        root.write(dir + "type", std::string(type) + "\n");
+        root.write(dir + "size", std::string(size) + "\n");
+    }
+}
+
+// The kernel's sizes win over sysconf's (glibc reads CPUID and on AMD can report the whole
+// package's L3: 256 MiB on a 2-vCPU Zen 3 VM whose sysfs says 32 MiB); sizes no machine has, so
+// the test fails if any comes from anywhere else. The instruction cache is not the data cache.
+TEST(CacheSizes, SysfsWinsOverSysconf) {
+    TempTree root;
+    writeCache(root, 0, "1", "Instruction", "24K");
+    writeCache(root, 1, "1", "Data", "40K");
+    writeCache(root, 2, "2", "Unified", "1536K");
+    writeCache(root, 3, "3", "Unified", "3M");
+    expectChildPasses("CacheSizesChild.DISABLED_FromSysfs", {{"ATTNOPS_TEST_SYSFS_CPU_ROOT", root.path()},
+                                                             {"ATTNOPS_TEST_EXPECT_L1D", "40960"},
+                                                             {"ATTNOPS_TEST_EXPECT_L2", "1572864"},
+                                                             {"ATTNOPS_TEST_EXPECT_L3", "3145728"}});
+}
+
+// Nothing in sysfs (a container without it): sysconf, then the documented defaults.
+TEST(CacheSizes, NoSysfsFallsBackToSysconf) {
+    TempTree empty;
+    expectChildPasses("CacheSizesChild.DISABLED_FromSysfs", {{"ATTNOPS_TEST_SYSFS_CPU_ROOT", empty.path()}});
 }
 
 }  // namespace
