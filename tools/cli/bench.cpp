@@ -410,6 +410,12 @@ int runBench(const BenchOptions& o) {
         for (const Workload& w : all) fmt::print("{:<28} {}\n", w.name, w.description);
         return kExitOk;
     }
+    // Every pattern must name something: with --quick the shapes (and so the names) change, and a
+    // pattern left silently unmatched would drop rows from a run that looks complete.
+    for (const std::string& pattern : o.workloads)
+        if (std::none_of(all.begin(), all.end(), [&](const Workload& w) { return w.name.rfind(pattern, 0) == 0; }))
+            throw CliError(fmt::format("--workloads: '{}' matched no workload of the catalogue{} (see attnops bench --list{})",
+                                       pattern, o.quick ? " with --quick shapes" : "", o.quick ? " --quick" : ""));
     std::vector<Workload> chosen;
     for (Workload& w : all)
         if (selected(w, o)) chosen.push_back(std::move(w));

@@ -262,6 +262,7 @@ expect 0 "bench --json with peaks" '"ratioToPeak"' -- \
 expect 0 "bench --quick, decode with bf16 and int8 KV" '^decode-b32-s512-int8kv +i8kv +fwd .*GB/s.*x bf16 KV' -- \
     "$cli" bench --quick --workloads decode-b32 --repeat 1 --warmup 0 --no-peaks
 expect 2 "bench: unknown workload" 'matched no workload' -- "$cli" bench --workloads no-such-workload
+expect 2 "bench: a pattern of the full shapes with --quick" "'bnsd-s4096-d128' matched no workload of the catalogue with --quick shapes" -- "$cli" bench --quick --workloads bnsd-s512-d128,bnsd-s4096-d128
 
 if [ "$failures" -ne 0 ]; then
     echo "smoke: $failures failure(s)"
