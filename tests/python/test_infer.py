@@ -192,3 +192,49 @@ def test_bad_input_names_the_argument():
                                         block_size=16, actual_seq_lengths_kv=[5], num_heads=4, input_layout="BNSD")
     with pytest.raises(NotImplementedError, match="rotary_cos"):
         flash_attn_with_kvcache(q.transpose(1, 2), cache, cache, rotary_cos=torch.ones(1))
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_flash_attn_with_kvcache_bad_append_leaves_the_cache_unchanged(paged):
+    """Every slot an append writes is checked before any is written: a negative length or cache
+    index or a block_table entry outside the cache is an error naming it, never a write that wraps
+    around to another sequence's tokens (torch indexing takes -1 as the last row)."""
+    b, h, hk, d = 2, 4, 2, 32
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(b, 1, h, d, generator=g).to(torch.bfloat16)
+    k_new = torch.randn(b, 1, hk, d, generator=g).to(torch.bfloat16)
+    if paged:
+        k_cache = torch.randn(6, 16, hk, d, generator=g).to(torch.bfloat16)
+        table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+        bad_calls = [
+            (dict(cache_seqlens=torch.tensor([-1, 3], dtype=torch.int32), block_table=table), r"cache_seqlens\[0\] = -1"),
+            (dict(cache_seqlens=torch.tensor([2, 20], dtype=torch.int32), block_table=torch.tensor([[0, 1, 2], [3, -1, 5]],
+                                                                                                 dtype=torch.int32)),
+             r"block_table\[1\]\[1\] = -1"),
+            (dict(cache_seqlens=torch.tensor([2, 40], dtype=torch.int32), block_table=torch.tensor([[0, 1, 2], [3, 4, 6]],
+                                                                                                 dtype=torch.int32)),
+             r"block_table\[1\]\[2\] = 6"),
+        ]
+    else:
+        k_cache = torch.randn(3, 24, hk, d, generator=g).to(torch.bfloat16)
+        bad_calls = [
+            (dict(cache_seqlens=torch.tensor([-1, 3], dtype=torch.int32), cache_batch_idx=torch.tensor([0, 1])),
+             r"cache_seqlens\[0\] = -1"),
+            (dict(cache_seqlens=torch.tensor([2, 3], dtype=torch.int32), cache_batch_idx=torch.tensor([0, -1])),
+             r"cache_batch_idx\[1\] = -1"),
+            (dict(cache_seqlens=torch.tensor([2, 3], dtype=torch.int32), cache_batch_idx=torch.tensor([0, 3])),
+             r"cache_batch_idx\[1\] = 3"),
+            (dict(cache_seqlens=torch.tensor([2, 3], dtype=torch.int32), cache_batch_idx=torch.tensor([0])),
+             r"cache_batch_idx: 1 entries for batch 2"),
+        ]
+    v_cache = k_cache.clone()
+    before = k_cache.clone()
+    for kwargs, message in bad_calls:
+        with pytest.raises(ValueError, match=message):
+            flash_attn_with_kvcache(q, k_cache, v_cache, k_new, k_new, **kwargs)
+        assert torch.equal(k_cache, before) and torch.equal(v_cache, before), f"{message}: the cache was written"
+    with pytest.raises(ValueError, match=r"k/v: shape \(2, 1, 2, 16\)"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, k_new[..., :16], k_new[..., :16],
+                                cache_seqlens=torch.tensor([2, 3], dtype=torch.int32),
+                                block_table=table if paged else None)
+    assert torch.equal(k_cache, before)

@@ -282,9 +282,15 @@ def npu_prompt_flash_attention(
 # flash-attn
 
 
-def _append(cache: Tensor, new: Tensor, seqlens: List[int], block_table: Optional[Tensor],
-            batch_idx: Optional[List[int]]) -> None:
-    """Writes new[b, i] at position seqlens[b] + i of sequence b of the cache (in place)."""
+def _append_slots(cache: Tensor, new: Tensor, seqlens: List[int], block_table: Optional[Tensor],
+                  batch_idx: Optional[List[int]]) -> List[tuple]:
+    """Where new[b, i] goes: position seqlens[b] + i of sequence b of the cache, as (cache index,
+    positions) per b. Every slot is checked before anything is written, so that a bad call leaves the
+    cache as it was (a negative index would otherwise wrap around to another sequence's tokens)."""
+    if new.dim() != 4 or new.shape[0] != len(seqlens) or new.shape[2:] != cache.shape[2:]:
+        raise ValueError(f"k/v: shape {tuple(new.shape)}: must be (batch {len(seqlens)}, seqlen_new, "
+                         f"{cache.shape[2]} kv heads, head_dim {cache.shape[3]})")
+    slots = []
     for b in range(new.shape[0]):
         pos = torch.arange(seqlens[b], seqlens[b] + new.shape[1])
         if block_table is None:
@@ -292,14 +298,20 @@ def _append(cache: Tensor, new: Tensor, seqlens: List[int], block_table: Optiona
             if pos.numel() and int(pos[-1]) >= cache.shape[1]:
                 raise ValueError(f"k/v: {new.shape[1]} new tokens at cache_seqlens[{b}] = {seqlens[b]} overflow the "
                                  f"cache's {cache.shape[1]} positions")
-            cache[row, pos] = new[b]
+            slots.append((row, pos))
         else:
             bs = cache.shape[1]
             if pos.numel() and int(pos[-1]) // bs >= block_table.shape[1]:
                 raise ValueError(f"k/v: {new.shape[1]} new tokens at cache_seqlens[{b}] = {seqlens[b]} overflow the "
                                  f"{block_table.shape[1]} blocks of block_table row {b}")
             blocks = block_table[b, pos // bs].long()
-            cache[blocks, pos % bs] = new[b]
+            bad = (blocks < 0) | (blocks >= cache.shape[0])
+            if bool(bad.any()):
+                column = int((pos // bs)[bad][0])
+                raise ValueError(f"block_table[{b}][{column}] = {int(block_table[b, column])}: must be in "
+                                 f"[0, {cache.shape[0]}) (the cache's blocks), for the new tokens of sequence {b}")
+            slots.append((blocks, pos % bs))
+    return slots
 
 
 def flash_attn_with_kvcache(
@@ -342,12 +354,23 @@ def flash_attn_with_kvcache(
         seqlens = [int(x) for x in (cache_seqlens.tolist() if isinstance(cache_seqlens, Tensor) else cache_seqlens)]
     if len(seqlens) != batch:
         raise ValueError(f"cache_seqlens: {len(seqlens)} entries for batch {batch}")
+    for b, length in enumerate(seqlens):
+        if length < 0:
+            raise ValueError(f"cache_seqlens[{b}] = {length}: must be >= 0")
     batch_idx = None
     if cache_batch_idx is not None:
-        batch_idx = [int(x) for x in cache_batch_idx.tolist()]
+        batch_idx = [int(x) for x in torch.as_tensor(cache_batch_idx).reshape(-1).tolist()]
+        if len(batch_idx) != batch:
+            raise ValueError(f"cache_batch_idx: {len(batch_idx)} entries for batch {batch}")
+        for b, row in enumerate(batch_idx):
+            if not 0 <= row < k_cache.shape[0]:
+                raise ValueError(f"cache_batch_idx[{b}] = {row}: must be in [0, {k_cache.shape[0]}) (k_cache's batch)")
     if k is not None:
-        _append(k_cache, k, seqlens, block_table, batch_idx)
-        _append(v_cache, v, seqlens, block_table, batch_idx)
+        k_slots = _append_slots(k_cache, k, seqlens, block_table, batch_idx)
+        v_slots = _append_slots(v_cache, v, seqlens, block_table, batch_idx)
+        for cache, new, slots in ((k_cache, k, k_slots), (v_cache, v, v_slots)):
+            for b, (index, pos) in enumerate(slots):
+                cache[index, pos] = new[b]
         seqlens = [s + k.shape[1] for s in seqlens]
     key, value = k_cache, v_cache
     if batch_idx is not None:
