@@ -218,7 +218,7 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
     add(cmd.add_option("--dtype", f.dtype, "Query / output dtype (and the KV dtype without --int8-kv)")
             ->check(CLI::IsMember({"fp16", "bf16", "fp32"}))
             ->capture_default_str());
-    add(cmd.add_option("--scale", p.scale, "scaleValue [default: 1/sqrt(D)]"));
+    add(cmd.add_option("--scale", p.scale, "scaleValue [default: 1/sqrt(D)]")->check(notNan));
     add(cmd.add_option("--sparse-mode", p.sparseMode, "sparseMode 0-4 (3: causal, bottom-right), 9 (tree mask, generated)")
             ->capture_default_str());
     add(cmd.add_option("--pre-tokens", p.preTokens, "preTokens")->capture_default_str());
@@ -233,7 +233,8 @@ void addFusedInferAttentionFlags(CLI::App& cmd, FiaFlags& f) {
             ->capture_default_str());
     add(cmd.add_option("--block-size", p.blockSize, "blockSize of the paged cache")->capture_default_str());
     add(cmd.add_option("--max-blocks-per-seq", p.maxBlocksPerSeq,
-                       "blockTable columns [default: what the longest sequence needs]")
+                       "blockTable columns [default: what the longest sequence needs; fewer: the library refuses "
+                       "the call, as it would such a table from an NPU program]")
             ->check(CLI::NonNegativeNumber));
     add(cmd.add_flag("--no-shuffle-blocks", f.noShuffle, "Physical blocks in order (default: a scrambled order)"));
     add(cmd.add_flag("--int8-kv", p.int8Kv, "int8 key/value with antiquant scales (and offsets)"));

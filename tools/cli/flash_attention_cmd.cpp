@@ -319,7 +319,7 @@ void addFlashAttentionFlags(CLI::App& cmd, FaFlags& f) {
     add(cmd.add_option("--dtype", f.dtype, "dtype of query, key, value and attentionOut")
             ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
             ->capture_default_str());
-    add(cmd.add_option("--scale", p.scale, "scaleValue [default: 1/sqrt(dim); note the C API's own default is 1.0]"));
+    add(cmd.add_option("--scale", p.scale, "scaleValue [default: 1/sqrt(dim); note the C API's own default is 1.0]")->check(notNan));
     add(cmd.add_option("--sparse-mode", p.sparseMode, "sparseMode (0-8)")->capture_default_str());
     add(cmd.add_option("--pre-tokens", p.preTokens, "preTokens")->capture_default_str());
     add(cmd.add_option("--next-tokens", p.nextTokens, "nextTokens")->capture_default_str());

@@ -5,8 +5,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 
 namespace attnops::cli {
+
+std::string notNan(const std::string& text) {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() && std::isnan(v))
+        return "NaN is not a value here (leave the flag out for the default); the library refuses a non-finite scaleValue";
+    return "";
+}
 
 std::string libraryError(attnopsStatus status) {
     const std::string message = attnopsGetLastErrorMessage();

@@ -25,6 +25,10 @@ struct CliError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A CLI11 check for a floating-point flag whose unset value is NaN (--scale: "not given, the
+// default"): refuses a NaN typed on the command line, which would otherwise mean the default.
+std::string notNan(const std::string& text);
+
 // "ATTNOPS_ERROR_INVALID_ARGUMENT: <the library's last message>".
 std::string libraryError(attnopsStatus status);
 

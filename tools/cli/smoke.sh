@@ -173,6 +173,15 @@ expect 2 "fia: a length list that does not match the batch" '--kv-seqlens: 3 len
     "$cli" run fused-infer-attention --batch 2 --kv-seqlens 1,2,3
 expect 2 "fia: the library names the broken rule" 'blockSize = 16: must be a multiple of 32' -- \
     "$cli" run fused-infer-attention --cache BnBsH --block-size 16 --int8-kv
+expect 2 "fia: a block table narrower than the lengths is the library's to refuse" \
+    'actualSeqLengthsKv\[0\] = 100: must be in \[0, 32\]' -- \
+    "$cli" run fused-infer-attention --cache BnBsH --block-size 16 --kv-seqlen 100 --max-blocks-per-seq 2 --check
+expect 64 "fia: --scale nan is refused, not taken as the default" 'NaN is not a value here' -- \
+    "$cli" run fused-infer-attention --scale nan --check
+expect 64 "flash-attention: --scale nan is refused, not taken as the default" 'NaN is not a value here' -- \
+    "$cli" run flash-attention --scale nan --check
+expect 2 "fia: a sink with full quantisation names the quantisation, not a dtype" 'defined for non-quantised attention only' -- \
+    "$cli" run fused-infer-attention --full-quant --q-seqlen 40 --kv-seqlen 100 --sink
 expect 2 "flash-attention refuses a fia directory" 'holds op' -- "$cli" run flash-attention --load "$idir"
 
 # FlashAttentionScoreGrad: --backward timing and check, save / load / compare of the gradients.

@@ -205,6 +205,7 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
     int64_t maxBlocks = 0, blockNum = 0;
     const int64_t bs = p.blockSize;
     std::vector<int64_t> firstBlock(size_t(batches), 0);
+    std::vector<int32_t> physical;  // paged: sequence b's block j is physical[firstBlock[b] + j]
     if (p.paged()) {
         for (int64_t b = 0; b < batches; ++b) {
             firstBlock[size_t(b)] = blockNum;
@@ -212,9 +213,12 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
             blockNum += need;
             maxBlocks = std::max(maxBlocks, need);
         }
-        maxBlocks = std::max({maxBlocks, p.maxBlocksPerSeq, int64_t(1)});
+        // A requested width is kept even when narrower than a sequence needs: the library must then
+        // refuse the call (actualSeqLengthsKv past maxBlocksPerSeq * blockSize), as it would an
+        // NPU program's table of that width.
+        maxBlocks = p.maxBlocksPerSeq > 0 ? p.maxBlocksPerSeq : std::max(maxBlocks, int64_t(1));
         blockNum += 2;  // spare blocks nobody uses
-        std::vector<int32_t> physical(static_cast<size_t>(blockNum));
+        physical.resize(static_cast<size_t>(blockNum));
         for (int64_t i = 0; i < blockNum; ++i) physical[size_t(i)] = int32_t(i);
         if (p.shuffleBlocks) {
             Rng rng(p.dataSeed + 99);
@@ -225,6 +229,7 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         for (int64_t b = 0; b < batches; ++b)
             for (int64_t j = 0; j < maxBlocks; ++j)
                 table[b * maxBlocks + j] = j < (p.kvLen(b) + bs - 1) / bs ? physical[size_t(firstBlock[size_t(b)] + j)] : -1;
+        // (The cache rows below are written through `physical`, so a narrower table is never overrun.)
         const int64_t lanes = p.int8Kv ? 32 : 16;
         std::vector<int64_t> shape;
         if (p.cache == "BnBsH") shape = {blockNum, bs, n2 * d};
@@ -263,11 +268,10 @@ FiaInstance::FiaInstance(const FiaProblem& p) : problem(p) {
         fill(value, nan);
     }
     if (dr > 0 && !p.kvList && ropeType != ATTNOPS_INT8) fill(keyRope, nan);
-    const auto* table = p.paged() ? static_cast<const int32_t*>(blockTable.data()) : nullptr;
     const auto kvIndex = [&](int64_t b, int64_t m, int64_t t, int64_t c, int64_t dim) {
         if (p.kvList) return layoutIndex(in, p.kvListRows(b), n2, dim, 0, m, t, c);
         if (!p.paged()) return layoutIndex(in, kvRows, n2, dim, b, m, kvStart[size_t(b)] + t, c);
-        const int64_t blk = table[b * maxBlocks + t / bs], slot = t % bs;
+        const int64_t blk = physical[size_t(firstBlock[size_t(b)] + t / bs)], slot = t % bs;
         if (p.cache == "BnBsH") return ((blk * bs + slot) * n2 + m) * dim + c;
         if (p.cache == "BnNBsD") return ((blk * n2 + m) * bs + slot) * dim + c;
         const int64_t lanes = p.int8Kv && !(p.mlaFullQuant && dim == dr) ? 32 : 16;  // MLA full quant: a bf16 rope

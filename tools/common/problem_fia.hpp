@@ -32,7 +32,7 @@ struct FiaProblem {
     std::string cache = "none";            // "none", "BnBsH", "BnNBsD", "NZ"
     int64_t blockSize = 16;
     bool shuffleBlocks = true;             // physical blocks in a scrambled order
-    int64_t maxBlocksPerSeq = 0;           // 0: what the longest sequence needs
+    int64_t maxBlocksPerSeq = 0;           // blockTable columns; 0: what the longest sequence needs
     bool int8Kv = false;
     int64_t keyQuantMode = 0, valueQuantMode = 0;  // 0 per-channel, 1 per-token, 2-5 (spec 9.1)
     bool quantOffset = true;

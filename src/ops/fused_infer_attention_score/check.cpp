@@ -717,10 +717,11 @@ Params checkForward(const Args& a, int32_t device) {
         invalidArgument("innerPrecise", a.innerPrecise, "must be in [0, {}]{}", p.decode ? 1 : 3, p.decode ? " with Q_S = 1" : "");
     const attnopsTensor* sink = optionalTensorOn(a.learnableSink, "learnableSink", device);
     if (sink) {
+        // Quantisation first: with an int8 query (full quantisation) no sink dtype would do.
+        if (int8Kv) unsupported("learnableSink with int8 key/value: the sink is defined for non-quantised attention only");
         if (sink->dtype != q.dtype)
             invalidArgument("learnableSink.dtype", dtypeName(sink->dtype), "must equal query.dtype ({})", dtypeName(q.dtype));
         if (!shapeIs(*sink, {s.n1})) invalidArgument("learnableSink.shape", shapeString(*sink), "must be [Q_N] = [{}]", s.n1);
-        if (int8Kv) unsupported("learnableSink with int8 key/value: the sink is defined for non-quantised attention only");
         if (a.innerPrecise != 0) invalidArgument("innerPrecise", a.innerPrecise, "must be 0 with learnableSink");
         p.sink = readAll(*sink);
     }
