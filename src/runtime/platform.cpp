@@ -15,10 +15,15 @@
 namespace attnops {
 namespace {
 
+// The CPUs this process may run on; false when the OS does not say.
+bool allowedCpus(cpu_set_t* set) {
+    CPU_ZERO(set);
+    return sched_getaffinity(0, sizeof *set, set) == 0;
+}
+
 int affinityCores() {
     cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    if (allowedCpus(&set)) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? int(n) : 0;
 }
@@ -56,8 +61,7 @@ std::string& sysfsCpuRoot() {
 // parts an efficiency core's L2 is not a performance core's).
 int firstAllowedCpu() {
     cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    if (!allowedCpus(&set)) return 0;
     for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
         if (CPU_ISSET(cpu, &set)) return cpu;
     return 0;

@@ -215,11 +215,12 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
     return w;
 }
 
+// A --workloads pattern names the workloads whose names start with it.
+bool matches(const Workload& w, const std::string& pattern) { return w.name.rfind(pattern, 0) == 0; }
+
 bool selected(const Workload& w, const BenchOptions& o) {
-    if (o.workloads.empty()) return w.name.rfind("sweep-", 0) != 0 || !o.sweep.empty();
-    for (const std::string& pattern : o.workloads)
-        if (w.name.rfind(pattern, 0) == 0) return true;
-    return false;
+    if (o.workloads.empty()) return !matches(w, "sweep-") || !o.sweep.empty();
+    return std::any_of(o.workloads.begin(), o.workloads.end(), [&](const std::string& pattern) { return matches(w, pattern); });
 }
 
 attnopsDataType dtypeOf(const std::string& name) {
@@ -413,7 +414,7 @@ int runBench(const BenchOptions& o) {
     // Every pattern must name something: with --quick the shapes (and so the names) change, and a
     // pattern left silently unmatched would drop rows from a run that looks complete.
     for (const std::string& pattern : o.workloads)
-        if (std::none_of(all.begin(), all.end(), [&](const Workload& w) { return w.name.rfind(pattern, 0) == 0; }))
+        if (std::none_of(all.begin(), all.end(), [&](const Workload& w) { return matches(w, pattern); }))
             throw CliError(fmt::format("--workloads: '{}' matched no workload of the catalogue{} (see attnops bench --list{})",
                                        pattern, o.quick ? " with --quick shapes" : "", o.quick ? " --quick" : ""));
     std::vector<Workload> chosen;
