@@ -21,6 +21,7 @@
 #include "core/dtype.hpp"
 #include "ops/flash_attention_score/check.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
+#include "forced_impl.hpp"
 #include "problem.hpp"
 
 namespace {
@@ -480,6 +481,41 @@ TEST(FaCpExtras, Fp32OutputsAndGradientsFromHalfInputs) {
             for (auto [a, x, gr] : {std::tuple{&acc.dq, &before.dq, &g.dq}, std::tuple{&acc.dk, &before.dk, &g.dk},
                                     std::tuple{&acc.dv, &before.dv, &g.dv}})
                 for (int64_t i = 0; i < a->numel(); ++i) ASSERT_EQ(a->get(i), x->get(i) + gr->get(i)) << i;
+        }
+    }
+}
+
+// The kernels that round P (and dS) to the half dtype before a product (bf16 pairs, AMX tiles)
+// take a half problem only when its results are half too: fp32 results promise the fp32
+// computation. "amx-emulated" runs on every CPU; "avx512-bf16" where the CPU has AVX512-BF16.
+TEST(FaCpExtras, HalfRoundingKernelsRefuseFp32Results) {
+    const int64_t B = 1, N = 2, S = 20, D = 16;
+    Buf q(ATTNOPS_BFLOAT16, {B, S, N, D}), k(ATTNOPS_BFLOAT16, {B, S, N, D}), v(ATTNOPS_BFLOAT16, {B, S, N, D});
+    Buf dy(ATTNOPS_BFLOAT16, {B, S, N, D});
+    fillRandom(q, 41);
+    fillRandom(k, 42);
+    fillRandom(v, 43);
+    fillRandom(dy, 44);
+    for (const char* impl : {"amx-emulated", "avx512-bf16"}) {
+        SCOPED_TRACE(impl);
+        attnops::testsupport::ForcedImpl force(impl);
+        Outputs half = outputsFor(q, v, ATTNOPS_BFLOAT16, false);
+        if (forward(q, k, v, N, false, nullptr, nullptr, nullptr, half, 1.0) != ATTNOPS_SUCCESS) {
+            EXPECT_EQ(std::string(impl), "avx512-bf16") << attnopsGetLastErrorMessage();  // only where the CPU lacks it
+            continue;
+        }
+        ExtrasHolder ex;
+        Outputs wide = outputsFor(q, v, ATTNOPS_FLOAT32, false);
+        EXPECT_EQ(forward(q, k, v, N, false, nullptr, nullptr, &ex.e, wide, 1.0), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
+        EXPECT_NE(std::string(attnopsGetLastErrorMessage()).find(impl), std::string::npos) << attnopsGetLastErrorMessage();
+        Grads g = gradsLike(q, k, v, ATTNOPS_BFLOAT16);
+        EXPECT_EQ(backward(q, k, v, dy, half, N, false, nullptr, nullptr, nullptr, g, 1.0), ATTNOPS_SUCCESS)
+            << attnopsGetLastErrorMessage();
+        for (Buf Grads::*wideOne : {&Grads::dq, &Grads::dk, &Grads::dv}) {
+            Grads mixed = gradsLike(q, k, v, ATTNOPS_BFLOAT16);
+            mixed.*wideOne = Buf(ATTNOPS_FLOAT32, (mixed.*wideOne).shape);
+            EXPECT_EQ(backward(q, k, v, dy, half, N, false, nullptr, nullptr, &ex.e, mixed, 1.0),
+                      ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
         }
     }
 }

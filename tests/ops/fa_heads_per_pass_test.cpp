@@ -206,6 +206,7 @@ std::vector<uint8_t> outputs(const FaInstance& inst) {
 void expectSameBytes(const FaProblem& p, Edit edit = nullptr, bool checkReference = true) {
     const int64_t group = p.heads / p.kvHeads;
     for (const char* impl : vectorForwardsHere()) {
+        if (std::string(impl) == "avx512-bf16" && p.dtype != BF16) continue;  // bf16 problems only
         SCOPED_TRACE(p.describe() + " on " + impl);
         ForcedImpl force(impl);
         std::vector<uint8_t> first;

@@ -102,10 +102,11 @@ std::vector<FiaProblem> routeProblems() {
 // Problems the route refuses (they stay with the FIA kernels): decode, short queries, paged,
 // int8 key/value, shared prefix, tensor lists. (pseShift and explicit masks take the route:
 // tests/ops/fa_bias_steps_test.cpp.)
-std::vector<FiaProblem> otherProblems() {
+// queryTile: the route's query tile (V::kQueryRows: 120 on AVX2, 64 on AVX-512).
+std::vector<FiaProblem> otherProblems(int64_t queryTile) {
     std::vector<FiaProblem> ps;
-    ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 2, 1, 300, 4, 2, 64));   // decode
-    ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 2, 119, 300, 4, 2, 64)); // below one query tile
+    ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 2, 1, 300, 4, 2, 64));              // decode
+    ps.push_back(prefill("BNSD", ATTNOPS_FLOAT16, 2, queryTile - 1, 300, 4, 2, 64));  // below one query tile
     FiaProblem paged = prefill("BNSD", ATTNOPS_BFLOAT16, 2, 130, 300, 4, 2, 64);
     paged.cache = "BnBsH";
     paged.blockSize = 128;
@@ -156,7 +157,8 @@ TEST(FiaPrefillRoute, MatchesReferenceAndIsTheDefaultChoice) {
 TEST(FiaPrefillRoute, RefusedProblemsKeepTheFiaKernels) {
     const std::string route = routeHere();
     if (route.empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
-    for (const FiaProblem& p : otherProblems()) {
+    const int64_t queryTile = route == "avx512-prefill" ? 64 : 120;
+    for (const FiaProblem& p : otherProblems(queryTile)) {
         SCOPED_TRACE(p.describe());
         {
             FiaInstance inst(p);

@@ -27,8 +27,8 @@ bool hasAmx() {
 
 template <typename Params>
 bool accepts(const Params& p) {
-    return operandsAre(p, DType::BF16) ||
-           (cpu::amx::HwTiles::kHasFp16 && cpu::isa().amxFp16 && operandsAre(p, DType::F16));
+    return allIn(p, DType::BF16) ||
+           (cpu::amx::HwTiles::kHasFp16 && cpu::isa().amxFp16 && allIn(p, DType::F16));
 }
 
 }  // namespace

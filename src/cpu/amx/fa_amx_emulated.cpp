@@ -17,7 +17,7 @@ bool always() { return true; }
 
 template <typename Params>
 bool accepts(const Params& p) {
-    return operandsAre(p, DType::BF16) || operandsAre(p, DType::F16);
+    return allIn(p, DType::BF16) || allIn(p, DType::F16);
 }
 
 }  // namespace

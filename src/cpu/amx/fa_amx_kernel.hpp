@@ -452,13 +452,6 @@ ATTNOPS_AMX_FN void queryUnit(const BackwardParams& bp, TileShape t, const WorkU
     }
 }
 
-// Whether every operand of the problem has this dtype (the kernels take one element kind).
-[[maybe_unused]] bool operandsAre(const ForwardParams& p, DType dtype) {
-    return p.q.dtype == dtype && p.k.dtype == dtype && p.v.dtype == dtype;
-}
-[[maybe_unused]] bool operandsAre(const BackwardParams& bp, DType dtype) {
-    return operandsAre(bp.fwd, dtype) && bp.dy.dtype == dtype;
-}
 
 // Bytes of a thread's scratch: the layout carved from nothing.
 template <class Scratch, class Params>

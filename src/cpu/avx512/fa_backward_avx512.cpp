@@ -1,9 +1,8 @@
 // The AVX-512 flash-attention backward entries, instances of the generic register-blocked kernel
 // (cpu/simd/fa_backward.hpp) on zmm vectors: fp32 FMAs in "avx512-fused" (the fused scheme) and
-// "avx512" (key and query units), vdpbf16ps on bf16 pairs in
-// "avx512-bf16" (which accepts only problems whose operands are all bf16; the planner gives the
-// others to "avx512", and all-bf16 ones too when this CPU's bf16 path is the widened one,
-// cpu/bf16_path.hpp).
+// "avx512" (key and query units), vdpbf16ps on bf16 pairs in "avx512-bf16" (which accepts only
+// problems whose operands and gradients are all bf16; the planner gives the others to "avx512",
+// and all-bf16 ones too when this CPU's bf16 path is the widened one, cpu/bf16_path.hpp).
 #include "cpu/avx512/microkernels.hpp"
 #include "cpu/isa.hpp"
 #include "cpu/simd/fa_backward.hpp"
@@ -15,13 +14,10 @@ using Pairs = cpu::avx512::Bf16Pairs;
 
 bool acceptsAll(const BackwardParams&) { return true; }
 
-// The avx512-bf16 entry takes problems whose operands are all bf16 (any strides: the packing
-// gathers rows whose column stride is not 1).
-bool pairOperands(const BackwardParams& bp) {
-    for (const View4* v : {&bp.fwd.q, &bp.fwd.k, &bp.fwd.v, &bp.dy})
-        if (v->dtype != DType::BF16) return false;
-    return true;
-}
+// The avx512-bf16 entry takes problems whose operands and gradients are all bf16 (any strides:
+// the packing gathers rows whose column stride is not 1). It rounds P and dS to bf16, so not fp32
+// gradients.
+bool pairOperands(const BackwardParams& bp) { return allIn(bp, DType::BF16); }
 
 void keyFloat(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
     simd_backward::runKeyUnit<cpu::Avx512, void>(p, t, u, s);

@@ -1,9 +1,9 @@
 // The AVX-512 flash-attention forward entries, instances of the generic register-blocked kernel
 // (cpu/simd/fa_forward.hpp) on zmm vectors: "avx512" converts inputs of any dtype to fp32 as they
 // are loaded and multiplies with fp32 FMAs; "avx512-bf16" multiplies bf16 inputs as bf16 pairs
-// with vdpbf16ps (fp32 accumulation) and accepts only problems whose operands are all bf16 (the
-// planner gives the others to "avx512", and all-bf16 ones too when this CPU's bf16 path is the
-// widened one, cpu/bf16_path.hpp).
+// with vdpbf16ps (fp32 accumulation) and accepts only problems whose operands and output are all
+// bf16 (the planner gives the others to "avx512", and all-bf16 ones too when this CPU's bf16 path
+// is the widened one, cpu/bf16_path.hpp).
 #include "cpu/avx512/microkernels.hpp"
 #include "cpu/isa.hpp"
 #include "cpu/simd/fa_forward.hpp"
@@ -13,13 +13,9 @@ namespace {
 
 bool acceptsAll(const ForwardParams&) { return true; }
 
-// The avx512-bf16 entry takes problems whose operands are all bf16 (any strides: the packing
-// gathers rows whose column stride is not 1).
-bool pairOperands(const ForwardParams& p) {
-    for (const View4* v : {&p.q, &p.k, &p.v})
-        if (v->dtype != DType::BF16) return false;
-    return true;
-}
+// The avx512-bf16 entry takes problems whose operands and output are all bf16 (any strides: the
+// packing gathers rows whose column stride is not 1). It rounds P to bf16, so not fp32 outputs.
+bool pairOperands(const ForwardParams& p) { return allIn(p, DType::BF16); }
 
 void runFloat(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
     simd_forward::runUnit<cpu::Avx512, void>(p, t, u, s);

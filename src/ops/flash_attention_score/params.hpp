@@ -168,4 +168,18 @@ struct BackwardParams {
     }
 };
 
+// Whether the problem's operands and results are all of dtype `dt`. The kernels that round the
+// probabilities (and, backward, dS) to a half dtype before a product (bf16 pairs, AMX tiles) take
+// only such problems: fp32 results from half inputs (flash_attention_score_ex.h) promise the fp32
+// computation, rounded once, which those kernels cannot give (FaCpExtras.Fp32OutputsAndGradients-
+// FromHalfInputs). The backward's attentionIn (fwd.out) is only read into fp32 and may be any dtype.
+inline bool allIn(const ForwardParams& p, DType dt) {
+    return p.q.dtype == dt && p.k.dtype == dt && p.v.dtype == dt && p.out.dtype == dt;
+}
+inline bool allIn(const BackwardParams& p, DType dt) {
+    const ForwardParams& f = p.fwd;
+    return f.q.dtype == dt && f.k.dtype == dt && f.v.dtype == dt && p.dy.dtype == dt && p.dq.dtype == dt &&
+           p.dk.dtype == dt && p.dv.dtype == dt;
+}
+
 }  // namespace attnops::fa
