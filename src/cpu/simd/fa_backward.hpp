@@ -240,7 +240,7 @@ ATTNOPS_SIMD_INLINE void probabilityVector(int64_t j, int64_t live, typename V::
                                            typename V::Vec* sumPdP) {
     const auto mk = V::tail(live);
     const auto kept = band != nullptr ? simd::keptKeys<V>(*band, key0 + j, row) : V::all();
-    const auto x = V::mul(Masked ? V::loadMasked(mk, s + j) : V::load(s + j), vs);  // rounded like the forward's
+    const auto x = simd::rounded(V::mul(Masked ? V::loadMasked(mk, s + j) : V::load(s + j), vs));  // as the forward's
     const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(x, vm)), invL));
     const auto g = Masked ? V::loadMasked(mk, dp + j) : V::load(dp + j);
     if (sumPdP != nullptr) *sumPdP = V::fmadd(pr, V::zeroUnless(kept, g), *sumPdP);  // masked dP may be inf
@@ -663,7 +663,8 @@ ATTNOPS_SIMD_INLINE void blockProbabilitiesTransposed(const Scratch& sc, int64_t
             float* s = sc.st + j * ld + r0;
             float* dp = sc.dpt + j * ld + r0;
             const auto kept = band != nullptr ? simd::keptRows<V>(*band, key0 + j, row0 + r0) : V::all();
-            const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(V::mul(V::load(s), vs), m)), invL));
+            const auto x = simd::rounded(V::mul(V::load(s), vs));  // as the forward's
+            const auto pr = V::zeroUnless(kept, V::mul(simd::exp<V>(V::sub(x, m)), invL));
             const auto g = V::load(dp);
             sumPdP = V::fmadd(pr, g, sumPdP);
             const auto ds = V::mul(V::mul(pr, V::sub(g, delta)), vs);

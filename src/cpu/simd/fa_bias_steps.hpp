@@ -199,10 +199,10 @@ struct LaneTables {
 template <class V>
 ATTNOPS_SIMD_INLINE typename V::Vec finishedScore(typename V::Vec s, typename V::Vec scale, bool pse, bool before,
                                                   const float* term) {
-    if (!pse) return V::mul(s, scale);
+    if (!pse) return simd::rounded(V::mul(s, scale));  // rounded as the row step's stored score
     const auto t = V::load(term), zero = V::zero();
     // pseTerm's {before, after} with the other one 0, added as the row step adds it.
-    return V::fmadd(scale, V::add(s, before ? t : zero), before ? zero : t);
+    return simd::rounded(V::fmadd(scale, V::add(s, before ? t : zero), before ? zero : t));
 }
 
 // The online softmax of a block of raw scores with pse, explicit mask and dropout: rows [0, rows)

@@ -29,6 +29,19 @@
 
 namespace attnops::cpu::simd {
 
+// x, rounded: a value the compiler must treat as stored, so that the product it holds is not
+// fused with a later addition. GCC contracts a * b + c across statements and intrinsics by
+// default (-ffp-contract=fast, in C++ even with -std=c++20); the backward recomputes the
+// forward's scores x = s * scale, which the forward rounds (stores) before exp(x - m), and a
+// fused s * scale - m differs from that by up to half an ulp of x: exp turns it into a relative
+// error of |x| 2^-24 in P (dv wrong at scale 1e4, inf at 1e10; tests/ops/fa_scale_extremes_test.cpp).
+// The empty asm costs no instruction.
+template <class Vec>
+ATTNOPS_SIMD_INLINE Vec rounded(Vec x) {
+    __asm__("" : "+v"(x));
+    return x;
+}
+
 // Keys per block: 128 (measured best at d = 128 on Zen 5: fewer reloads of the query-side
 // operands per FLOP than 64), halved down to 16 until an fp32 key and value block take at most a
 // quarter of the per-core L2, so that they stay there while the query blocks stream past.

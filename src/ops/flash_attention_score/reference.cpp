@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "ops/flash_attention_score/kernel.hpp"
 #include "ops/flash_attention_score/semantics.hpp"
@@ -119,8 +120,10 @@ std::vector<float> naiveLowPrecisionRow(const ForwardParams& p, int64_t b, int64
 
 namespace {
 
-// Head gradients with arithmetic in Real; `lowp` (F16/BF16) rounds P_d, dP, dS, the forward
-// output that delta is taken from, and the results.
+// Head gradients with arithmetic in Real; `lowp` (F16/BF16) rounds P_d, dP, dS and the results.
+// In double (the reference) delta = sum_j P_d dP_d, exact; in float (the naive implementation)
+// delta = dO . attentionIn, the operator's formula on its input (spec 3.3 step 4), which carries
+// the forward output's rounding into dS: the error a naive backward has from its inputs.
 template <typename Real>
 ReferenceHeadGrads backwardHead(const BackwardParams& bp, int64_t b, int64_t n1, DType lowp) {
     const ForwardParams& p = bp.fwd;
@@ -165,16 +168,11 @@ ReferenceHeadGrads backwardHead(const BackwardParams& bp, int64_t b, int64_t n1,
             dpd[size_t(j)] = round(dot);
             delta += pd[size_t(j)] * dpd[size_t(j)];
         }
-        if (lowp != DType::F32) {
-            // As the operator does (spec 3.3 step 4): delta = dO . O with O the forward output
-            // stored in the low-precision dtype.
+        if constexpr (std::is_same_v<Real, float>) {
             delta = 0;
-            for (int64_t c = 0; c < p.dv; ++c) {
-                Real o = 0;
-                for (int64_t j = 0; j < skv; ++j)
-                    if (kept[size_t(j)]) o += round(pd[size_t(j)]) * Real(p.v.load(b, n2, kvRow0 + j, c));
-                delta += Real(bp.dy.load(b, n1, qRow0 + i, c)) * round(o);
-            }
+            for (int64_t c = 0; c < p.dv; ++c)
+                delta += Real(bp.dy.load(b, n1, qRow0 + i, c)) *
+                         Real(loadAsFloat(p.out.data, p.out.offset(b, n1, qRow0 + i, c), p.out.dtype));
         }
         for (int64_t j = 0; j < skv; ++j) {
             if (!kept[size_t(j)]) continue;

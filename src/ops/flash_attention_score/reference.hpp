@@ -33,8 +33,9 @@ struct ReferenceHeadGrads {
 };
 ReferenceHeadGrads referenceBackwardHead(const BackwardParams& p, int64_t b, int64_t n1);
 
-// The same maths in fp32 with P, dP and dS rounded to the input dtype before each product, delta
-// taken from the forward output rounded to it (as the operator does), and the results rounded: the naive low-precision backward of the tolerance rule.
+// The same maths in fp32 with P, dP and dS rounded to the input dtype before each product (none
+// for fp32), delta = dO . attentionIn (the operator's formula on its input), and the results
+// rounded: the naive implementation of the tolerance rule, for every dtype.
 ReferenceHeadGrads naiveLowPrecisionBackwardHead(const BackwardParams& p, int64_t b, int64_t n1);
 
 }  // namespace attnops::fa
