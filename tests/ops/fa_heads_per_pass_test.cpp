@@ -19,6 +19,7 @@
 #include "attnops/attnops.h"
 #include "bias_steps.hpp"
 #include "cpu/avx2/simd_avx2.hpp"
+#include "cpu/isa.hpp"
 #include "cpu/simd/fa_forward.hpp"
 #include "ops/flash_attention_score/plan.hpp"
 #include "fia_problems.hpp"
@@ -275,28 +276,32 @@ TEST(FaHeadsPerPass, FiaPrefillGivesTheSameBytes) {
         p.pse = "batch";
         ps.push_back(p);
     }
-    for (const FiaProblem& p : ps) {
-        SCOPED_TRACE(p.describe());
-        std::vector<uint8_t> first;
-        for (const Sharing s : sharings(p.heads / p.kvHeads)) {
-            HeadsPerPass pass(s.heads);
-            BlocksPerUnit unit(s.blocks);
-            FiaInstance inst(p);
-            ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-            EXPECT_EQ(attnops::tools::lastImplementation(), route);
-            std::vector<uint8_t> bytes = canonicalBytes(inst.attentionOut);
-            const std::vector<uint8_t> lse = canonicalBytes(inst.softmaxLse);
-            bytes.insert(bytes.end(), lse.begin(), lse.end());
-            if (first.empty()) {
-                first = bytes;
-                const attnops::tools::FiaCheck r = attnops::tools::checkFia(inst);
-                EXPECT_TRUE(r.passed) << r.firstFailure << " (error " << r.maxAbsError << ", tolerance " << r.tolerance
-                                      << ")";
-            } else {
-                EXPECT_TRUE(bytes == first) << s.heads << " heads per pass, " << s.blocks << " blocks per unit";
+    // The route, and for bf16 the bf16-pair route where the CPU has AVX512-BF16.
+    for (const FiaProblem& p : ps)
+        for (const char* impl : {route, "avx512-bf16-prefill"}) {
+            if (std::string(impl) == "avx512-bf16-prefill" && (p.dtype != BF16 || !attnops::cpu::isa().avx512bf16)) continue;
+            SCOPED_TRACE(p.describe() + " on " + impl);
+            ForcedImpl force(impl);
+            std::vector<uint8_t> first;
+            for (const Sharing s : sharings(p.heads / p.kvHeads)) {
+                HeadsPerPass pass(s.heads);
+                BlocksPerUnit unit(s.blocks);
+                FiaInstance inst(p);
+                ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+                EXPECT_EQ(attnops::tools::lastImplementation(), impl);
+                std::vector<uint8_t> bytes = canonicalBytes(inst.attentionOut);
+                const std::vector<uint8_t> lse = canonicalBytes(inst.softmaxLse);
+                bytes.insert(bytes.end(), lse.begin(), lse.end());
+                if (first.empty()) {
+                    first = bytes;
+                    const attnops::tools::FiaCheck r = attnops::tools::checkFia(inst);
+                    EXPECT_TRUE(r.passed) << r.firstFailure << " (error " << r.maxAbsError << ", tolerance " << r.tolerance
+                                          << ")";
+                } else {
+                    EXPECT_TRUE(bytes == first) << s.heads << " heads per pass, " << s.blocks << " blocks per unit";
+                }
             }
         }
-    }
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// FusedInferAttentionScore's prefill route ("avx2-prefill" / "avx512-prefill",
+// FusedInferAttentionScore's prefill route ("avx2-prefill" / "avx512-prefill", and for bf16
+// "avx512-bf16-prefill" where the CPU's bf16 path is vdpbf16ps,
 // cpu/simd/fia_prefill.hpp): the FlashAttentionScore forward's structure with FIA's rounding of
 // the probabilities. Checked against the double reference under the tolerance rule on prefill
 // shapes around the query tile (120 rows on AVX2) and key block edges, empty and length-1
@@ -130,6 +131,16 @@ void expectPasses(const FiaInstance& inst) {
     EXPECT_GT(r.rows, 0);
 }
 
+// The route a prefill problem of dtype dt takes by default here, "" if none: bf16 problems take
+// "avx512-bf16-prefill" where the CPU's bf16 path is the dot one (vdpbf16ps), the others the
+// fp32 route of routeHere().
+std::string defaultRoute(attnopsDataType dt) {
+    FiaInstance inst(prefill("BNSD", dt, 1, 130, 20, 1, 1, 16));
+    if (inst.run() != ATTNOPS_SUCCESS) return "";
+    const std::string impl = lastImplementation();
+    return impl.find("-prefill") != std::string::npos ? impl : "";
+}
+
 // The route this CPU runs, forced on a problem it takes; "" if none runs here.
 std::string routeHere() {
     for (const char* route : kRoutes) {
@@ -149,8 +160,41 @@ TEST(FiaPrefillRoute, MatchesReferenceAndIsTheDefaultChoice) {
         SCOPED_TRACE(p.describe());
         FiaInstance inst(p);
         ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-        EXPECT_EQ(lastImplementation(), route);
+        EXPECT_EQ(lastImplementation(), defaultRoute(p.dtype));
         expectPasses(inst);
+    }
+}
+
+// The bf16-pair route (vdpbf16ps, where the CPU has AVX512-BF16), forced on every bf16 route
+// problem: within the tolerance rule (its default use is checked above where the bf16 path is
+// the dot one); it refuses fp16.
+TEST(FiaPrefillRoute, Bf16PairsMatchTheReference) {
+    int ran = 0, bf16 = 0;
+    for (const FiaProblem& p : routeProblems()) {
+        SCOPED_TRACE(p.describe());
+        bf16 += p.dtype == ATTNOPS_BFLOAT16 ? 1 : 0;
+        ForcedImpl force("avx512-bf16-prefill");
+        FiaInstance inst(p);
+        const attnopsStatus st = inst.run();
+        if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+        if (p.dtype != ATTNOPS_BFLOAT16) {
+            EXPECT_EQ(st, ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
+            continue;
+        }
+        ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        expectPasses(inst);
+        ++ran;
+    }
+    EXPECT_EQ(ran, bf16);
+    EXPECT_GE(bf16, 5);
+    // pseShift and masks whose content is read stay on the fp32 route's vector pse/mask steps.
+    for (const char* what : {"pse", "mask"}) {
+        FiaProblem p = prefill("BNSD", ATTNOPS_BFLOAT16, 1, 130, 140, 2, 1, 64);
+        (std::string(what) == "pse" ? p.pse : p.maskKind) = std::string(what) == "pse" ? "batch" : "random";
+        SCOPED_TRACE(p.describe());
+        ForcedImpl force("avx512-bf16-prefill");
+        FiaInstance inst(p);
+        EXPECT_EQ(inst.run(), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
     }
 }
 
@@ -163,7 +207,8 @@ TEST(FiaPrefillRoute, RefusedProblemsKeepTheFiaKernels) {
         {
             FiaInstance inst(p);
             ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-            EXPECT_NE(lastImplementation(), route);  // their results: the other FIA test files
+            EXPECT_EQ(lastImplementation().find("-prefill"), std::string::npos)  // their results: the other FIA test files
+                << lastImplementation();
         }
         ForcedImpl force(route.c_str());
         FiaInstance inst(p);
@@ -196,12 +241,16 @@ TEST(FiaPrefillRoute, EveryImplementationOnPrefillShapes) {
     const FiaProblem varlen = mode(packed(ATTNOPS_FLOAT16, {1, 0, 122, 7}, {3, 9, 130, 0}, 4, 2, 32), 3);
     int ran = 0;
     for (const FiaProblem& p : {sink, varlen})
-        for (const char* impl : {"avx512-prefill", "avx2-prefill", "avx512", "avx2", "tiled-generic", "reference"}) {
+        for (const char* impl :
+             {"avx512-bf16-prefill", "avx512-prefill", "avx2-prefill", "avx512", "avx2", "tiled-generic", "reference"}) {
             SCOPED_TRACE(std::string(impl) + " " + p.describe());
             ForcedImpl force(impl);
             FiaInstance inst(p);
             const attnopsStatus st = inst.run();
             if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && p.dtype != ATTNOPS_BFLOAT16 &&
+                std::string(impl) == "avx512-bf16-prefill")
+                continue;  // bf16 problems only
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
             EXPECT_EQ(lastImplementation(), impl);
             expectPasses(inst);
@@ -233,6 +282,7 @@ TEST(FiaPrefillRoute, SameBitsAsFlashAttentionWhereTheMathsCoincide) {
     }
     for (Case& c : cases) {
         SCOPED_TRACE(c.fia.describe());
+        const std::string dtypeRoute = defaultRoute(c.fia.dtype);  // bf16 pairs in both operators, or fp32 in both
         c.fa.statLanes = 8;
         FiaInstance fia(c.fia);
         FaInstance fa(c.fa);
@@ -244,12 +294,12 @@ TEST(FiaPrefillRoute, SameBitsAsFlashAttentionWhereTheMathsCoincide) {
         fa.key.bytes() = fia.key.bytes();
         fa.value.bytes() = fia.value.bytes();
         {
-            const std::string faKernel = route.substr(0, route.find("-prefill"));  // avx2 or avx512
+            const std::string faKernel = dtypeRoute.substr(0, dtypeRoute.find("-prefill"));  // avx2, avx512, avx512-bf16
             ForcedImpl force(faKernel.c_str());
             ASSERT_EQ(fa.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
         }
         ASSERT_EQ(fia.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-        EXPECT_EQ(lastImplementation(), route);
+        EXPECT_EQ(lastImplementation(), dtypeRoute);
         ASSERT_EQ(fia.attentionOut.bytes().size(), fa.attentionOut.bytes().size());
         EXPECT_TRUE(fia.attentionOut.bytes() == fa.attentionOut.bytes());
         // lse of row (n1, row) against FA's statistics (lane 0) of the same row.
@@ -311,7 +361,7 @@ TEST(FiaPrefillRoute, RowStepsOfABlockWithNonFiniteValues) {
     FiaInstance withInf(p);
     withInf.value.set(infKey * d, INFINITY);
     ASSERT_EQ(withInf.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-    EXPECT_EQ(lastImplementation(), route);
+    EXPECT_EQ(lastImplementation(), defaultRoute(ATTNOPS_BFLOAT16));
     double worst = 0.0;
     for (int64_t row = 0; row < infKey; ++row)
         for (int64_t c = 0; c < d; ++c)

@@ -129,11 +129,14 @@ struct PrefillSteps {
     }
 };
 
-// Rows [q0, q1) of the query heads of kv head n2 against every key they may see.
-template <class V>
+// Rows [q0, q1) of the query heads of kv head n2 against every key they may see. Pairs = void:
+// products in fp32; otherwise (bf16 problems) bf16 pairs, as FlashAttentionScore's avx512-bf16:
+// Q.K^T exact products summed in pairs, P.V on the probabilities the precision model rounded to
+// bf16 already (the loop's packing rounds them again, which changes nothing).
+template <class V, class Pairs = void>
 ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
     const fa::WorkUnit fu{u.b, u.n2, u.q0, u.q1};
-    fs::runUnitWith<V, void>(p.core, sourceView(p.key), sourceView(p.value), t, fu, scratch, PrefillSteps<V>{p, u, fu});
+    fs::runUnitWith<V, Pairs>(p.core, sourceView(p.key), sourceView(p.value), t, fu, scratch, PrefillSteps<V>{p, u, fu});
 }
 
 }  // namespace attnops::fia::simd_prefill

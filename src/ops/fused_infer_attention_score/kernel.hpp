@@ -43,7 +43,8 @@ struct ForwardKernel {
 // Fastest first, reference last.
 const std::vector<const ForwardKernel*>& forwardKernels();
 
-const ForwardKernel& forwardKernelAvx512Prefill();  // prefill route (cpu/simd/fia_prefill.hpp)
+const ForwardKernel& forwardKernelAvx512Bf16Prefill();  // prefill route (cpu/simd/fia_prefill.hpp)
+const ForwardKernel& forwardKernelAvx512Prefill();
 const ForwardKernel& forwardKernelAvx2Prefill();
 const ForwardKernel& forwardKernelAvx512();
 const ForwardKernel& forwardKernelAvx2();
