@@ -6,8 +6,8 @@
 // of |x| 2^-24 in P (dv ten times the tolerance at scale 1e4) and inf at 1e10. Cases: fp32 and
 // bf16, plain blocks, a causal band, pse and an explicit mask (the vector bias steps), a length
 // past one vector; scales 1e4, -1e4 and 1e10, and 100 on a problem large enough for the
-// tolerance rule's statistics. The forward runs the default implementation (as a user's would)
-// and the backward each implementation in turn, then the default choice.
+// tolerance rule's statistics. Each backward runs on the statistics of the forward with its dot
+// order (the fused backwards: their ISA's vector forward; the default choice: the default one).
 #include <gtest/gtest.h>
 
 #include <optional>

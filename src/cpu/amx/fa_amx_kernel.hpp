@@ -452,7 +452,6 @@ ATTNOPS_AMX_FN void queryUnit(const BackwardParams& bp, TileShape t, const WorkU
     }
 }
 
-
 // Bytes of a thread's scratch: the layout carved from nothing.
 template <class Scratch, class Params>
 uint64_t scratchBytes(const Params& p, TileShape t) {

@@ -166,10 +166,9 @@ ReferenceHeadGrads backwardHead(const BackwardParams& bp, int64_t b, int64_t n1,
             for (int64_t c = 0; c < p.dv; ++c)
                 dot += Real(bp.dy.load(b, n1, qRow0 + i, c)) * Real(p.v.load(b, n2, kvRow0 + j, c));
             dpd[size_t(j)] = round(dot);
-            delta += pd[size_t(j)] * dpd[size_t(j)];
+            if constexpr (!std::is_same_v<Real, float>) delta += pd[size_t(j)] * dpd[size_t(j)];
         }
         if constexpr (std::is_same_v<Real, float>) {
-            delta = 0;
             for (int64_t c = 0; c < p.dv; ++c)
                 delta += Real(bp.dy.load(b, n1, qRow0 + i, c)) *
                          Real(loadAsFloat(p.out.data, p.out.offset(b, n1, qRow0 + i, c), p.out.dtype));
