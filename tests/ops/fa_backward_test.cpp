@@ -1335,6 +1335,11 @@ std::vector<FaProblem> determinismProblems() {
 
 using attnops::testsupport::ForcedImpl;
 
+// The entries that take bf16 problems only (amx: fp16 too on CPUs with AMX-FP16).
+bool bf16OnlyEntry(const std::string& impl) {
+    return impl == "avx512-bf16-fused" || impl == "avx512-bf16" || impl == "amx";
+}
+
 // The default choice ("") and every register-blocked entry this CPU runs.
 TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
     ThreadsGuard guard;
@@ -1342,14 +1347,13 @@ TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
         ASSERT_EQ(attnopsSetDeviceThreads(0, 2), ATTNOPS_SUCCESS);
         FaInstance inst(p);
         runForward(inst);
-        for (const char* impl : {"", "amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2"}) {
+        for (const char* impl : {"", "amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2"}) {
             ForcedImpl forced(impl);
             ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
             FaGrads probe = attnops::tools::makeGrads(inst);
             const attnopsStatus st = attnops::tools::runBackward(inst, probe);
             if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
-            const bool bf16Only = std::string(impl) == "avx512-bf16" || std::string(impl) == "amx";
-            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && bf16Only && p.dtype != BF16) continue;
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && bf16OnlyEntry(impl) && p.dtype != BF16) continue;
             std::vector<FaGrads> runs;
             for (int32_t threads : {1, 2, 3, 1, 2, 3, 4, 7}) {
                 ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
@@ -1401,7 +1405,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
+        for (const char* impl : {"amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1413,11 +1417,11 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
                 std::cout << "[ skipped  ] " << impl << ": " << attnopsGetLastErrorMessage() << "\n";
                 continue;
             }
-            // Only the 16-bit-operand entries decline problems: avx512-bf16 and amx those whose
-            // operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16), amx-emulated fp32 ones.
+            // Only the 16-bit-operand entries decline problems: the avx512-bf16 entries and amx
+            // those whose operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16),
+            // amx-emulated fp32 ones.
             if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
-                (std::string(impl) == "amx-emulated" ? p.dtype == F32
-                                                     : (std::string(impl) == "avx512-bf16" || std::string(impl) == "amx") && p.dtype != BF16))
+                (std::string(impl) == "amx-emulated" ? p.dtype == F32 : bf16OnlyEntry(impl) && p.dtype != BF16))
                 continue;
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << impl << ": " << attnopsGetLastErrorMessage();
             const GradCheck rc = attnops::tools::checkBackward(inst, g);
@@ -1459,8 +1463,7 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
         st = attnops::tools::runBackward(inst, g);
     }
     if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) GTEST_SKIP() << ic.impl << ": " << attnopsGetLastErrorMessage();
-    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && (ic.impl == "avx512-bf16" || ic.impl == "amx") &&
-        ic.c.problem.dtype != BF16)
+    if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && bf16OnlyEntry(ic.impl) && ic.c.problem.dtype != BF16)
         GTEST_SKIP() << ic.impl << " takes bf16 problems only (amx: fp16 too with AMX-FP16)";
     if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "amx-emulated" && ic.c.problem.dtype == F32)
         GTEST_SKIP() << "amx-emulated takes bf16 and fp16 problems";
@@ -1471,13 +1474,15 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"amx", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
-        // The AMX kernels multiply 16-bit operands only: they take the fp32 cases as bf16. The
-        // hardware entry is listed only where AMX is granted (skips cost a process start each).
+    for (const char* impl : {"amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
+        // The AMX kernels multiply 16-bit operands only: they take the fp32 cases as bf16, and
+        // the avx512-bf16 entries every case as bf16. The AMX hardware entry is listed only where
+        // AMX is granted (skips cost a process start each).
         const bool amx = std::string(impl).rfind("amx", 0) == 0;
+        const bool pairs = std::string(impl).rfind("avx512-bf16", 0) == 0;
         if (std::string(impl) == "amx" && !attnops::cpu::isa().amxGranted) continue;
         auto add = [&](const Case& c) {
-            if (amx && c.problem.dtype == F32)
+            if ((amx && c.problem.dtype == F32) || (pairs && c.problem.dtype != BF16))
                 cases.push_back({impl, Case{c.name + "_as_bf16", withDtype(c.problem, BF16)}});
             else
                 cases.push_back({impl, c});

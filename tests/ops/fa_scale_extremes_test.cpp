@@ -40,6 +40,7 @@ struct Pair {
 };
 const Pair kPairs[] = {{"", ""},
                        {"amx", "amx"},
+                       {"avx512-bf16-fused", "avx512-bf16"},
                        {"avx512-bf16", "avx512-bf16"},
                        {"avx512-fused", "avx512"},
                        {"avx512", "avx512"},

@@ -32,7 +32,7 @@ const BackwardKernel& backwardKernelAvx2Fused() {
                                   hasAvx2,
                                   simd_backward::fusedAccepts<cpu::Avx2>,
                                   simd_backward::chooseTile<cpu::Avx2>,
-                                  simd_backward::fusedScratchBytes,
+                                  simd_backward::fusedScratchBytes<false>,
                                   nullptr,
                                   nullptr,
                                   false,

@@ -305,6 +305,20 @@ ATTNOPS_AVX512_INLINE void packFloatRowPairs(const float* st, int64_t rows, int6
     }
 }
 
+// fp32 rows [0, rows) of src (leading dimension ld) as bf16 column pairs, rounded to nearest
+// even: dst[r * ldPairs + p] = (src[r][2p], src[r][2p + 1]), a zero high half past an odd cols
+// (columns past cols are never read): the A operand of a GEMM whose k axis is columns.
+ATTNOPS_AVX512_INLINE void packFloatColumnPairs(const float* src, int64_t rows, int64_t cols, int64_t ld,
+                                                int64_t ldPairs, uint32_t* __restrict dst) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; c += kLanes) {
+            const int64_t left = cols - c;
+            const __m256i half = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(tailMask(left), src + r * ld + c));
+            const __mmask8 pairs = left >= kLanes ? __mmask8(0xFF) : __mmask8((1u << ((left + 1) / 2)) - 1u);
+            _mm256_mask_storeu_epi32(dst + r * ldPairs + c / 2, pairs, half);
+        }
+}
+
 // Whether the bf16 row pairs [0, (nk + 1) / 2) x [0, dv) are finite: a bf16 is finite iff its
 // exponent bits are not all ones.
 ATTNOPS_AVX512_INLINE bool pairsFinite(const uint32_t* pairs, int64_t nk, int64_t dv) {
@@ -336,6 +350,10 @@ struct Bf16Pairs {
     ATTNOPS_AVX512_INLINE void packFloatRowPairs(const float* st, int64_t rows, int64_t cols, int64_t ld,
                                                  uint32_t* dst) {
         avx512::packFloatRowPairs(st, rows, cols, ld, dst);
+    }
+    ATTNOPS_AVX512_INLINE void packFloatColumnPairs(const float* src, int64_t rows, int64_t cols, int64_t ld,
+                                                    int64_t ldPairs, uint32_t* dst) {
+        avx512::packFloatColumnPairs(src, rows, cols, ld, ldPairs, dst);
     }
     ATTNOPS_AVX512_INLINE bool finite(const uint32_t* pairs, int64_t nk, int64_t dv) {
         return pairsFinite(pairs, nk, dv);

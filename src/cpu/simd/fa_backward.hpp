@@ -98,7 +98,8 @@ struct Scratch {
     uint32_t* dotp;  // [dvPairs][queryRows]  query unit: dO column pairs, transposed
     uint32_t* kcp;   // [keyRows][dPairs]     query unit: K column pairs
     uint32_t* vcp;   // [keyRows][dvPairs]    query unit: V column pairs
-    uint32_t* krp;   // [keyPairs][d]         query unit: K row pairs
+    uint32_t* krp;   // [keyPairs][d]         query unit, fused key unit: K row pairs
+    uint32_t* dscp;  // [queryRows][keyPairs] fused key unit: dS column pairs (the dQ GEMM)
 
     template <typename Take>
     void carve(const BackwardParams& p, TileShape t, Take&& take) {
@@ -144,6 +145,7 @@ struct Scratch {
         kcp = pairs(kr * dPairs);
         vcp = pairs(kr * dvPairs);
         krp = pairs(keyPairs * d);
+        dscp = pairs(qr * keyPairs);
     }
 
     static int64_t floats(const BackwardParams& p, TileShape t) {
@@ -290,6 +292,11 @@ ATTNOPS_SIMD_INLINE void rowProbabilities(int64_t nk, float scale, float m, floa
 // the key unit's padded leading dimensions, converted once per chunk instead of once per key
 // block, and the fp32 dQ accumulator ([group][rows][d]). dkPartial, dvPartial: where the
 // chunk's dk, dv sums go ([kv length][d], [kv length][dv]); null: to dk and dv.
+// With bf16 pairs (avx512-bf16-fused), also Q and dO packed once per chunk from the bf16
+// inputs: as column pairs (qcp [group][rows][dPairs], docp [group][rows][dvPairs]) and as row
+// pairs of each query head's rows (qrp [group][ceil(rows / 2)][d], dorp likewise with dv; a
+// query block starts at an even row of its head's rows, the block size being even); the fp32
+// copies serve the row steps. Null in the fp32 scheme.
 struct HeadRows {
     float* q;
     float* dO;
@@ -299,6 +306,7 @@ struct HeadRows {
     int64_t q0, q1;
     float* dkPartial;
     float* dvPartial;
+    uint32_t *qcp = nullptr, *docp = nullptr, *qrp = nullptr, *dorp = nullptr;
 };
 
 // The lines of `floats` floats from `row` into L2 (prefetcht1), for the GEMMs of the next query
@@ -398,9 +406,10 @@ ATTNOPS_SIMD_INLINE void trimmedGradientGemms(const BlockBand& bb, int64_t d, in
     }
 }
 
-// With head (the fused scheme, fp32 only): only the chunk's query rows, and also dQ += dS . K
-// into head->dq, from the dS this unit computed anyway, so that no query unit has to compute S
-// and dP a second time; the row statistics come from head, dk and dv go to its partials.
+// With head (the fused scheme): only the chunk's query rows, and also dQ += dS . K into
+// head->dq, from the dS this unit computed anyway, so that no query unit has to compute S and dP
+// a second time; the row statistics (and with Pairs, the packed Q and dO) come from head, dk and
+// dv go to its partials.
 template <class V, class Pairs>
 ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUnit& u, Scratch& sc,
                               const HeadRows* head) {
@@ -437,6 +446,7 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
     if (head != nullptr) {
         simd::loadRows<V>(p.k, u.b, u.n2, kvRow0, nk, d, ld, sc.k);
         kFinite = simd::allFinite<V>(kRows, nk, d, ld);
+        if constexpr (kPairs) Pairs::packRowPairs(p.k, u.b, u.n2, kvRow0, nk, d, sc.krp);  // dQ += dS . K
     }
     // With a sink, the row steps' sum_j P dP_d multiplies the dP of masked pairs by 0: the bias
     // steps' 0 for them is the same only where dP is finite.
@@ -466,6 +476,8 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
             // probabilities (fused scheme).
             const float *nextQ = nullptr, *nextDo = nullptr, *nextDq = nullptr;
             int64_t nextRows = 0;
+            // With pairs: the block's packed Q and dO (from head, or packed here).
+            const uint32_t *qcp = sc.qcp, *docp = sc.docp, *qrp = sc.qrp, *dorp = sc.dorp;
             if (head != nullptr) {
                 const int64_t at = g * (qEnd - qBegin) + (q0 - qBegin);
                 const int64_t next = nextChunkBlock(at, rows, p.group * (qEnd - qBegin), t.queryRows, &nextRows);
@@ -480,17 +492,28 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                 anyEmpty = std::find(rowSum, rowSum + rows, 0.0f) != rowSum + rows;
                 dq = head->dq + at * d;
                 if (bp.sinkRowTerms != nullptr) exactDelta = head->exactDelta + at;
+                if constexpr (kPairs) {
+                    static_assert(V::kQueryRows % 2 == 0, "query blocks must start on a row pair");
+                    const int64_t headRows = qEnd - qBegin, pairAt = g * ((headRows + 1) / 2) + (q0 - qBegin) / 2;
+                    qcp = head->qcp + at * dPairs;
+                    docp = head->docp + at * dvPairs;
+                    qrp = head->qrp + pairAt * d;
+                    dorp = head->dorp + pairAt * dv;
+                    nextQ = reinterpret_cast<const float*>(head->qcp + next * dPairs);  // the pair GEMMs' A rows
+                    nextDo = reinterpret_cast<const float*>(head->docp + next * dvPairs);
+                }
             } else {
                 simd::loadRows<V>(p.q, u.b, n1, qRow0, rows, d, ld, sc.qRows);
                 simd::loadRows<V>(bp.dy, u.b, n1, qRow0, rows, dv, ldv, sc.doRows);
                 anyEmpty = loadQueryStats<V>(bp, u.b, n1, q0, rows, 0, sc, nullptr, nullptr);
             }
             if constexpr (kPairs) {
-                Pairs::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
-                Pairs::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
-                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dPairs, sc.qcp, dPairs, sc.ktp, kr, sc.s, lk,
-                                                          false);
-                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, sc.docp, dvPairs, sc.vtp, kr, sc.dp, lk,
+                if (head == nullptr) {
+                    Pairs::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
+                    Pairs::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
+                }
+                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dPairs, qcp, dPairs, sc.ktp, kr, sc.s, lk, false);
+                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, docp, dvPairs, sc.vtp, kr, sc.dp, lk,
                                                           false);
             }
             const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
@@ -511,8 +534,8 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
             if (vectorPath) {
                 for (int64_t r = 0; r < rows; ++r) {
                     if (r < nextRows) {
-                        prefetchToL2(nextQ + r * ld, d);
-                        prefetchToL2(nextDo + r * ldv, dv);
+                        prefetchToL2(nextQ + r * (kPairs ? dPairs : ld), kPairs ? dPairs : d);
+                        prefetchToL2(nextDo + r * (kPairs ? dvPairs : ldv), kPairs ? dvPairs : dv);
                         prefetchToL2(nextDq + r * d, d);
                     }
                     float* rowDelta = exactDelta != nullptr ? exactDelta + r : nullptr;
@@ -528,11 +551,18 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                     const int64_t rowPairs = (rows + 1) / 2;
                     Pairs::packFloatRowPairs(sc.s, rows, nk, lk, sc.pp);
                     Pairs::packFloatRowPairs(sc.dp, rows, nk, lk, sc.dsp);
-                    Pairs::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
-                    Pairs::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
-                    simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, sc.dorp, dv, dvAcc, dv,
-                                                             true);
-                    simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, sc.qrp, d, dkAcc, d, true);
+                    if (head == nullptr) {
+                        Pairs::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
+                        Pairs::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
+                    }
+                    simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, dorp, dv, dvAcc, dv, true);
+                    simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, qrp, d, dkAcc, d, true);
+                    if (dq != nullptr) {  // dQ += dS . K, dS rounded to bf16 as for dK
+                        const int64_t keyPairs = (nk + 1) / 2;
+                        Pairs::packFloatColumnPairs(sc.dp, rows, nk, lk, keyPairs, sc.dscp);
+                        simd::gemm<V, false, typename Pairs::Dot>(rows, d, keyPairs, sc.dscp, keyPairs, sc.krp, d, dq,
+                                                                  d, true);
+                    }
                 } else if (!full) {
                     trimmedGradientGemms<V>(blockBand, d, dv, qRows, ld, doRows, ldv, sc.s, sc.dp, lk, kRows, dvAcc,
                                             dkAcc, dq);
@@ -572,10 +602,18 @@ ATTNOPS_SIMD_FN void runKeyUnit(const BackwardParams& bp, TileShape t, const Key
     keyBlock<V, Pairs>(bp, t, u, sc, nullptr);
 }
 
-// Floats of the fused scheme's HeadRows for `rows` query rows ([group][chunk rows]).
-inline uint64_t headRowsFloats(const ForwardParams& p, int64_t rows) {
-    return uint64_t(alignUp(rows * paddedLd(p.d)) + alignUp(rows * paddedLd(p.dv)) + alignUp(rows * p.d) +
-                    4 * alignUp(rows));
+// Floats (4-byte elements) of the fused scheme's HeadRows for a chunk of headRows query rows per
+// query head ([group][headRows] rows), with the bf16 pairs or without.
+inline uint64_t headRowsFloats(const ForwardParams& p, int64_t headRows, bool pairs) {
+    const int64_t rows = p.group * headRows;
+    uint64_t floats = uint64_t(alignUp(rows * paddedLd(p.d)) + alignUp(rows * paddedLd(p.dv)) + alignUp(rows * p.d) +
+                               4 * alignUp(rows));
+    if (pairs) {
+        const int64_t rowPairs = p.group * ((headRows + 1) / 2);
+        floats += uint64_t(alignUp(rows * ((p.d + 1) / 2)) + alignUp(rows * ((p.dv + 1) / 2)) +
+                           alignUp(rowPairs * p.d) + alignUp(rowPairs * p.dv));
+    }
+    return floats;
 }
 
 // Problems the fused scheme takes: those with a chunk split within the bounds of
@@ -587,9 +625,10 @@ bool fusedAccepts(const BackwardParams& bp) {
 
 // The fused scheme's per-thread workspace: the Scratch, then the HeadRows of one chunk with all
 // its query heads. (The partials are booked by the plan.)
-inline uint64_t fusedScratchBytes(const BackwardParams& p, TileShape t) {
+template <bool kPairs>
+uint64_t fusedScratchBytes(const BackwardParams& p, TileShape t) {
     const int64_t rows = chunks::chunkRows(p.fwd, t.queryRows);
-    return (uint64_t(Scratch::floats(p, t)) + headRowsFloats(p.fwd, p.fwd.group * rows)) * sizeof(float);
+    return (uint64_t(Scratch::floats(p, t)) + headRowsFloats(p.fwd, rows, kPairs)) * sizeof(float);
 }
 
 // The fused scheme: a unit (chunk c.q0..c.q1 of kv head c.n2 of sequence c.b) runs the key
@@ -598,8 +637,9 @@ inline uint64_t fusedScratchBytes(const BackwardParams& p, TileShape t) {
 // over the keys ascending (as in a query unit) and has one writer; dK, dV over the chunk's rows
 // go to the chunk's own partial slice (summed over chunks in a fixed order by the reduction) or,
 // for a one-chunk sequence, to dk, dv. Chunks depend on the problem only: the result does not
-// depend on the thread count.
-template <class V>
+// depend on the thread count. With Pairs, the chunk's Q and dO are also packed as bf16 pairs
+// here, once, and the five GEMMs run on them.
+template <class V, class Pairs = void>
 ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const HeadChunk& c, void* scratch) {
     const ForwardParams& p = bp.fwd;
     Scratch sc(bp, t, scratch);
@@ -622,6 +662,18 @@ ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const He
     head.dkPartial = c.dkPartial;
     head.dvPartial = c.dvPartial;
     const int64_t qRow0 = p.seq.qStart[size_t(c.b)] + c.q0;
+    constexpr bool kPairs = !std::is_void_v<Pairs>;
+    const int64_t dPairs = (d + 1) / 2, dvPairs = (p.dv + 1) / 2, rowPairs = (rows + 1) / 2;
+    if constexpr (kPairs) {
+        auto* u = reinterpret_cast<uint32_t*>(f + 4 * alignUp(maxRows));
+        head.qcp = u;
+        u += alignUp(maxRows * dPairs);
+        head.docp = u;
+        u += alignUp(maxRows * dvPairs);
+        head.qrp = u;
+        u += alignUp(p.group * rowPairs * d);
+        head.dorp = u;
+    }
     std::fill(head.dq, head.dq + maxRows * d, 0.0f);
     std::fill(head.exactDelta, head.exactDelta + maxRows, 0.0f);
     for (int64_t g = 0; g < p.group; ++g) {
@@ -629,6 +681,12 @@ ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const He
         const RowStats st{head.stats.delta + g * rows, head.stats.rowMax + g * rows, head.stats.rowSum + g * rows};
         simd::loadRows<V>(p.q, c.b, n1, qRow0, rows, d, ld, head.q + g * rows * ld);
         loadQueryStats<V>(bp, c.b, n1, c.q0, rows, 0, sc, head.dO + g * rows * ldv, nullptr, &st, ldv);
+        if constexpr (kPairs) {
+            Pairs::packColumnPairs(p.q, c.b, n1, qRow0, rows, d, dPairs, head.qcp + g * rows * dPairs);
+            Pairs::packColumnPairs(bp.dy, c.b, n1, qRow0, rows, p.dv, dvPairs, head.docp + g * rows * dvPairs);
+            Pairs::packRowPairs(p.q, c.b, n1, qRow0, rows, d, head.qrp + g * rowPairs * d);
+            Pairs::packRowPairs(bp.dy, c.b, n1, qRow0, rows, p.dv, head.dorp + g * rowPairs * p.dv);
+        }
     }
     // A one-chunk sequence writes every key block's dk, dv (zero where no row sees it); a chunk
     // writes the partials of the blocks its rows may see, which the reduction reads.
@@ -636,7 +694,7 @@ ATTNOPS_SIMD_FN void runHeadUnit(const BackwardParams& bp, TileShape t, const He
     for (int64_t k0 = 0; k0 < skv; k0 += t.keyRows) {
         const int64_t k1 = std::min(skv, k0 + t.keyRows);
         if (c.dkPartial != nullptr && !chunks::chunkSeesKeys(rule, c.q0, c.q1, skv, k0, k1)) continue;
-        keyBlock<V, void>(bp, t, KeyUnit{c.b, c.n2, k0, k1}, sc, &head);
+        keyBlock<V, Pairs>(bp, t, KeyUnit{c.b, c.n2, k0, k1}, sc, &head);
     }
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = c.n2 * p.group + g;

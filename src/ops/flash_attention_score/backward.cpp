@@ -15,6 +15,7 @@ namespace attnops::fa {
 const std::vector<const BackwardKernel*>& backwardKernels() {
     static const std::vector<const BackwardKernel*> list = {
         &backwardKernelAmx(),
+        &backwardKernelAvx512Bf16Fused(),
         &backwardKernelAvx512Bf16(),
         &backwardKernelAvx512Fused(),
         &backwardKernelAvx512(),

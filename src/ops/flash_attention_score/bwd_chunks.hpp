@@ -34,8 +34,8 @@ constexpr int64_t kWholePairs = 16;
 constexpr int64_t kMinGroupRows = 512;
 // Bound on the partials of all chunked heads together (fp32 dk, dv per chunk and key).
 constexpr uint64_t kMaxPartialBytes = uint64_t(256) << 20;
-// Bound on one chunk's per-thread fp32 rows (Q, dO, dQ and the row statistics over the group):
-// 128 MiB, about 80K rows at d = dv = 128.
+// Bound on one chunk's per-thread rows (Q, dO, dQ and the row statistics over the group, and
+// with bf16 pairs Q and dO packed): 128 MiB, about 47K rows at d = dv = 128.
 constexpr uint64_t kMaxChunkRowsBytes = uint64_t(128) << 20;
 
 inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -43,11 +43,15 @@ inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Chunks of a sequence of sq query rows (at least one, so that its dk, dv rows are written).
 inline int64_t chunksOf(int64_t sq, int64_t chunkRows) { return std::max<int64_t>(1, ceilDiv(sq, chunkRows)); }
 
-// Bound on the floats of one chunk's per-thread rows: group * chunkRows rows of Q, dO (leading
-// dimensions padded by at most 32), dQ and four row statistics.
+// Bound on the floats (4-byte elements) of one chunk's per-thread rows: group * chunkRows rows of
+// Q, dO (leading dimensions padded by at most 32), dQ and four row statistics, and for the
+// bf16-pair kernel Q and dO packed as column pairs and as row pairs (d + dv + 2 per row, d + dv
+// per head for an odd row). The same bound for every kernel, so that the split does not depend
+// on which one runs.
 inline uint64_t chunkRowsFloats(const ForwardParams& p, int64_t chunkRows) {
     const uint64_t rows = uint64_t(p.group) * uint64_t(chunkRows);
-    return rows * uint64_t(p.d + 32 + p.dv + 32 + p.d + 4) + 64;
+    return rows * uint64_t(p.d + 32 + p.dv + 32 + p.d + 4 + p.d + p.dv + 2) + uint64_t(p.group) * uint64_t(p.d + p.dv) +
+           128;
 }
 
 // Floats of the partial dk and dv of sequence b's chunked heads (0 when it has one chunk).

@@ -81,6 +81,7 @@ const std::vector<const BackwardKernel*>& backwardKernels();
 
 const BackwardKernel& backwardKernelAmx();
 const BackwardKernel& backwardKernelAmxEmulated();
+const BackwardKernel& backwardKernelAvx512Bf16Fused();
 const BackwardKernel& backwardKernelAvx512Bf16();
 const BackwardKernel& backwardKernelAvx512Fused();
 const BackwardKernel& backwardKernelAvx512();

@@ -34,8 +34,8 @@ void append(std::string& key, const T& value) {
 int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1) / blockRows; }
 
 // Whether the automatic choice passes over a legal entry: the emulated AMX kernels (forceOnly),
-// and avx512-bf16 when this CPU computes bf16 faster another way (the process-wide bf16 path,
-// decided on first need: here).
+// and the avx512-bf16 entries when this CPU computes bf16 faster another way (the process-wide
+// bf16 path, decided on first need: here).
 bool passedOver(const ForwardKernel& k, const ForwardParams&, const PlatformInfo&) {
     return k.forceOnly || (&k == &forwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
 }
@@ -43,7 +43,8 @@ bool passedOver(const ForwardKernel& k, const ForwardParams&, const PlatformInfo
 // fewer than 16 (sequence, kv head) pairs into chunks aiming at 64 units, so that few pairs still
 // give units for several cores, and it does 5 GEMMs where the two-kind scheme does 7.)
 bool passedOver(const BackwardKernel& k, const BackwardParams&, const PlatformInfo&) {
-    return k.forceOnly || (&k == &backwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
+    const bool pairs = &k == &backwardKernelAvx512Bf16Fused() || &k == &backwardKernelAvx512Bf16();
+    return k.forceOnly || (pairs && cpu::bf16Path().path != cpu::Bf16Path::Dot);
 }
 
 // Cost of query rows [q0, q1) of sequence b against the keys they may attend.
