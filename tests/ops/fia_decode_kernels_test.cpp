@@ -90,3 +90,44 @@ TEST(FiaDecodeKernels, KeySplitRemaindersAgainstReference) {
             }
     EXPECT_GT(ran, 0) << "no vector kernel runs on this CPU";
 }
+
+// The bf16-pair decode ("avx512-bf16": vdpbf16ps on the query's and keys' dim pairs, and on
+// pairs of keys for P.V) where the CPU has AVX512-BF16: every row form (NZ takes the entry's fp32
+// dots), head dims ending on a half pair vector (16, 48, 80) or whole ones, groups of 1 to 5
+// rows, key lengths leaving every remainder of the three-key steps and an odd last key pair, key
+// splits, and masked blocks (a sliding window and a pse: keys whose probability is 0 in every row
+// of a tile leave the value pairs). Problems other than a bf16 query on a bf16 cache are refused.
+TEST(FiaDecodeKernels, Bf16PairDecodeAgainstReference) {
+    const std::pair<int64_t, int64_t> groups[] = {{4, 4}, {6, 3}, {9, 3}, {8, 2}, {10, 2}};
+    int ran = 0, cases = 0;
+    for (const char* form : {"BNSD", "BSH", "BnNBsD", "BnBsH", "NZ"})
+        for (int64_t dim : {16, 48, 64, 80, 128}) {
+            if (!expectVectorKernel("avx512-bf16", decodeCase(form, dim, groups[size_t(cases++ % 5)], Kv::Bf16)))
+                GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+            ++ran;
+        }
+    {
+        FiaProblem p = decodeCase("BnNBsD", 128, {8, 2}, Kv::Bf16);
+        p.kvLens = {kSplitKeys + 3, 1, kSplitKeys + 64};
+        p.batch = 3;
+        p.kvSeqLen = kSplitKeys + 64;
+        expectVectorKernel("avx512-bf16", p);
+    }
+    {
+        FiaProblem p = decodeCase("BnBsH", 64, {8, 2}, Kv::Bf16);
+        p.sparseMode = 4;  // a sliding window of 40 keys before the query's
+        p.preTokens = 40;
+        p.nextTokens = 0;
+        expectVectorKernel("avx512-bf16", p);
+        p.sparseMode = 0;
+        p.preTokens = p.nextTokens = kNoBand;
+        p.pse = "batch";
+        expectVectorKernel("avx512-bf16", p);
+    }
+    for (Kv kv : {Kv::Fp16, Kv::Int8PerChannel}) {
+        FiaInstance inst(decodeCase("BnNBsD", 64, {4, 2}, kv));
+        attnops::testsupport::ForcedImpl force("avx512-bf16");
+        EXPECT_EQ(inst.run(), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION) << inst.problem.describe();
+    }
+    EXPECT_EQ(ran, 25);
+}

@@ -358,6 +358,22 @@ struct Bf16Pairs {
     ATTNOPS_AVX512_INLINE bool finite(const uint32_t* pairs, int64_t nk, int64_t dv) {
         return pairsFinite(pairs, nk, dv);
     }
+    // Lanes i < 16 = (even[i], odd[i]): 16 columns of two bf16 rows as row pairs, a NULL row
+    // read as zeros.
+    ATTNOPS_AVX512_INLINE __m512 interleavedRows(const uint16_t* even, const uint16_t* odd) {
+        const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                    22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m256i e = even != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even))
+                                          : _mm256_setzero_si256();
+        const __m256i o = odd != nullptr ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(odd))
+                                         : _mm256_setzero_si256();
+        return _mm512_castsi512_ps(
+            _mm512_permutexvar_epi16(interleave, _mm512_inserti64x4(_mm512_castsi256_si512(e), o, 1)));
+    }
+    // One bf16 pair in every lane.
+    ATTNOPS_AVX512_INLINE __m512 broadcastPair(const uint32_t* pair) {
+        return _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(*pair)));
+    }
 };
 
 }  // namespace attnops::cpu::avx512

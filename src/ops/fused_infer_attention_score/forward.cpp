@@ -16,7 +16,8 @@ const std::vector<const ForwardKernel*>& forwardKernels() {
     // The prefill routes first: they accept only prefill shapes, which they run faster.
     static const std::vector<const ForwardKernel*> list = {
         &forwardKernelAvx512Bf16Prefill(), &forwardKernelAvx512Prefill(), &forwardKernelAvx2Prefill(),
-        &forwardKernelAvx512(),            &forwardKernelAvx2(),          &forwardKernelTiled(),
+        &forwardKernelAvx512Bf16(),        &forwardKernelAvx512(),        &forwardKernelAvx2(),
+        &forwardKernelTiled(),
         &forwardKernelReference()};
     return list;
 }

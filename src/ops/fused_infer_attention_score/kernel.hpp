@@ -46,6 +46,7 @@ const std::vector<const ForwardKernel*>& forwardKernels();
 const ForwardKernel& forwardKernelAvx512Bf16Prefill();  // prefill route (cpu/simd/fia_prefill.hpp)
 const ForwardKernel& forwardKernelAvx512Prefill();
 const ForwardKernel& forwardKernelAvx2Prefill();
+const ForwardKernel& forwardKernelAvx512Bf16();  // bf16-pair decode (cpu/simd/fia_forward.hpp)
 const ForwardKernel& forwardKernelAvx512();
 const ForwardKernel& forwardKernelAvx2();
 const ForwardKernel& forwardKernelTiled();

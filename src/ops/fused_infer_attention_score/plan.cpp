@@ -104,10 +104,11 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
         for (const ForwardKernel* k : forwardKernels())
             if (forcedKernel == k->name && !portable(*k) && k->available())
                 unsupported("ATTNOPS_FORCE_IMPL = {}: full int8 quantisation runs in tiled-generic or reference only", forcedKernel);
-    // The bf16-pair route only where this CPU's bf16 path is the dot one (cpu/bf16_path.hpp),
-    // as FlashAttentionScore's avx512-bf16.
+    // The bf16-pair entries (prefill route, decode) only where this CPU's bf16 path is the dot one
+    // (cpu/bf16_path.hpp), as FlashAttentionScore's avx512-bf16.
     plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FusedInferAttentionScore", [](const ForwardKernel& k) {
-        return &k == &forwardKernelAvx512Bf16Prefill() && cpu::bf16Path().path != cpu::Bf16Path::Dot;
+        const bool pairs = &k == &forwardKernelAvx512Bf16Prefill() || &k == &forwardKernelAvx512Bf16();
+        return pairs && cpu::bf16Path().path != cpu::Bf16Path::Dot;
     });
     plan.threads = std::max(1, threads);
     const fa::ForwardParams& c = p.core;
