@@ -406,6 +406,58 @@ ATTNOPS_SIMD_INLINE void trimmedGradientGemms(const BlockBand& bb, int64_t d, in
     }
 }
 
+// trimmedScoreGemms on bf16 pairs: Q and dO as column pairs (leading dimensions dPairs,
+// dvPairs), K and V as transposed column pairs and the scores with leading dimension lk.
+template <class V, class Pairs>
+ATTNOPS_SIMD_INLINE void trimmedPairScoreGemms(const BlockBand& bb, int64_t dPairs, int64_t dvPairs, const uint32_t* qcp,
+                                               const uint32_t* docp, const uint32_t* ktp, const uint32_t* vtp, float* s,
+                                               float* dp, int64_t lk) {
+    using Dot = typename Pairs::Dot;
+    constexpr int64_t W = simd::stripWidth<V>(), B = kBandRows<V>;
+    for (int64_t m0 = 0; m0 < bb.rows; m0 += B) {
+        const int64_t mb = std::min(B, bb.rows - m0);
+        const KeyRange keys = bb.keysOf(m0, m0 + mb);
+        const int64_t lo = keys.lo / W * W, hi = std::min(bb.nk, (keys.hi + W - 1) / W * W);
+        if (hi <= lo) continue;
+        simd::gemm<V, false, Dot>(mb, hi - lo, dPairs, qcp + m0 * dPairs, dPairs, ktp + lo, lk, s + m0 * lk + lo, lk,
+                                  false);
+        simd::gemm<V, false, Dot>(mb, hi - lo, dvPairs, docp + m0 * dvPairs, dvPairs, vtp + lo, lk, dp + m0 * lk + lo,
+                                  lk, false);
+    }
+}
+
+// trimmedGradientGemms on bf16 pairs, whose k axes pair rows (dV, dK: P and dS row pairs pp, dsp
+// with leading dimension lk against the Q and dO row pairs qrp, dorp) or keys (dQ: the dS column
+// pairs dscp, (nk + 1) / 2 a row, against the K row pairs krp): each range of kept rows or keys
+// widened to whole pairs. A skipped pair is two zero products: the same bits as in the full
+// GEMMs (but the -0 sign of trimmedGradientGemms).
+template <class V, class Pairs>
+ATTNOPS_SIMD_INLINE void trimmedPairGradientGemms(const BlockBand& bb, int64_t d, int64_t dv, const uint32_t* pp,
+                                                  const uint32_t* dsp, int64_t lk, const uint32_t* qrp,
+                                                  const uint32_t* dorp, const uint32_t* dscp, const uint32_t* krp,
+                                                  float* dvAcc, float* dkAcc, float* dq) {
+    using Dot = typename Pairs::Dot;
+    constexpr int64_t B = kBandRows<V>;
+    for (int64_t j0 = 0; j0 < bb.nk; j0 += B) {
+        const int64_t jb = std::min(B, bb.nk - j0);
+        const KeyRange r = bb.rowsOf(j0, j0 + jb);
+        if (r.hi <= r.lo) continue;
+        const int64_t p0 = r.lo / 2, pairs = (r.hi + 1) / 2 - p0;
+        simd::gemm<V, true, Dot>(jb, dv, pairs, pp + p0 * lk + j0, lk, dorp + p0 * dv, dv, dvAcc + j0 * dv, dv, true);
+        simd::gemm<V, true, Dot>(jb, d, pairs, dsp + p0 * lk + j0, lk, qrp + p0 * d, d, dkAcc + j0 * d, d, true);
+    }
+    if (dq == nullptr) return;
+    const int64_t keyPairs = (bb.nk + 1) / 2;
+    for (int64_t m0 = 0; m0 < bb.rows; m0 += B) {
+        const int64_t mb = std::min(B, bb.rows - m0);
+        const KeyRange keys = bb.keysOf(m0, m0 + mb);
+        if (keys.hi <= keys.lo) continue;
+        const int64_t k0 = keys.lo / 2, pairs = (keys.hi + 1) / 2 - k0;
+        simd::gemm<V, false, Dot>(mb, d, pairs, dscp + m0 * keyPairs + k0, keyPairs, krp + k0 * d, d, dq + m0 * d, d,
+                                  true);
+    }
+}
+
 // With head (the fused scheme): only the chunk's query rows, and also dQ += dS . K into
 // head->dq, from the dS this unit computed anyway, so that no query unit has to compute S and dP
 // a second time; the row statistics (and with Pairs, the packed Q and dO) come from head, dk and
@@ -507,15 +559,6 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                 simd::loadRows<V>(bp.dy, u.b, n1, qRow0, rows, dv, ldv, sc.doRows);
                 anyEmpty = loadQueryStats<V>(bp, u.b, n1, q0, rows, 0, sc, nullptr, nullptr);
             }
-            if constexpr (kPairs) {
-                if (head == nullptr) {
-                    Pairs::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
-                    Pairs::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
-                }
-                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dPairs, qcp, dPairs, sc.ktp, kr, sc.s, lk, false);
-                simd::gemm<V, false, typename Pairs::Dot>(rows, nk, dvPairs, docp, dvPairs, sc.vtp, kr, sc.dp, lk,
-                                                          false);
-            }
             const bool full = blockFullyKept(rule, q0, q0 + rows, u.k0, u.k1, skv);
             // Q, dO and (fused) K finite: the zero P and dS of masked pairs may go through the GEMMs.
             const bool finite = (!full || biasRows) && kFinite && simd::allFinite<V>(qRows, rows, d, ld) &&
@@ -523,7 +566,20 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
             const bool biasPath = biasRows && finite && vFinite;
             const bool vectorPath = (vectorRows && !anyEmpty && (full || (bandVector && finite))) || biasPath;
             const BlockBand blockBand{rule, skv, q0, rows, u.k0, nk};
-            if constexpr (!kPairs) {
+            if constexpr (kPairs) {
+                if (head == nullptr) {
+                    Pairs::packColumnPairs(p.q, u.b, n1, qRow0, rows, d, dPairs, sc.qcp);
+                    Pairs::packColumnPairs(bp.dy, u.b, n1, qRow0, rows, dv, dvPairs, sc.docp);
+                }
+                if (vectorPath && !full) {
+                    trimmedPairScoreGemms<V, Pairs>(blockBand, dPairs, dvPairs, qcp, docp, sc.ktp, sc.vtp, sc.s, sc.dp,
+                                                    kr);
+                } else {
+                    using Dot = typename Pairs::Dot;
+                    simd::gemm<V, false, Dot>(rows, nk, dPairs, qcp, dPairs, sc.ktp, kr, sc.s, lk, false);
+                    simd::gemm<V, false, Dot>(rows, nk, dvPairs, docp, dvPairs, sc.vtp, kr, sc.dp, lk, false);
+                }
+            } else {
                 if (vectorPath && !full) {
                     trimmedScoreGemms<V>(blockBand, d, dv, qRows, ld, doRows, ldv, sc.kt, sc.vt, sc.s, sc.dp, lk);
                 } else {
@@ -555,13 +611,18 @@ ATTNOPS_SIMD_FN void keyBlock(const BackwardParams& bp, TileShape t, const KeyUn
                         Pairs::packRowPairs(bp.dy, u.b, n1, qRow0, rows, dv, sc.dorp);
                         Pairs::packRowPairs(p.q, u.b, n1, qRow0, rows, d, sc.qrp);
                     }
-                    simd::gemm<V, true, typename Pairs::Dot>(nk, dv, rowPairs, sc.pp, kr, dorp, dv, dvAcc, dv, true);
-                    simd::gemm<V, true, typename Pairs::Dot>(nk, d, rowPairs, sc.dsp, kr, qrp, d, dkAcc, d, true);
-                    if (dq != nullptr) {  // dQ += dS . K, dS rounded to bf16 as for dK
-                        const int64_t keyPairs = (nk + 1) / 2;
-                        Pairs::packFloatColumnPairs(sc.dp, rows, nk, lk, keyPairs, sc.dscp);
-                        simd::gemm<V, false, typename Pairs::Dot>(rows, d, keyPairs, sc.dscp, keyPairs, sc.krp, d, dq,
-                                                                  d, true);
+                    const int64_t keyPairs = (nk + 1) / 2;
+                    // dQ += dS . K (fused scheme), dS rounded to bf16 as for dK
+                    if (dq != nullptr) Pairs::packFloatColumnPairs(sc.dp, rows, nk, lk, keyPairs, sc.dscp);
+                    if (!full) {
+                        trimmedPairGradientGemms<V, Pairs>(blockBand, d, dv, sc.pp, sc.dsp, kr, qrp, dorp, sc.dscp,
+                                                           sc.krp, dvAcc, dkAcc, dq);
+                    } else {
+                        using Dot = typename Pairs::Dot;
+                        simd::gemm<V, true, Dot>(nk, dv, rowPairs, sc.pp, kr, dorp, dv, dvAcc, dv, true);
+                        simd::gemm<V, true, Dot>(nk, d, rowPairs, sc.dsp, kr, qrp, d, dkAcc, d, true);
+                        if (dq != nullptr)
+                            simd::gemm<V, false, Dot>(rows, d, keyPairs, sc.dscp, keyPairs, sc.krp, d, dq, d, true);
                     }
                 } else if (!full) {
                     trimmedGradientGemms<V>(blockBand, d, dv, qRows, ld, doRows, ldv, sc.s, sc.dp, lk, kRows, dvAcc,
