@@ -481,6 +481,43 @@ ATTNOPS_SIMD_FN static void bandValues(const SeqRule& rule, int64_t skv, int64_t
     }
 }
 
+// bandScores and bandValues on bf16 pairs: St = K . Q^T from the key column pairs kp ([key][dPairs])
+// and the transposed query column pairs qp, each strip of query rows the GEMM's columns hold over
+// the keys some row of it keeps (the others stored as 0); acc += P . V from the probability row
+// pairs pp ([keyPair][row]) and the value row pairs vp ([keyPair][dv]), each register tile of
+// query rows over the key pairs holding a key some row of it keeps. A pair skipped is two zero
+// products with finite values: the same bits, as in bandValues.
+template <class V, class Pairs>
+ATTNOPS_SIMD_FN static void bandPairScores(const SeqRule& rule, int64_t skv, int64_t q0, int64_t k0, int64_t nk,
+                                           int64_t rows, int64_t dPairs, const uint32_t* kp, const uint32_t* qp,
+                                           int64_t qr, float* st) {
+    constexpr int64_t W = simd::stripWidth<V>();
+    for (int64_t n0 = 0; n0 < rows; n0 += W) {
+        const int64_t cols = std::min(W, rows - n0);
+        const KeyRange kept = blockKeys(rule, q0 + n0, q0 + n0 + cols, k0, nk, skv);
+        for (int64_t m = 0; m < nk; ++m)
+            if (m < kept.lo || m >= kept.hi) std::fill(st + m * qr + n0, st + m * qr + n0 + cols, 0.0f);
+        if (kept.hi > kept.lo)
+            simd::gemm<V, false, typename Pairs::Dot>(kept.hi - kept.lo, cols, dPairs, kp + kept.lo * dPairs, dPairs,
+                                                      qp + n0, qr, st + kept.lo * qr + n0, qr, false);
+    }
+}
+
+template <class V, class Pairs>
+ATTNOPS_SIMD_FN static void bandPairValues(const SeqRule& rule, int64_t skv, int64_t q0, int64_t k0, int64_t nk,
+                                           int64_t rows, int64_t dv, const uint32_t* pp, int64_t qr,
+                                           const uint32_t* vp, float* acc) {
+    constexpr int64_t MR = V::kTileRows;
+    for (int64_t m0 = 0; m0 < rows; m0 += MR) {
+        const int64_t mr = std::min<int64_t>(MR, rows - m0);
+        const KeyRange kept = blockKeys(rule, q0 + m0, q0 + m0 + mr, k0, nk, skv);
+        if (kept.hi == kept.lo) continue;
+        const int64_t p0 = kept.lo / 2, pairs = (kept.hi + 1) / 2 - p0;
+        simd::gemm<V, true, typename Pairs::Dot>(mr, dv, pairs, pp + p0 * qr + m0, qr, vp + p0 * dv, dv,
+                                                 acc + m0 * dv, dv, true);
+    }
+}
+
 // The steps where the users of the unit loop (runUnitWith below) differ, as members of a Steps
 // object the loop is instantiated with (always inlined, so they cost what the code written in
 // place would):
@@ -641,12 +678,17 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
                     for (int64_t h = 0; h < heads; ++h) {
                         const HeadState hs = sc.head(p, t, h * nb + j);
                         const int64_t n1 = u.n2 * p.group + g0 + h;
-                        if constexpr (kPairs)
-                            simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, hs.qp, qr, sc.st,
-                                                                      qr, false);
-                        bool banded = false;  // the fp32 band path: GEMM tiles outside the band skipped
+                        bool banded = false;  // the band path: GEMM tiles outside the band skipped
                         bool scaled = false;  // St scaled and its column statistics in `stats` already
-                        if constexpr (!kPairs) {
+                        if constexpr (kPairs) {
+                            banded = !full && vectorSoftmax && bandVector &&
+                                     valuesFinite<V, Pairs>(sc.vs, sc.vp, nk, packed, dv);
+                            if (banded)
+                                bandPairScores<V, Pairs>(rule, skv, q0, k0, nk, rows, dPairs, sc.kp, hs.qp, qr, sc.st);
+                            else
+                                simd::gemm<V, false, typename Pairs::Dot>(nk, rows, dPairs, sc.kp, dPairs, hs.qp, qr,
+                                                                          sc.st, qr, false);
+                        } else {
                             scaled = vectorSoftmax && full && wholeScoreTiles;
                             if (scaled) {  // St = scale * K . Q^T, with the softmax's first pass
                                 std::fill(colMax, colMax + rows, kNegInf);
@@ -677,8 +719,11 @@ ATTNOPS_SIMD_FN void runUnitWith(const ForwardParams& p, const View4& kView, con
                             steps.roundProbabilities(rows, nk, qr, sc.st);
                             if constexpr (kPairs) {  // acc += P . V
                                 Pairs::packFloatRowPairs(sc.st, nk, rows, qr, sc.pp);
-                                simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp, dv,
-                                                                         hs.acc, dv, true);
+                                if (banded)
+                                    bandPairValues<V, Pairs>(rule, skv, q0, k0, nk, rows, dv, sc.pp, qr, sc.vp, hs.acc);
+                                else
+                                    simd::gemm<V, true, typename Pairs::Dot>(rows, dv, (nk + 1) / 2, sc.pp, qr, sc.vp,
+                                                                             dv, hs.acc, dv, true);
                             } else if (banded) {
                                 bandValues<V>(rule, skv, q0, k0, nk, rows, dv, sc.st, qr, sc.vs, packed, hs.acc);
                             } else {
