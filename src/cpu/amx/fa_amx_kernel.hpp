@@ -28,9 +28,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cpu/amx/pack.hpp"
-#include "cpu/amx/tile_gemm.hpp"
-#include "cpu/amx/tiles.hpp"
+#include "cpu/amx/fa_amx_common.hpp"
+#include "cpu/amx/fa_amx_backward.hpp"
+#include "cpu/amx/fa_amx_forward.hpp"
 #include "cpu/generic/convert.hpp"
 #include "cpu/generic/score_row.hpp"
 #include "ops/flash_attention_score/kernel.hpp"
@@ -39,64 +39,12 @@
 namespace attnops::fa {
 namespace {
 
-using cpu::amx::DotKind;
-using cpu::amx::gemm;
-using cpu::amx::kTileElems;
-using cpu::amx::kTileK;
-using cpu::amx::kTileM;
-using cpu::amx::kTileN;
-using cpu::amx::roundUp;
 using tile::kNegInf;
 
 // 64 query rows (4 row tiles) and 64 keys (4 column tiles of S, 2 k-chunks of P.V) per block.
 TileShape amxTile() { return TileShape{64, 64}; }
 
-int64_t tilesOf(int64_t n) { return (n + kTileN - 1) / kTileN; }
-int64_t chunksOf(int64_t n) { return (n + kTileK - 1) / kTileK; }
-
-// Whether n packed elements are all finite (exponent bits not all ones).
-template <DotKind kind>
-ATTNOPS_AMX_FN bool allFinite(const uint16_t* x, int64_t n) {
-    const uint16_t exponent = kind == DotKind::Bf16 ? 0x7F80 : 0x7C00;
-    bool finite = true;
-    for (int64_t i = 0; i < n; ++i) finite &= (x[i] & exponent) != exponent;
-    return finite;
-}
-
-// Bump allocation of a thread's scratch in 64-byte aligned pieces; with a null base it only
-// counts the bytes (scratchBytes).
-class Carver {
-public:
-    explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
-    template <typename T>
-    T* take(int64_t count) {
-        T* p = base_ != nullptr ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-        used_ += uint64_t(roundUp(count * int64_t(sizeof(T)), 64));
-        return p;
-    }
-    uint64_t used() const { return used_; }
-
-private:
-    char* base_;
-    uint64_t used_ = 0;
-};
-
-// Padded sizes of the head dims: A operands need whole 32-element k chunks, C tiles 16 columns.
-struct HeadDims {
-    int64_t d, dv, dChunks, dvChunks, dTiles, dvTiles;
-    explicit HeadDims(const ForwardParams& p)
-        : d(p.d), dv(p.dv), dChunks(chunksOf(p.d)), dvChunks(chunksOf(p.dv)), dTiles(tilesOf(p.d)),
-          dvTiles(tilesOf(p.dv)) {}
-};
-
 // --------------------------------------------------------------------------------- forward
-
-// Query heads of a group that share one packing of each key and value block in a forward unit
-// and a backward query unit: their query blocks, statistics and accumulators stay in scratch
-// together (a larger group takes several passes).
-constexpr int64_t kHeadsPerPass = 8;
-
-int64_t headsPerPass(const ForwardParams& p) { return std::min(p.group, kHeadsPerPass); }
 
 struct ForwardScratch {
     uint16_t* qa;   // [heads][queryRows][32 dChunks]  query blocks, A of S = Q.K^T
@@ -337,12 +285,6 @@ ATTNOPS_AMX_FN void axpy(int64_t n, float a, const float* __restrict x, float* _
     for (int64_t c = 0; c < n; ++c) y[c] += a * x[c];
 }
 
-ATTNOPS_AMX_FN void storeRows(const MutView4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
-                              const float* src, int64_t ld) {
-    for (int64_t r = 0; r < rows; ++r)
-        cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * ld);
-}
-
 template <DotKind kind, class Tiles>
 ATTNOPS_AMX_FN void keyUnit(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
     const ForwardParams& p = bp.fwd;
@@ -452,35 +394,49 @@ ATTNOPS_AMX_FN void queryUnit(const BackwardParams& bp, TileShape t, const WorkU
     }
 }
 
-// Bytes of a thread's scratch: the layout carved from nothing.
-template <class Scratch, class Params>
-uint64_t scratchBytes(const Params& p, TileShape t) {
-    Carver counter(nullptr);
-    Scratch layout(p, t, counter);
-    return counter.used();
-}
-
 TileShape forwardTile(const ForwardParams&, const PlatformInfo&) { return amxTile(); }
+
+uint64_t forwardScratchBytes(const ForwardParams& p, TileShape t) {
+    return transposedForward(p) ? scratchBytes<TransposedScratch>(p, t) : scratchBytes<ForwardScratch>(p, t);
+}
+uint64_t backwardScratchBytes(const BackwardParams& p, TileShape t) {
+    return transposedForward(p.fwd) ? scratchBytes<TransposedBackwardScratch>(p, t) : scratchBytes<BackwardScratch>(p, t);
+}
 TileShape backwardTile(const BackwardParams&, const PlatformInfo&) { return amxTile(); }
 
 // The entry points of one backend: bf16 through TDPBF16PS, fp16 through TDPFP16PS when
 // WithFp16.
 template <class Tiles, bool WithFp16>
 struct Entries {
+    template <DotKind kind>
+    static void forwardAs(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+        if (transposedForward(p)) return forwardUnitTransposed<kind, Tiles>(p, t, u, s);
+        forwardUnit<kind, Tiles>(p, t, u, s);
+    }
     static void forward(const ForwardParams& p, TileShape t, const WorkUnit& u, void* s) {
         if constexpr (WithFp16)
-            if (p.q.dtype == DType::F16) return forwardUnit<DotKind::Fp16, Tiles>(p, t, u, s);
-        forwardUnit<DotKind::Bf16, Tiles>(p, t, u, s);
+            if (p.q.dtype == DType::F16) return forwardAs<DotKind::Fp16>(p, t, u, s);
+        forwardAs<DotKind::Bf16>(p, t, u, s);
+    }
+    template <DotKind kind>
+    static void keyAs(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
+        if (transposedForward(p.fwd)) return keyUnitTransposed<kind, Tiles>(p, t, u, s);
+        keyUnit<kind, Tiles>(p, t, u, s);
+    }
+    template <DotKind kind>
+    static void queryAs(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) {
+        if (transposedForward(p.fwd)) return queryUnitTransposed<kind, Tiles>(p, t, u, s);
+        queryUnit<kind, Tiles>(p, t, u, s);
     }
     static void key(const BackwardParams& p, TileShape t, const KeyUnit& u, void* s) {
         if constexpr (WithFp16)
-            if (p.fwd.q.dtype == DType::F16) return keyUnit<DotKind::Fp16, Tiles>(p, t, u, s);
-        keyUnit<DotKind::Bf16, Tiles>(p, t, u, s);
+            if (p.fwd.q.dtype == DType::F16) return keyAs<DotKind::Fp16>(p, t, u, s);
+        keyAs<DotKind::Bf16>(p, t, u, s);
     }
     static void query(const BackwardParams& p, TileShape t, const WorkUnit& u, void* s) {
         if constexpr (WithFp16)
-            if (p.fwd.q.dtype == DType::F16) return queryUnit<DotKind::Fp16, Tiles>(p, t, u, s);
-        queryUnit<DotKind::Bf16, Tiles>(p, t, u, s);
+            if (p.fwd.q.dtype == DType::F16) return queryAs<DotKind::Fp16>(p, t, u, s);
+        queryAs<DotKind::Bf16>(p, t, u, s);
     }
 };
 

@@ -94,6 +94,12 @@ const BackwardKernel& backwardKernelReference();
 
 // Declared by each kernel file.
 const ForwardKernel& forwardKernelAmx();
+// Whether the AMX forward runs a problem with transposed scores (cpu/amx/fa_amx_forward.hpp): no
+// pse, no explicit mask, no dropout. The others take its row steps, which are slower than the
+// AVX-512 kernels, so the automatic choice passes the AMX forward over for them.
+inline bool amxTransposedForward(const ForwardParams& p) {
+    return p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
+}
 const ForwardKernel& forwardKernelAmxEmulated();
 const ForwardKernel& forwardKernelAvx512Bf16();
 const ForwardKernel& forwardKernelAvx512();

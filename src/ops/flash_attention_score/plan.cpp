@@ -34,17 +34,23 @@ void append(std::string& key, const T& value) {
 int64_t blocksOf(int64_t rows, int64_t blockRows) { return (rows + blockRows - 1) / blockRows; }
 
 // Whether the automatic choice passes over a legal entry: the emulated AMX kernels (forceOnly),
-// and the avx512-bf16 entries when this CPU computes bf16 faster another way (the process-wide
-// bf16 path, decided on first need: here).
-bool passedOver(const ForwardKernel& k, const ForwardParams&, const PlatformInfo&) {
-    return k.forceOnly || (&k == &forwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot);
+// the avx512-bf16 entries when this CPU computes bf16 faster another way (the process-wide bf16
+// path, decided on first need: here), and the AMX forward where its row steps would run (pse,
+// explicit mask or dropout: slower than the AVX-512 kernels). Forcing still runs it. The AMX
+// backward is chosen for exactly the problems whose forward is AMX: it recomputes the scores with
+// the forward's tile arithmetic, and at large |scale| a backward whose scores differ in the last
+// bit from the forward's overflows exp (FaScaleExtremes).
+bool passedOver(const ForwardKernel& k, const ForwardParams& p, const PlatformInfo&) {
+    return k.forceOnly || (&k == &forwardKernelAvx512Bf16() && cpu::bf16Path().path != cpu::Bf16Path::Dot) ||
+           (&k == &forwardKernelAmx() && !amxTransposedForward(p));
 }
 // (The fused backward is not passed over: its chunk split, bwd_chunks.hpp, cuts problems with
 // fewer than 16 (sequence, kv head) pairs into chunks aiming at 64 units, so that few pairs still
 // give units for several cores, and it does 5 GEMMs where the two-kind scheme does 7.)
-bool passedOver(const BackwardKernel& k, const BackwardParams&, const PlatformInfo&) {
+bool passedOver(const BackwardKernel& k, const BackwardParams& p, const PlatformInfo&) {
     const bool pairs = &k == &backwardKernelAvx512Bf16Fused() || &k == &backwardKernelAvx512Bf16();
-    return k.forceOnly || (pairs && cpu::bf16Path().path != cpu::Bf16Path::Dot);
+    return k.forceOnly || (pairs && cpu::bf16Path().path != cpu::Bf16Path::Dot) ||
+           (&k == &backwardKernelAmx() && !amxTransposedForward(p.fwd));
 }
 
 // Cost of query rows [q0, q1) of sequence b against the keys they may attend.

@@ -1,0 +1,331 @@
+// The AMX backward with transposed scores, for the problems whose forward is the transposed one
+// (fa_amx_forward.hpp: no pse, no explicit mask, no dropout); the others take the row-step
+// backward of fa_amx_kernel.hpp. The deterministic two-kind scheme of the other kernels: key units
+// own dK/dV rows, query units own dQ rows.
+//
+// As in the forward, the tiles compute S^T = K.Q^T and dP^T = V.dO^T (keys down, query rows
+// across), so the probabilities and gradients of 16 query rows are one vector and every step
+// below is a loop over the rows of a key row (cpu/amx/lanes.hpp: the same bits on both tile
+// backends). That layout is also the one the remaining products want:
+//   key unit    dV  += P^T . dO    A: P^T as computed          B: dO in row pairs
+//               dK  += dS^T . Q    A: dS^T as computed         B: Q in row pairs
+//   query unit  dQ^T += K^T . dS^T A: K transposed, per block  B: dS^T in key pairs
+// so no block of scores or gradients is ever transposed.
+//
+// Order of every reduction, fixed per element: TDP chains over k ascending (each in the SDM
+// order); delta = rowsum(dO * O) in 16 column lanes added in lane order; dK/dV over query heads,
+// then query blocks, then rows ascending (the k of their GEMMs); dQ over keys ascending.
+#pragma once
+
+#ifndef ATTNOPS_AMX_FN
+#error "define ATTNOPS_AMX_FN (the attributes of the backend's build) before including fa_amx_backward.hpp"
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.hpp"
+#include "cpu/amx/fa_amx_common.hpp"
+#include "cpu/amx/fa_amx_forward.hpp"
+#include "cpu/amx/lanes.hpp"
+#include "cpu/generic/convert.hpp"
+#include "cpu/generic/score_row.hpp"
+#include "ops/flash_attention_score/kernel.hpp"
+#include "ops/flash_attention_score/semantics.hpp"
+
+namespace attnops::fa {
+namespace {
+
+// One thread's arrays for either kind of unit. A query unit keeps the blocks of up to
+// kHeadsPerPass query heads, so that each key block is packed once for all of them; a key unit
+// uses the first.
+struct TransposedBackwardScratch {
+    uint16_t* qb;       // [heads] dChunks x rowTiles B tiles: Q^T      (S^T = K.Q^T)
+    uint16_t* dob;      // [heads] dvChunks x rowTiles B tiles: dO^T    (dP^T = V.dO^T)
+    float* m;           // [heads][qr] saved row max (0 past the rows)
+    float* l;           // [heads][qr] saved row sum
+    float* invL;        // [heads][qr] 1 / l, 0 where l = 0 or past the rows
+    float* delta;       // [heads][qr] rowsum(dO * O)
+    float* exactDelta;  // [heads][qr] sum_j P dP (the dsink terms)
+    float* dqAcc;       // [heads][16 dTiles][qr] dQ^T
+    uint16_t* qr;       // rowChunks x dTiles B tiles: Q in row pairs     (dK += dS^T.Q)
+    uint16_t* dor;      // rowChunks x dvTiles B tiles: dO in row pairs   (dV += P^T.dO)
+    uint16_t* ka;       // [kr][32 dChunks]  K rows, A of S^T
+    uint16_t* va;       // [kr][32 dvChunks] V rows, A of dP^T
+    uint16_t* kt;       // [16 dTiles][kr]   K^T, A of dQ^T
+    float* st;          // [kr][qr] scores, then P
+    float* dpt;         // [kr][qr] dP, then scale * dS
+    uint16_t* pa;       // [kr][32 rowChunks] P^T, A of dV
+    uint16_t* dsa;      // [kr][32 rowChunks] scale * dS^T, A of dK
+    uint16_t* dsb;      // keyChunks x rowTiles B tiles: scale * dS^T in key pairs (dQ^T)
+    float* dkAcc;       // [kr][16 dTiles]
+    float* dvAcc;       // [kr][16 dvTiles]
+    float* dof;         // [qr][dv] fp32 dO rows
+    float* qf;          // [qr][d]  fp32 Q rows (a block whose Q or dO is not all finite)
+    float* kf;          // [kr][d]  fp32 K rows (a key block that is not all finite)
+    float* row;         // [max(d, dv)]
+
+    TransposedBackwardScratch(const BackwardParams& bp, TileShape t, Carver& c) {
+        const HeadDims h(bp.fwd);
+        const int64_t qrPad = roundUp(t.queryRows, kTileK), kr = roundUp(t.keyRows, kTileK);
+        const int64_t heads = headsPerPass(bp.fwd), dPad = h.dTiles * kTileM;
+        qb = c.take<uint16_t>(heads * h.dChunks * qrPad * kTileK);
+        dob = c.take<uint16_t>(heads * h.dvChunks * qrPad * kTileK);
+        m = c.take<float>(heads * qrPad);
+        l = c.take<float>(heads * qrPad);
+        invL = c.take<float>(heads * qrPad);
+        delta = c.take<float>(heads * qrPad);
+        exactDelta = c.take<float>(heads * qrPad);
+        dqAcc = c.take<float>(heads * dPad * qrPad);
+        qr = c.take<uint16_t>(qrPad * h.dTiles * kTileN);
+        dor = c.take<uint16_t>(qrPad * h.dvTiles * kTileN);
+        ka = c.take<uint16_t>(kr * h.dChunks * kTileK);
+        va = c.take<uint16_t>(kr * h.dvChunks * kTileK);
+        kt = c.take<uint16_t>(dPad * kr);
+        st = c.take<float>(kr * qrPad);
+        dpt = c.take<float>(kr * qrPad);
+        pa = c.take<uint16_t>(kr * qrPad);
+        dsa = c.take<uint16_t>(kr * qrPad);
+        dsb = c.take<uint16_t>(kr * qrPad);
+        dkAcc = c.take<float>(kr * h.dTiles * kTileN);
+        dvAcc = c.take<float>(kr * h.dvTiles * kTileN);
+        dof = c.take<float>(qrPad * h.dv);
+        qf = c.take<float>(qrPad * h.d);
+        kf = c.take<float>(kr * h.d);
+        row = c.take<float>(std::max(h.d, h.dv));
+    }
+};
+
+// The arrays of head g of a pass.
+struct HeadRows {
+    uint16_t *qb, *dob;
+    float *m, *l, *invL, *delta, *exactDelta, *dqAcc;
+};
+inline HeadRows headRows(const TransposedBackwardScratch& sc, const HeadDims& h, int64_t qrPad, int64_t g) {
+    return {sc.qb + g * h.dChunks * qrPad * kTileK,   sc.dob + g * h.dvChunks * qrPad * kTileK,
+            sc.m + g * qrPad,                          sc.l + g * qrPad,
+            sc.invL + g * qrPad,                       sc.delta + g * qrPad,
+            sc.exactDelta + g * qrPad,                 sc.dqAcc + g * h.dTiles * kTileM * qrPad};
+}
+
+// sum_c a[c] b[c]: 16 column lanes (c mod 16, ascending), then the lanes added in order.
+ATTNOPS_AMX_FN float dotInLanes(const float* a, const float* b, int64_t n) {
+    F16x acc = splat(0.0f);
+    int64_t c = 0;
+    for (; c + kLanes <= n; c += kLanes) acc = acc + loadLanes(a + c) * loadLanes(b + c);
+    for (int64_t i = 0; c + i < n; ++i) acc[i] = acc[i] + a[c + i] * b[c + i];
+    float sum = 0.0f;
+    for (int i = 0; i < kLanes; ++i) sum += acc[i];
+    return sum;
+}
+
+// Query rows [q0, q0 + rows) of head n1: Q^T and dO^T as B operands, fp32 dO rows, delta and the
+// saved statistics. Lanes past the rows get m = 0, 1/l = 0, delta = 0: their P and dS are 0.
+ATTNOPS_AMX_FN void loadQueryRows(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
+                                  int64_t R, const HeadRows& hr, TransposedBackwardScratch& sc) {
+    const ForwardParams& p = bp.fwd;
+    const HeadDims h(p);
+    const int64_t row0 = p.seq.qStart[size_t(b)] + q0, rowTiles = R / kTileN;
+    cpu::amx::packColumnPairs(p.q, b, n1, row0, rows, h.d, h.dChunks, rowTiles, hr.qb);
+    cpu::amx::packColumnPairs(bp.dy, b, n1, row0, rows, h.dv, h.dvChunks, rowTiles, hr.dob);
+    tile::loadRows(bp.dy, b, n1, row0, rows, h.dv, sc.dof);
+    for (int64_t r = 0; r < R; ++r) {
+        if (r >= rows) {
+            hr.m[r] = 0.0f, hr.l[r] = 0.0f, hr.invL[r] = 0.0f, hr.delta[r] = 0.0f;
+            continue;
+        }
+        cpu::loadRow(p.out.data, p.out.offset(b, n1, row0 + r, 0), p.out.stride[3], p.out.dtype, h.dv, sc.row);
+        hr.delta[r] = dotInLanes(sc.dof + r * h.dv, sc.row, h.dv);
+        hr.m[r] = loadAsFloat(p.softmaxMax.data, p.softmaxMax.offset(b, n1, row0 + r, 0), DType::F32);
+        hr.l[r] = loadAsFloat(p.softmaxSum.data, p.softmaxSum.offset(b, n1, row0 + r, 0), DType::F32);
+        hr.invL[r] = hr.l[r] != 0.0f ? 1.0f / hr.l[r] : 0.0f;  // a fully masked row has P = 0
+    }
+}
+
+// Lanes r (rows q0 + r) that keep key `key`: the row's band or the prefix, and a saved sum > 0.
+ATTNOPS_AMX_FN I16x keptLanes(const SeqRule& rule, int64_t q0, int64_t key, int64_t r, int64_t R,
+                              const float* invL) {
+    int64_t rLo = 0, rHi = R;
+    if (key >= rule.prefix) {
+        rLo = std::clamp<int64_t>(key - q0 - rule.maxDiff, 0, R);
+        rHi = std::clamp<int64_t>(key - q0 - rule.minDiff + 1, 0, R);
+    }
+    const I16x index = cpu::amx::laneIndex() + int32_t(r);
+    return (index >= int32_t(rLo)) & (index < int32_t(rHi)) & (loadLanes(invL + r) != 0.0f);
+}
+
+// The gradients of a block: st (raw S^T) becomes P and dpt (raw dP^T) scale * dS for keys
+// [k0, k0 + nk) and the R lanes, both 0 where a key is not kept; with exactDelta, adds
+// sum_j P dP per lane (keys ascending).
+ATTNOPS_AMX_FN void blockGradients(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
+                                   int64_t R, const HeadRows& hr, float* __restrict st, float* __restrict dpt,
+                                   float* exactDelta) {
+    const float scale = p.scale;
+    for (int64_t j = 0; j < nk; ++j) {
+        float* __restrict s = st + j * R;
+        float* __restrict dp = dpt + j * R;
+        for (int64_t r = 0; r < R; r += kLanes) {
+            const I16x kept = keptLanes(rule, q0, k0 + j, r, R, hr.invL);
+            const F16x x = loadLanes(s + r) * scale;
+            const F16x pr =
+                select(kept, cpu::amx::expLanes(x - loadLanes(hr.m + r)) * loadLanes(hr.invL + r), splat(0.0f));
+            const F16x dpr = loadLanes(dp + r);
+            const F16x ds = pr * (dpr - loadLanes(hr.delta + r));
+            storeLanes(s + r, pr);
+            storeLanes(dp + r, select(kept, ds * scale, splat(0.0f)));
+            if (exactDelta != nullptr)
+                storeLanes(exactDelta + r, loadLanes(exactDelta + r) + select(kept, pr * dpr, splat(0.0f)));
+        }
+    }
+}
+
+// fp32 [nk][R] as an A operand [keyTiles * 16][ld]: rows are keys, k runs over the lanes.
+template <DotKind kind>
+ATTNOPS_AMX_FN void packLanesAsRows(const float* __restrict src, int64_t nk, int64_t R, int64_t keyRowsPad, int64_t ld,
+                                    uint16_t* __restrict dst) {
+    for (int64_t j = 0; j < keyRowsPad; ++j) {
+        uint16_t* out = dst + j * ld;
+        int64_t r = 0;
+        if (j < nk)
+            for (; r < R; r += kLanes) {
+                const cpu::amx::H16x h = __builtin_convertvector(narrowLanes<kind>(loadLanes(src + j * R + r)),
+                                                                 cpu::amx::H16x);
+                std::memcpy(out + r, &h, sizeof h);
+            }
+        std::fill(out + r, out + ld, uint16_t(0));
+    }
+}
+
+// fp32 [nk][R] as a B operand whose k axis runs over the keys: keyChunks x R/16 tiles of pairs.
+template <DotKind kind>
+ATTNOPS_AMX_FN void packLanesAsPairs(const float* __restrict src, int64_t nk, int64_t keyChunks, int64_t R,
+                                     uint16_t* __restrict dst) {
+    const int64_t rowTiles = R / kTileN;
+    for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
+        uint16_t* pairRow = dst + (j / kTileK) * rowTiles * kTileElems + ((j % kTileK) / 2) * kTileK;
+        for (int64_t r = 0; r < R; r += kLanes) {
+            const F16x e0 = j < nk ? loadLanes(src + j * R + r) : splat(0.0f);
+            const F16x e1 = j + 1 < nk ? loadLanes(src + (j + 1) * R + r) : splat(0.0f);
+            storeLanes(pairRow + (r / kTileN) * kTileElems, narrowLanes<kind>(e0) | (narrowLanes<kind>(e1) << 16));
+        }
+    }
+}
+
+template <DotKind kind, class Tiles>
+ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, const KeyUnit& u, void* scratch) {
+    const ForwardParams& p = bp.fwd;
+    Carver carver(scratch);
+    TransposedBackwardScratch sc(bp, t, carver);
+    const HeadDims h(p);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const int64_t nk = u.k1 - u.k0, keyTiles = tilesOf(nk), keyRowsPad = keyTiles * kTileM;
+    const int64_t ldk = h.dTiles * kTileN, ldv = h.dvTiles * kTileN;
+    const int64_t ldq = h.dChunks * kTileK, ldo = h.dvChunks * kTileK;
+    const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + u.k0, qrPad = roundUp(t.queryRows, kTileK);
+    cpu::amx::packRows(p.k, u.b, u.n2, kvRow0, nk, h.d, keyRowsPad, ldq, sc.ka);
+    cpu::amx::packRows(p.v, u.b, u.n2, kvRow0, nk, h.dv, keyRowsPad, ldo, sc.va);
+    std::fill(sc.dkAcc, sc.dkAcc + keyRowsPad * ldk, 0.0f);
+    std::fill(sc.dvAcc, sc.dvAcc + keyRowsPad * ldv, 0.0f);
+    const HeadRows hr = headRows(sc, h, qrPad, 0);
+    for (int64_t g = 0; g < p.group; ++g) {
+        const int64_t n1 = u.n2 * p.group + g;
+        for (int64_t q0 = 0; q0 < sq; q0 += t.queryRows) {
+            const int64_t rows = std::min(t.queryRows, sq - q0), rowTiles = tilesOf(rows), R = rowTiles * kTileN;
+            const int64_t rowChunks = chunksOf(rows), ldr = rowChunks * kTileK;
+            const KeyRange keys = keyRange(rule, q0, q0 + rows, skv);
+            if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
+            const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
+            loadQueryRows(bp, u.b, n1, q0, rows, R, hr, sc);
+            gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb, sc.st, R, false);
+            gemm<kind, Tiles>(keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob, sc.dpt, R, false);
+            blockGradients(p, rule, q0, u.k0, nk, R, hr, sc.st, sc.dpt, nullptr);
+            cpu::amx::packRowPairs(bp.dy, u.b, n1, qRow0, rows, h.dv, rowChunks, h.dvTiles, sc.dor);
+            cpu::amx::packRowPairs(p.q, u.b, n1, qRow0, rows, h.d, rowChunks, h.dTiles, sc.qr);
+            // The P^T and dS^T GEMMs multiply the zeros of masked keys by Q and dO: only with
+            // finite ones; otherwise fp32 steps over the kept keys.
+            if (allFinite<kind>(sc.qr, rowChunks * h.dTiles * kTileElems) &&
+                allFinite<kind>(sc.dor, rowChunks * h.dvTiles * kTileElems)) {
+                packLanesAsRows<kind>(sc.st, nk, R, keyRowsPad, ldr, sc.pa);
+                packLanesAsRows<kind>(sc.dpt, nk, R, keyRowsPad, ldr, sc.dsa);
+                gemm<kind, Tiles>(keyTiles, h.dvTiles, rowChunks, sc.pa, ldr, sc.dor, sc.dvAcc, ldv, true);
+                gemm<kind, Tiles>(keyTiles, h.dTiles, rowChunks, sc.dsa, ldr, sc.qr, sc.dkAcc, ldk, true);
+                continue;
+            }
+            tile::loadRows(p.q, u.b, n1, qRow0, rows, h.d, sc.qf);
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t j = 0; j < nk; ++j) {
+                    if (hr.invL[r] == 0.0f || !rule.keeps(q0 + r, u.k0 + j)) continue;
+                    const float pj = sc.st[j * R + r], dsj = sc.dpt[j * R + r];
+                    for (int64_t c = 0; c < h.dv; ++c) sc.dvAcc[j * ldv + c] += pj * sc.dof[r * h.dv + c];
+                    for (int64_t c = 0; c < h.d; ++c) sc.dkAcc[j * ldk + c] += dsj * sc.qf[r * h.d + c];
+                }
+        }
+    }
+    storeRows(bp.dk, u.b, u.n2, kvRow0, nk, h.d, sc.dkAcc, ldk);
+    storeRows(bp.dv, u.b, u.n2, kvRow0, nk, h.dv, sc.dvAcc, ldv);
+}
+
+template <DotKind kind, class Tiles>
+ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, const WorkUnit& u, void* scratch) {
+    const ForwardParams& p = bp.fwd;
+    Carver carver(scratch);
+    TransposedBackwardScratch sc(bp, t, carver);
+    const HeadDims h(p);
+    const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
+    const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
+    const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
+    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), R = rowTiles * kTileN;
+    const int64_t kr = roundUp(t.keyRows, kTileK), qrPad = roundUp(t.queryRows, kTileK), dPad = h.dTiles * kTileM;
+    const int64_t ldq = h.dChunks * kTileK, ldo = h.dvChunks * kTileK, qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    const bool sink = bp.sinkRowTerms != nullptr;
+    for (int64_t g0 = 0; g0 < p.group; g0 += kHeadsPerPass) {
+        const int64_t heads = std::min(kHeadsPerPass, p.group - g0);
+        for (int64_t g = 0; g < heads; ++g) {
+            const HeadRows hr = headRows(sc, h, qrPad, g);
+            loadQueryRows(bp, u.b, u.n2 * p.group + g0 + g, u.q0, rows, R, hr, sc);
+            std::fill(hr.dqAcc, hr.dqAcc + dPad * R, 0.0f);
+            std::fill(hr.exactDelta, hr.exactDelta + R, 0.0f);
+        }
+        for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += kr) {
+            const int64_t nk = std::min(kr, keys.hi - k0), keyTiles = tilesOf(nk), keyChunks = chunksOf(nk);
+            const int64_t ldkt = keyChunks * kTileK, kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+            cpu::amx::packRows(p.k, u.b, u.n2, kvRow0, nk, h.d, keyTiles * kTileM, ldq, sc.ka);
+            cpu::amx::packRows(p.v, u.b, u.n2, kvRow0, nk, h.dv, keyTiles * kTileM, ldo, sc.va);
+            cpu::amx::packRowsTransposed(p.k, u.b, u.n2, kvRow0, nk, h.d, dPad, ldkt, sc.kt);
+            // The dS GEMM multiplies the zeros of masked keys by K: only with a finite key block.
+            const bool tiles = allFinite<kind>(sc.kt, dPad * ldkt);
+            if (!tiles) tile::loadRows(p.k, u.b, u.n2, kvRow0, nk, h.d, sc.kf);
+            for (int64_t g = 0; g < heads; ++g) {
+                const HeadRows hr = headRows(sc, h, qrPad, g);
+                gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb, sc.st, R, false);
+                gemm<kind, Tiles>(keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob, sc.dpt, R, false);
+                blockGradients(p, rule, u.q0, k0, nk, R, hr, sc.st, sc.dpt, sink ? hr.exactDelta : nullptr);
+                if (tiles) {
+                    packLanesAsPairs<kind>(sc.dpt, nk, keyChunks, R, sc.dsb);
+                    gemm<kind, Tiles>(h.dTiles, rowTiles, keyChunks, sc.kt, ldkt, sc.dsb, hr.dqAcc, R, true);
+                    continue;
+                }
+                for (int64_t j = 0; j < nk; ++j)
+                    for (int64_t r = 0; r < rows; ++r) {
+                        if (hr.invL[r] == 0.0f || !rule.keeps(u.q0 + r, k0 + j)) continue;
+                        const float dsj = sc.dpt[j * R + r];
+                        for (int64_t c = 0; c < h.d; ++c) hr.dqAcc[c * R + r] += dsj * sc.kf[j * h.d + c];
+                    }
+            }
+        }
+        for (int64_t g = 0; g < heads; ++g) {
+            const int64_t n1 = u.n2 * p.group + g0 + g;
+            const HeadRows hr = headRows(sc, h, qrPad, g);
+            for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t c = 0; c < h.d; ++c) sc.row[c] = hr.dqAcc[c * R + r];
+                storeRows(bp.dq, u.b, n1, qRow0 + r, 1, h.d, sc.row, h.d);
+            }
+            if (sink) tile::writeSinkRowTerms(bp, u.b, n1, u.q0, rows, hr.m, hr.l, hr.exactDelta);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace attnops::fa

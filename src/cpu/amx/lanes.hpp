@@ -1,0 +1,132 @@
+// 16 lanes of 32 bits for the fp32 steps and the packing of the AMX kernels, in GCC/clang vector
+// extensions: one source that compiles to zmm instructions in the hardware build (fa_amx.cpp,
+// AVX-512 target: these always-inlined functions take the instruction set of their caller) and
+// to SSE2 in the emulated build (x86-64 baseline). Every operation is elementwise IEEE arithmetic
+// or a move of bits, and both kernel translation units are built with -ffp-contract=off, so a
+// lane gets the same bits in both builds, and the same bits as the scalar steps it mirrors
+// (cpu::fastExp, floatToBf16). Loads and stores go through memcpy: any alignment.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#define ATTNOPS_AMX_LANES static inline __attribute__((always_inline))
+
+// GCC notes that 64-byte vector arguments change the ABI where AVX-512 is off (the baseline
+// build); these functions are always inlined and have internal linkage, so no call has an ABI.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+namespace attnops::cpu::amx {
+
+constexpr int64_t kLanes = 16;
+typedef float F16x __attribute__((vector_size(64)));     // 16 floats
+typedef int32_t I16x __attribute__((vector_size(64)));   // 16 int32 (comparison results: 0 or -1)
+typedef uint32_t U16x __attribute__((vector_size(64)));  // 16 uint32
+typedef uint16_t H16x __attribute__((vector_size(32)));  // 16 uint16
+
+ATTNOPS_AMX_LANES F16x loadLanes(const float* p) {
+    F16x x;
+    std::memcpy(&x, p, sizeof x);
+    return x;
+}
+ATTNOPS_AMX_LANES void storeLanes(float* p, F16x x) { std::memcpy(p, &x, sizeof x); }
+ATTNOPS_AMX_LANES void storeLanes(uint16_t* p, U16x x) { std::memcpy(p, &x, sizeof x); }
+ATTNOPS_AMX_LANES F16x splat(float x) { return F16x{} + x; }
+ATTNOPS_AMX_LANES U16x bitsOf(F16x x) {
+    U16x u;
+    std::memcpy(&u, &x, sizeof u);
+    return u;
+}
+ATTNOPS_AMX_LANES F16x floatsOf(U16x u) {
+    F16x x;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+}
+// Lanes of a where mask is -1 (a comparison's true), of b where it is 0; written with bit
+// operations because GCC 12 expands the vector ?: lane by lane.
+ATTNOPS_AMX_LANES F16x select(I16x mask, F16x a, F16x b) {
+    const U16x m = reinterpret_cast<U16x>(mask);
+    return floatsOf((bitsOf(a) & m) | (bitsOf(b) & ~m));
+}
+ATTNOPS_AMX_LANES I16x laneIndex() { return I16x{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; }
+ATTNOPS_AMX_LANES bool anyLane(I16x mask) {
+    int32_t any = 0;
+    for (int i = 0; i < kLanes; ++i) any |= mask[i];
+    return any != 0;
+}
+
+// cpu::fastExp, lane by lane: the same operations in the same order.
+ATTNOPS_AMX_LANES F16x expLanes(F16x x) {
+    const F16x input = x;
+    x = select(x > -87.3f, x, splat(-87.3f));
+    x = select(x < 88.7f, x, splat(88.7f));
+    const F16x n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const F16x r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    F16x poly = splat(1.0f / 5040.0f);
+    poly = poly * r + 1.0f / 720.0f;
+    poly = poly * r + 1.0f / 120.0f;
+    poly = poly * r + 1.0f / 24.0f;
+    poly = poly * r + 1.0f / 6.0f;
+    poly = poly * r + 0.5f;
+    poly = poly * r + 1.0f;
+    poly = poly * r + 1.0f;
+    const I16x bits = (__builtin_convertvector(n, I16x) + 127) << 23;
+    F16x scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    const F16x result = poly * scale;
+    return select(input != input, input, select(x <= -87.3f, splat(0.0f), result));
+}
+
+// floatToBf16 of each lane (round to nearest even, NaN quieted), in the low 16 bits.
+ATTNOPS_AMX_LANES U16x bf16Lanes(F16x x) {
+    const U16x bits = bitsOf(x);
+    const U16x rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const U16x nan = reinterpret_cast<U16x>((bits & 0x7fffffffu) > 0x7f800000u);
+    return (((bits >> 16) | 0x40u) & nan) | (rounded & ~nan);
+}
+
+// Two key rows' 16 16-bit elements as 16 pairs: lo in the low halves, hi in the high ones.
+ATTNOPS_AMX_LANES U16x pairLanes(const uint16_t* lo, const uint16_t* hi) {
+    H16x a, b;
+    std::memcpy(&a, lo, sizeof a);
+    std::memcpy(&b, hi, sizeof b);
+    return __builtin_convertvector(a, U16x) | (__builtin_convertvector(b, U16x) << 16);
+}
+
+// Transposes 16 x 16 lanes in place: for each bit s of the index, element (i, c) with bit s of i
+// clear and of c set trades places with (i + s, c - s).
+ATTNOPS_AMX_LANES void transposeLanes(U16x* x) {
+    for (int i = 0; i < 16; ++i)
+        if ((i & 8) == 0) {
+            const U16x a = x[i], b = x[i + 8];
+            x[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+            x[i + 8] = __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        }
+    for (int i = 0; i < 16; ++i)
+        if ((i & 4) == 0) {
+            const U16x a = x[i], b = x[i + 4];
+            x[i] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+            x[i + 4] = __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+        }
+    for (int i = 0; i < 16; ++i)
+        if ((i & 2) == 0) {
+            const U16x a = x[i], b = x[i + 2];
+            x[i] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+            x[i + 2] = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        }
+    for (int i = 0; i < 16; ++i)
+        if ((i & 1) == 0) {
+            const U16x a = x[i], b = x[i + 1];
+            x[i] = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+            x[i + 1] = __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+        }
+}
+
+}  // namespace attnops::cpu::amx
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
