@@ -25,6 +25,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "cpu/amx/fa_amx_common.hpp"
@@ -94,79 +95,93 @@ ATTNOPS_AMX_FN U16x narrowLanes(F16x x) {
     }
 }
 
-// The block of one head: scores [nk keys][R rows] in st, raw. Scales them, masks the keys outside
-// each row's band and prefix (-inf), and takes each row's maximum over the block (NaN if a kept
-// score is NaN), keys ascending.
-ATTNOPS_AMX_FN void scaleAndMask(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t rows, int64_t k0,
-                                 int64_t nk, int64_t R, float* __restrict st, float* __restrict blockMax) {
-    const float scale = p.scale;
-    for (int64_t r = 0; r < R; r += kLanes) storeLanes(blockMax + r, splat(tile::kNegInf));
-    // Every row of the block keeps every key: no test per score.
-    const bool whole = (rule.minDiff <= k0 - (q0 + rows - 1) && rule.maxDiff >= k0 + nk - 1 - q0) ||
-                       k0 + nk <= rule.prefix;
-    for (int64_t j = 0; j < nk; ++j) {
-        float* __restrict s = st + j * R;
-        const int64_t key = k0 + j;
-        // Row q0 + r keeps the key iff minDiff <= key - q0 - r <= maxDiff: r in [rLo, rHi).
-        int64_t rLo = 0, rHi = R;
-        if (!whole && key >= rule.prefix) {
-            rLo = std::clamp<int64_t>(key - q0 - rule.maxDiff, 0, R);
-            rHi = std::clamp<int64_t>(key - q0 - rule.minDiff + 1, 0, R);
+// Which rows of a block keep key k0 + j: [lo, hi) of its R rows. Row q0 + r keeps the key iff
+// minDiff <= key - q0 - r <= maxDiff, or the key is in the prefix.
+struct KeptRows {
+    int64_t lo, hi;
+};
+inline KeptRows keptRows(const SeqRule& rule, int64_t q0, int64_t R, int64_t key) {
+    if (key < rule.prefix) return {0, R};
+    return {std::clamp<int64_t>(key - q0 - rule.maxDiff, 0, R), std::clamp<int64_t>(key - q0 - rule.minDiff + 1, 0, R)};
+}
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) I16x keptLanes(KeptRows k, int64_t r) {
+    const I16x index = cpu::amx::laneIndex() + int32_t(r);
+    return (index >= int32_t(k.lo)) & (index < int32_t(k.hi));
+}
+
+// Whether every row of the block keeps every key: no test per score.
+inline bool wholeBlock(const SeqRule& rule, int64_t q0, int64_t rows, int64_t k0, int64_t nk) {
+    return (rule.minDiff <= k0 - (q0 + rows - 1) && rule.maxDiff >= k0 + nk - 1 - q0) || k0 + nk <= rule.prefix;
+}
+
+// Each row's maximum over the block of its kept scaled scores (-inf if it keeps none, NaN if one
+// is NaN), keys ascending, from the raw scores [nk keys][R rows] of st, which stay as they are.
+// Rounding is monotonic, so for scale > 0 the largest scaled score is the scaled largest raw one
+// and for scale < 0 the scaled smallest: the maximum runs over s * sign (exact), times |scale| at
+// the end, with the bits of the maximum of the scaled scores (up to the sign of a zero). Scale 0
+// maps infinities to NaN: there the maximum runs over the scaled scores themselves.
+ATTNOPS_AMX_FN void blockMaxima(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
+                                int64_t R, bool whole, const float* __restrict st, float* __restrict blockMax) {
+    const float before = p.scale == 0.0f ? 0.0f : (p.scale > 0.0f ? 1.0f : -1.0f);
+    const float after = p.scale == 0.0f ? 1.0f : std::fabs(p.scale);
+    for (int64_t r = 0; r < R; r += kLanes) {
+        F16x m = splat(tile::kNegInf);
+        for (int64_t j = 0; j < nk; ++j) {
+            F16x x = loadLanes(st + j * R + r) * before;
+            if (!whole) x = select(keptLanes(keptRows(rule, q0, R, k0 + j), r), x, splat(tile::kNegInf));
+            m = select((x > m) | (x != x), x, m);
         }
-        for (int64_t r = 0; r < R; r += kLanes) {
-            const I16x index = cpu::amx::laneIndex() + int32_t(r);
-            const I16x kept = (index >= int32_t(rLo)) & (index < int32_t(rHi));
-            const F16x x = select(kept, loadLanes(s + r) * scale, splat(tile::kNegInf));
-            storeLanes(s + r, x);
-            const F16x m = loadLanes(blockMax + r);
-            storeLanes(blockMax + r, select((x > m) | (x != x), x, m));
-        }
+        storeLanes(blockMax + r, m * after);
     }
 }
 
-// The online-softmax update of one head's rows with the block's masked scores: m, l and alpha
-// (the factor of the accumulator: 0 while nothing was accumulated, 1 where the max did not move),
-// st becomes the probabilities and, with tiles, pb the P^T B operand (rounded; keys past nk 0).
+// exp(scale * s - mSub) of key j's 16 rows from r (0 for masked rows and for keys past nk),
+// stored over the raw scores where keep.
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) F16x probabilityLanes(float scale, const SeqRule& rule, int64_t q0,
+                                                                         int64_t k0, int64_t j, int64_t nk, int64_t R,
+                                                                         int64_t r, bool whole, F16x mSub,
+                                                                         float* __restrict st, bool keep) {
+    if (j >= nk) return splat(0.0f);
+    F16x x = loadLanes(st + j * R + r) * scale;
+    if (!whole) x = select(keptLanes(keptRows(rule, q0, R, k0 + j), r), x, splat(tile::kNegInf));
+    const F16x e = cpu::amx::expLanes<false>(x - mSub);
+    if (keep) storeLanes(st + j * R + r, e);
+    return e;
+}
+
+// The online-softmax update of one head's rows with the block's raw scores: m, l and alpha (the
+// factor of the accumulator: 0 while nothing was accumulated, 1 where the max did not move), the
+// probabilities exp(scale * s - m) of the kept keys (0 for the others and past nk), with tiles as
+// the P^T B operand pb (rounded; a pair of keys per lane), without as fp32 in st.
 template <DotKind kind>
-ATTNOPS_AMX_FN void softmaxBlock(int64_t nk, int64_t keyChunks, int64_t R, float* __restrict st,
+ATTNOPS_AMX_FN void softmaxBlock(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
+                                 int64_t keyChunks, int64_t R, bool whole, float* __restrict st,
                                  const float* __restrict blockMax, float* __restrict m, float* __restrict l,
                                  float* __restrict alpha, uint16_t* __restrict pb, bool tiles) {
-    alignas(64) float sum[kTileN * 32];  // R <= 512
+    const int64_t rowTiles = R / kTileN;
     for (int64_t r = 0; r < R; r += kLanes) {
         const F16x mOld = loadLanes(m + r), bm = loadLanes(blockMax + r);
         const F16x mNew = select((bm > mOld) | (bm != bm), bm, mOld);
-        storeLanes(alpha + r, select(mOld == tile::kNegInf, splat(0.0f), cpu::amx::expLanes(mOld - mNew)));
+        const F16x a = select(mOld == tile::kNegInf, splat(0.0f), cpu::amx::expLanes(mOld - mNew));
+        storeLanes(alpha + r, a);
         storeLanes(m + r, mNew);
-        storeLanes(sum + r, splat(0.0f));
-    }
-    const int64_t rowTiles = R / kTileN;
-    for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
-        // Keys j and j + 1: one row of pairs in each B tile of the chunk.
-        uint16_t* pairRow = pb + (j / kTileK) * rowTiles * kTileElems + ((j % kTileK) / 2) * kTileK;
-        float* __restrict s0 = st + j * R;
-        float* __restrict s1 = s0 + R;
-        for (int64_t r = 0; r < R; r += kLanes) {
-            const F16x mr = loadLanes(m + r);
-            F16x e0 = splat(0.0f), e1 = splat(0.0f), total = loadLanes(sum + r);
-            if (j < nk) {
-                const F16x x = loadLanes(s0 + r);
-                e0 = select(x != tile::kNegInf, cpu::amx::expLanes(x - mr), splat(0.0f));
-                storeLanes(s0 + r, e0);
-                total = total + e0;
-            }
-            if (j + 1 < nk) {
-                const F16x x = loadLanes(s1 + r);
-                e1 = select(x != tile::kNegInf, cpu::amx::expLanes(x - mr), splat(0.0f));
-                storeLanes(s1 + r, e1);
-                total = total + e1;
-            }
-            storeLanes(sum + r, total);
-            if (tiles)  // 16 pairs (row r + i: keys j, j + 1) fill one row of a B tile
-                storeLanes(pairRow + (r / kTileN) * kTileElems, narrowLanes<kind>(e0) | (narrowLanes<kind>(e1) << 16));
+        // A row that kept no key yet subtracts 0: its masked scores (-inf) then give exp 0, as
+        // every masked score does, with no test per score (scale * s - m <= 0 or NaN).
+        const F16x mSub = select(mNew == tile::kNegInf, splat(0.0f), mNew);
+        F16x total = splat(0.0f);
+        for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
+            const F16x e0 = probabilityLanes(p.scale, rule, q0, k0, j, nk, R, r, whole, mSub, st, !tiles);
+            const F16x e1 = probabilityLanes(p.scale, rule, q0, k0, j + 1, nk, R, r, whole, mSub, st, !tiles);
+            total = total + e0;
+            total = total + e1;
+            // 16 pairs (row r + i: keys j, j + 1) fill one row of a B tile of the chunk
+            if (tiles)
+                storeLanes(pb + (j / kTileK) * rowTiles * kTileElems + ((j % kTileK) / 2) * kTileK +
+                               (r / kTileN) * kTileElems,
+                           narrowLanes<kind>(e0) | (narrowLanes<kind>(e1) << 16));
         }
+        storeLanes(l + r, loadLanes(l + r) * a + total);
     }
-    for (int64_t r = 0; r < R; r += kLanes)
-        storeLanes(l + r, loadLanes(l + r) * loadLanes(alpha + r) + loadLanes(sum + r));
 }
 
 template <DotKind kind, class Tiles>
@@ -205,8 +220,10 @@ ATTNOPS_AMX_FN void forwardUnitTransposed(const ForwardParams& p, TileShape t, c
                 float* acc = sc.acc + g * dvPad * qrPad;
                 gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, lda, sc.qb + g * h.dChunks * qrPad * kTileK,
                                   sc.st, R, false);
-                scaleAndMask(p, rule, u.q0, rows, k0, nk, R, sc.st, sc.blockMax);
-                softmaxBlock<kind>(nk, keyChunks, R, sc.st, sc.blockMax, m, l, sc.alpha, sc.pb, tiles);
+                const bool whole = wholeBlock(rule, u.q0, rows, k0, nk);
+                blockMaxima(p, rule, u.q0, k0, nk, R, whole, sc.st, sc.blockMax);
+                softmaxBlock<kind>(p, rule, u.q0, k0, nk, keyChunks, R, whole, sc.st, sc.blockMax, m, l, sc.alpha,
+                                   sc.pb, tiles);
                 bool rescale = false;
                 for (int64_t r = 0; r < R; r += kLanes) rescale |= cpu::amx::anyLane(loadLanes(sc.alpha + r) != 1.0f);
                 if (rescale)  // times 1 changes no bit: skipped while no row's maximum moves
