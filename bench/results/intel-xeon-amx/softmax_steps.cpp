@@ -114,6 +114,75 @@ ATTNOPS_AMX_FN void oldSoftmaxBlock(int64_t nk, int64_t keyChunks, int64_t R, fl
 }
 
 
+// Lanes r (rows q0 + r) that keep key `key`: the row's band or the prefix, and a saved sum > 0.
+ATTNOPS_AMX_FN I16x oldKeptLanes(const SeqRule& rule, int64_t q0, int64_t key, int64_t r, int64_t R,
+                              const float* invL) {
+    int64_t rLo = 0, rHi = R;
+    if (key >= rule.prefix) {
+        rLo = std::clamp<int64_t>(key - q0 - rule.maxDiff, 0, R);
+        rHi = std::clamp<int64_t>(key - q0 - rule.minDiff + 1, 0, R);
+    }
+    const I16x index = cpu::amx::laneIndex() + int32_t(r);
+    return (index >= int32_t(rLo)) & (index < int32_t(rHi)) & (loadLanes(invL + r) != 0.0f);
+}
+
+// The gradients of a block: st (raw S^T) becomes P and dpt (raw dP^T) scale * dS for keys
+// [k0, k0 + nk) and the R lanes, both 0 where a key is not kept; with exactDelta, adds
+// sum_j P dP per lane (keys ascending).
+ATTNOPS_AMX_FN void oldBlockGradients(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
+                                   int64_t R, const HeadRows& hr, float* __restrict st, float* __restrict dpt,
+                                   float* exactDelta) {
+    const float scale = p.scale;
+    for (int64_t j = 0; j < nk; ++j) {
+        float* __restrict s = st + j * R;
+        float* __restrict dp = dpt + j * R;
+        for (int64_t r = 0; r < R; r += kLanes) {
+            const I16x kept = oldKeptLanes(rule, q0, k0 + j, r, R, hr.invL);
+            const F16x x = loadLanes(s + r) * scale;
+            const F16x pr =
+                select(kept, oldExpLanes(x - loadLanes(hr.m + r)) * loadLanes(hr.invL + r), splat(0.0f));
+            const F16x dpr = loadLanes(dp + r);
+            const F16x ds = pr * (dpr - loadLanes(hr.delta + r));
+            storeLanes(s + r, pr);
+            storeLanes(dp + r, select(kept, ds * scale, splat(0.0f)));
+            if (exactDelta != nullptr)
+                storeLanes(exactDelta + r, loadLanes(exactDelta + r) + select(kept, pr * dpr, splat(0.0f)));
+        }
+    }
+}
+
+// fp32 [nk][R] as an A operand [keyTiles * 16][ld]: rows are keys, k runs over the lanes.
+template <DotKind kind>
+ATTNOPS_AMX_FN void oldPackLanesAsRows(const float* __restrict src, int64_t nk, int64_t R, int64_t keyRowsPad, int64_t ld,
+                                    uint16_t* __restrict dst) {
+    for (int64_t j = 0; j < keyRowsPad; ++j) {
+        uint16_t* out = dst + j * ld;
+        int64_t r = 0;
+        if (j < nk)
+            for (; r < R; r += kLanes) {
+                const cpu::amx::H16x h = __builtin_convertvector(narrowLanes<kind>(loadLanes(src + j * R + r)),
+                                                                 cpu::amx::H16x);
+                std::memcpy(out + r, &h, sizeof h);
+            }
+        std::fill(out + r, out + ld, uint16_t(0));
+    }
+}
+
+// fp32 [nk][R] as a B operand whose k axis runs over the keys: keyChunks x R/16 tiles of pairs.
+template <DotKind kind>
+ATTNOPS_AMX_FN void oldPackLanesAsPairs(const float* __restrict src, int64_t nk, int64_t keyChunks, int64_t R,
+                                     uint16_t* __restrict dst) {
+    const int64_t rowTiles = R / kTileN;
+    for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
+        uint16_t* pairRow = dst + (j / kTileK) * rowTiles * kTileElems + ((j % kTileK) / 2) * kTileK;
+        for (int64_t r = 0; r < R; r += kLanes) {
+            const F16x e0 = j < nk ? loadLanes(src + j * R + r) : splat(0.0f);
+            const F16x e1 = j + 1 < nk ? loadLanes(src + (j + 1) * R + r) : splat(0.0f);
+            storeLanes(pairRow + (r / kTileN) * kTileElems, narrowLanes<kind>(e0) | (narrowLanes<kind>(e1) << 16));
+        }
+    }
+}
+
 }  // namespace
 }  // namespace attnops::fa
 
@@ -159,6 +228,46 @@ ATTNOPS_AMX_FN int run(int argc) {
                     "%lld of %zu bf16 P^T elements differ\n",
                     causal ? "diagonal (causal)" : "whole", best[0], best[0] / (R * nk), best[1], best[1] / (R * nk),
                     (long long)differ, pb.size());
+    }
+    // The backward's key unit: P and scale * dS of a 128-row query block x 256 keys, then both as
+    // bf16 A rows (packLanesAsRows twice). Before: keptLanes per score, exp with separate
+    // multiplies and adds; now: no band test in whole blocks, exp with fused multiply-adds. (A
+    // version that rounded P and dS to bf16 in the gradient loop itself ran at 1.0 ns per score.)
+    {
+        const int64_t Rb = 128, nkb = 256, ld = 128;
+        std::vector<float> dpRaw(nkb * Rb), dp(nkb * Rb), mm(Rb), ll(Rb), inv(Rb), delta(Rb), ex(Rb);
+        std::vector<uint16_t> pa(nkb * ld), dsa(nkb * ld), paOld(nkb * ld), dsaOld(nkb * ld);
+        for (int64_t r = 0; r < Rb; ++r) {
+            float mx = -1e30f;
+            for (int64_t j = 0; j < nkb; ++j) mx = std::max(mx, raw[j * Rb + r] * p.scale);
+            mm[r] = mx, ll[r] = 10.0f, inv[r] = 0.1f, delta[r] = 0.5f;
+        }
+        for (auto& x : dpRaw) x = dist(gen) * 0.1f;
+        HeadRows hr{nullptr, nullptr, mm.data(), ll.data(), inv.data(), delta.data(), ex.data(), nullptr};
+        SeqRule rule{};
+        double best[2] = {1e9, 1e9};
+        for (int rep = 0; rep < 200 * argc; ++rep)
+            for (int v = 0; v < 2; ++v) {
+                std::memcpy(st.data(), raw.data(), nkb * Rb * 4);
+                std::memcpy(dp.data(), dpRaw.data(), dp.size() * 4);
+                const auto t0 = std::chrono::steady_clock::now();
+                if (v == 0) {
+                    oldBlockGradients(p, rule, 0, 0, nkb, Rb, hr, st.data(), dp.data(), nullptr);
+                    oldPackLanesAsRows<DotKind::Bf16>(st.data(), nkb, Rb, nkb, ld, paOld.data());
+                    oldPackLanesAsRows<DotKind::Bf16>(dp.data(), nkb, Rb, nkb, ld, dsaOld.data());
+                } else {
+                    blockGradients(p, rule, 0, Rb, 0, nkb, Rb, hr, st.data(), dp.data(), nullptr);
+                    packLanesAsRows<DotKind::Bf16>(st.data(), nkb, Rb, nkb, ld, pa.data());
+                    packLanesAsRows<DotKind::Bf16>(dp.data(), nkb, Rb, nkb, ld, dsa.data());
+                }
+                const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+                best[v] = std::min(best[v], ns);
+            }
+        int64_t differ = 0;
+        for (size_t i = 0; i < pa.size(); ++i) differ += (pa[i] != paOld[i]) + (dsa[i] != dsaOld[i]);
+        std::printf("backward key-unit block 128 rows x 256 keys, P and dS to bf16 rows: before %.0f ns (%.3f ns/score), "
+                    "now %.0f ns (%.3f ns/score), %lld of %zu bf16 elements differ\n",
+                    best[0], best[0] / (Rb * nkb), best[1], best[1] / (Rb * nkb), (long long)differ, 2 * pa.size());
     }
     return 0;
 }
