@@ -4,7 +4,7 @@
 # bench/results/. Run it from an idle machine; the README's performance section says how to read
 # the files.
 #
-#   bench/run_machine.sh [--tag TAG] [--out DIR] [--quick] [--no-torch] [--cli PATH] [--python PATH]
+#   bench/run_machine.sh [--tag TAG] [--out DIR] [--quick] [--no-torch] [--cli PATH] [--python PATH] [--commit]
 #
 #   --tag     suffix of the files (default: the UTC date and time, e.g. 20261204-2130)
 #   --out     folder of the files (default: the folder of bench/results/ whose machine.txt names
@@ -13,6 +13,9 @@
 #   --no-torch  skip bench/compare_torch.py (needs PyTorch)
 #   --cli     the attnops CLI (default build/tools/cli/attnops, built if missing)
 #   --python  the Python that runs compare_torch.py (default .venv/bin/python, else python3)
+#   --commit  git-commit each step's files as soon as the step ends (only those files), so that a
+#             machine taken away in the middle of the run keeps what it measured (one session
+#             lost a whole AMX run that way: bench/results/intel-xeon-amx/NOTES.md)
 #
 # Files: info (`attnops info`: the CPU, its ISA, the kernels chosen and why), bench (attention
 # forward and backward, fp32/bf16/fp16, against the peaks measured in the same run), decode,
@@ -29,6 +32,7 @@ quick=""
 torch=1
 cli=build/tools/cli/attnops
 python=""
+commit=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tag) tag=$2; shift 2 ;;
@@ -37,6 +41,7 @@ while [ $# -gt 0 ]; do
     --no-torch) torch=0; shift ;;
     --cli) cli=$2; shift 2 ;;
     --python) python=$2; shift 2 ;;
+    --commit) commit=1; shift ;;
     *) echo "run_machine.sh: unknown argument '$1' (see the comment at the top of $0)" >&2; exit 2 ;;
   esac
 done
@@ -81,6 +86,15 @@ run() {
   shift
   echo "== $name: $*"
   { header "$@"; "$@" 2>&1; echo; uptime; } > "$file" || { echo "$name failed; see $file" >&2; exit 1; }
+  keep "$file" "$out/machine.txt" "$out/$name-$tag.json"
+}
+# keep FILE...: with --commit, commits the files that exist (and nothing else that is staged).
+keep() {
+  [ "$commit" = 1 ] || return 0
+  local files=()
+  for f in "$@"; do [ -f "$f" ] && files+=("$f"); done
+  git add -- "${files[@]}" && git commit -q -m "bench/results: $(basename "${files[0]}") ($machine)" -- "${files[@]}" ||
+    echo "run_machine.sh: could not commit ${files[*]}" >&2
 }
 
 # The workloads the README quotes (their --quick forms have other sizes in their names).
