@@ -10,7 +10,14 @@
 #include <cstdint>
 #include <cstring>
 
+// In a kernel translation unit these functions take its target (ATTNOPS_AMX_FN, defined before
+// the include: AVX-512 in fa_amx.cpp, none in the emulated build): clang refuses a 64-byte vector
+// argument or result between a caller with AVX-512 and a callee without.
+#ifdef ATTNOPS_AMX_FN
+#define ATTNOPS_AMX_LANES static inline __attribute__((always_inline)) ATTNOPS_AMX_FN
+#else
 #define ATTNOPS_AMX_LANES static inline __attribute__((always_inline))
+#endif
 
 // GCC notes that 64-byte vector arguments change the ABI where AVX-512 is off (the baseline
 // build); these functions are always inlined and have internal linkage, so no call has an ABI.

@@ -27,7 +27,12 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
+// The target of the kernel translation unit, as lanes.hpp's functions, which these call.
+#ifdef ATTNOPS_AMX_FN
+#define ATTNOPS_AMX_PACK static inline __attribute__((always_inline)) ATTNOPS_AMX_FN
+#else
 #define ATTNOPS_AMX_PACK static inline __attribute__((always_inline))
+#endif
 
 namespace attnops::cpu::amx {
 
