@@ -77,7 +77,8 @@ header() {
   date -u
   uptime
   lscpu | grep -E "^CPU\(s\)|Model name|Vendor ID|CPU family|^Model:|L1d|L2|L3" || true
-  echo "attnops $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')$(git diff --quiet HEAD -- src include tools 2>/dev/null || echo ' with uncommitted changes')"
+  # The commit of the code (with --commit, HEAD moves on with every step's files).
+  echo "attnops $(git log -1 --format=%h -- src include tools CMakeLists.txt 2>/dev/null || echo '(no git)')$(git diff --quiet HEAD -- src include tools 2>/dev/null || echo ' with uncommitted changes')"
   echo "\$ $*"
 }
 # run NAME COMMAND...: the command's output, with the header and the load after it, in NAME-TAG.txt.
