@@ -5,12 +5,6 @@
 // tolerance rule, with determinism over thread counts. Where Linux grants AMX, the hardware tiles
 // and kernels are compared with the emulator bit for bit; elsewhere those tests skip with the
 // reason.
-// The packing functions' 64-byte vector values (cpu/amx/lanes.hpp) pass only between
-// always-inlined functions; GCC's ABI note about them, given at the end of the file, concerns no
-// real call.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -202,7 +202,7 @@ ATTNOPS_AMX_FN int run(int argc) {
         SeqRule rule{};
         int64_t q0 = 0, k0 = 0;
         if (causal) rule = SeqRule{-(int64_t(1) << 40), 0, 0};  // diagonal block: q0 == k0
-        const bool whole = wholeBlock(rule, q0, rows, k0, nk);
+        const bool whole = blockFullyKept(rule, q0, q0 + rows, k0, k0 + nk, nk);
         double best[2] = {1e9, 1e9};
         for (int rep = 0; rep < 200 * argc; ++rep)
             for (int v = 0; v < 2; ++v) {
@@ -256,7 +256,7 @@ ATTNOPS_AMX_FN int run(int argc) {
                     oldPackLanesAsRows<DotKind::Bf16>(st.data(), nkb, Rb, nkb, ld, paOld.data());
                     oldPackLanesAsRows<DotKind::Bf16>(dp.data(), nkb, Rb, nkb, ld, dsaOld.data());
                 } else {
-                    blockGradients(p, rule, 0, Rb, 0, nkb, Rb, hr, st.data(), dp.data(), nullptr);
+                    blockGradients(p, rule, 0, Rb, 0, nkb, nkb, Rb, hr, st.data(), dp.data(), nullptr);
                     packLanesAsRows<DotKind::Bf16>(st.data(), nkb, Rb, nkb, ld, pa.data());
                     packLanesAsRows<DotKind::Bf16>(dp.data(), nkb, Rb, nkb, ld, dsa.data());
                 }

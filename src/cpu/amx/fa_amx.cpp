@@ -2,12 +2,8 @@
 // fp32 steps vectorised for AVX-512 (every AMX CPU has it). Available where CPUID reports
 // AMX-TILE and AMX-BF16 with a sane palette and Linux granted the tile state (cpu::isa()).
 // bf16 problems; fp16 ones too where the CPU has AMX-FP16 and the compiler knows TDPFP16PS.
-// 64-byte vector values of cpu/amx/lanes.hpp pass only between always-inlined functions of
-// internal linkage; GCC's note that their ABI differs without AVX-512 (given at the end of the
-// translation unit, so for the whole file) concerns no real call.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+// (-Wpsabi is off for this file in CMakeLists.txt: 64-byte vector values of cpu/amx/lanes.hpp
+// pass only between always-inlined functions.)
 #include "cpu/amx/hw_tiles.hpp"
 #include "cpu/isa.hpp"
 

@@ -143,44 +143,35 @@ ATTNOPS_AMX_FN void loadQueryRows(const BackwardParams& bp, int64_t b, int64_t n
     }
 }
 
-// P and scale * dS of key j for the 16 rows from r: 0 where the key is past nk, outside the row's
-// band and prefix, or the row's saved sum is 0 (not live); with exact, adds P dP to it.
-struct GradientLanes {
-    F16x p, ds;
-};
-ATTNOPS_AMX_FN inline __attribute__((always_inline)) GradientLanes
-gradientLanes(float scale, const SeqRule& rule, int64_t q0, int64_t k0, int64_t j, int64_t nk, int64_t R, int64_t r,
-              bool whole, I16x live, F16x m, F16x invL, F16x delta, const float* st, const float* dpt, F16x* exact) {
-    if (j >= nk) return {splat(0.0f), splat(0.0f)};
-    const I16x kept = whole ? live : live & keptLanes(keptRows(rule, q0, R, k0 + j), r);
-    const F16x x = loadLanes(st + j * R + r) * scale;
-    const F16x pr = select(kept, cpu::amx::expLanes(x - m) * invL, splat(0.0f));
-    const F16x dpr = loadLanes(dpt + j * R + r);
-    const F16x ds = pr * (dpr - delta);
-    if (exact != nullptr) *exact = *exact + select(kept, pr * dpr, splat(0.0f));
-    return {pr, select(kept, ds * scale, splat(0.0f))};
-}
-
 // The gradients of a block: st (raw S^T) becomes P and dpt (raw dP^T) scale * dS for keys
-// [k0, k0 + nk) and the R lanes, both 0 where a key is not kept; with exactDelta, adds
-// sum_j P dP per lane (keys ascending). (Rounding P and dS for the tiles in this loop instead of
-// in the packs below made it slower on AMD Zen 4: 1.0 against 0.8 ns per score, its chains too
-// long for the out-of-order window: bench/results/intel-xeon-amx/softmax_steps.cpp.)
-ATTNOPS_AMX_FN void blockGradients(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t rows, int64_t k0,
-                                   int64_t nk, int64_t R, const HeadRows& hr, float* __restrict st,
+// [k0, k0 + nk) and the R lanes, both 0 where a key is not kept (outside the row's band and
+// prefix, or the row's saved sum is 0); with exactDelta, adds sum_j P dP per lane (keys
+// ascending). Whole blocks skip the band test. (Rounding P and dS for the tiles in this loop
+// instead of in the packs below made it slower on AMD Zen 4: 1.0 against 0.8 ns per score, its
+// chains too long for the out-of-order window: bench/results/intel-xeon-amx/softmax_steps.cpp.)
+ATTNOPS_AMX_FN void blockGradients(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
+                                   int64_t nk, int64_t skv, int64_t R, const HeadRows& hr, float* __restrict st,
                                    float* __restrict dpt, float* exactDelta) {
-    const bool whole = wholeBlock(rule, q0, rows, k0, nk);
-    for (int64_t j = 0; j < nk; ++j)
+    const float scale = p.scale;
+    const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
+    for (int64_t j = 0; j < nk; ++j) {
+        float* __restrict s = st + j * R;
+        float* __restrict dp = dpt + j * R;
+        const KeptRows band = keptRows(rule, q0, R, k0 + j);
         for (int64_t r = 0; r < R; r += kLanes) {
             const F16x invL = loadLanes(hr.invL + r);
-            F16x exact = exactDelta != nullptr ? loadLanes(exactDelta + r) : splat(0.0f);
-            const GradientLanes g = gradientLanes(p.scale, rule, q0, k0, j, nk, R, r, whole, invL != 0.0f,
-                                                  loadLanes(hr.m + r), invL, loadLanes(hr.delta + r), st, dpt,
-                                                  exactDelta != nullptr ? &exact : nullptr);
-            storeLanes(st + j * R + r, g.p);
-            storeLanes(dpt + j * R + r, g.ds);
-            if (exactDelta != nullptr) storeLanes(exactDelta + r, exact);
+            const I16x live = invL != 0.0f;
+            const I16x kept = whole ? live : live & keptLanes(band, r);
+            const F16x x = loadLanes(s + r) * scale;
+            const F16x pr = select(kept, cpu::amx::expLanes(x - loadLanes(hr.m + r)) * invL, splat(0.0f));
+            const F16x dpr = loadLanes(dp + r);
+            const F16x ds = pr * (dpr - loadLanes(hr.delta + r));
+            storeLanes(s + r, pr);
+            storeLanes(dp + r, select(kept, ds * scale, splat(0.0f)));
+            if (exactDelta != nullptr)
+                storeLanes(exactDelta + r, loadLanes(exactDelta + r) + select(kept, pr * dpr, splat(0.0f)));
         }
+    }
 }
 
 // fp32 [nk][R] as an A operand [keyTiles * 16][ld]: rows are keys, k runs over the lanes.
@@ -243,7 +234,7 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
             loadQueryRows(bp, u.b, n1, q0, rows, R, hr, sc);
             gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb, sc.st, R, false);
             gemm<kind, Tiles>(keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob, sc.dpt, R, false);
-            blockGradients(p, rule, q0, rows, u.k0, nk, R, hr, sc.st, sc.dpt, nullptr);
+            blockGradients(p, rule, q0, q0 + rows, u.k0, nk, skv, R, hr, sc.st, sc.dpt, nullptr);
             cpu::amx::packRowPairs(bp.dy, u.b, n1, qRow0, rows, h.dv, rowChunks, h.dvTiles, sc.dor);
             cpu::amx::packRowPairs(p.q, u.b, n1, qRow0, rows, h.d, rowChunks, h.dTiles, sc.qr);
             // The P^T and dS^T GEMMs multiply the zeros of masked keys by Q and dO: only with
@@ -304,7 +295,7 @@ ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, c
                 const HeadRows hr = headRows(sc, h, qrPad, g);
                 gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb, sc.st, R, false);
                 gemm<kind, Tiles>(keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob, sc.dpt, R, false);
-                blockGradients(p, rule, u.q0, rows, k0, nk, R, hr, sc.st, sc.dpt, sink ? hr.exactDelta : nullptr);
+                blockGradients(p, rule, u.q0, u.q1, k0, nk, skv, R, hr, sc.st, sc.dpt, sink ? hr.exactDelta : nullptr);
                 if (tiles) {
                     packLanesAsPairs<kind>(sc.dpt, nk, keyChunks, R, sc.dsb);
                     gemm<kind, Tiles>(h.dTiles, rowTiles, keyChunks, sc.kt, ldkt, sc.dsb, hr.dqAcc, R, true);

@@ -3,12 +3,8 @@
 // kernels' packing, tiling, masks, softmax and backward are tested everywhere; they model a CPU
 // with AMX-FP16, so they take fp16 problems too. Thousands of times slower than the hardware:
 // never chosen by default, only through ATTNOPS_FORCE_IMPL=amx-emulated (forceOnly).
-// 64-byte vector values of cpu/amx/lanes.hpp pass only between always-inlined functions of
-// internal linkage; GCC's note that their ABI differs without AVX-512 (given at the end of the
-// translation unit, so for the whole file) concerns no real call.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+// (-Wpsabi is off for this file in CMakeLists.txt: 64-byte vector values of cpu/amx/lanes.hpp
+// pass only between always-inlined functions.)
 #include "cpu/amx/emu_tiles.hpp"
 
 #define ATTNOPS_AMX_FN

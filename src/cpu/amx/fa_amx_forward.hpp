@@ -109,11 +109,6 @@ ATTNOPS_AMX_FN inline __attribute__((always_inline)) I16x keptLanes(KeptRows k, 
     return (index >= int32_t(k.lo)) & (index < int32_t(k.hi));
 }
 
-// Whether every row of the block keeps every key: no test per score.
-inline bool wholeBlock(const SeqRule& rule, int64_t q0, int64_t rows, int64_t k0, int64_t nk) {
-    return (rule.minDiff <= k0 - (q0 + rows - 1) && rule.maxDiff >= k0 + nk - 1 - q0) || k0 + nk <= rule.prefix;
-}
-
 // Each row's maximum over the block of its kept scaled scores (-inf if it keeps none, NaN if one
 // is NaN), keys ascending, from the raw scores [nk keys][R rows] of st, which stay as they are.
 // Rounding is monotonic, so for scale > 0 the largest scaled score is the scaled largest raw one
@@ -220,7 +215,8 @@ ATTNOPS_AMX_FN void forwardUnitTransposed(const ForwardParams& p, TileShape t, c
                 float* acc = sc.acc + g * dvPad * qrPad;
                 gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, lda, sc.qb + g * h.dChunks * qrPad * kTileK,
                                   sc.st, R, false);
-                const bool whole = wholeBlock(rule, u.q0, rows, k0, nk);
+                // Every row keeps every key of the block: no test per score.
+                const bool whole = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
                 blockMaxima(p, rule, u.q0, k0, nk, R, whole, sc.st, sc.blockMax);
                 softmaxBlock<kind>(p, rule, u.q0, k0, nk, keyChunks, R, whole, sc.st, sc.blockMax, m, l, sc.alpha,
                                    sc.pb, tiles);

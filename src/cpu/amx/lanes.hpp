@@ -1,6 +1,6 @@
 // 16 lanes of 32 bits for the fp32 steps and the packing of the AMX kernels, in GCC/clang vector
 // extensions: one source that compiles to zmm instructions in the hardware build (fa_amx.cpp,
-// AVX-512 target: these always-inlined functions take the instruction set of their caller) and
+// AVX-512 target, which these always-inlined functions take through ATTNOPS_AMX_FN) and
 // to SSE2 in the emulated build (x86-64 baseline). Every operation is elementwise IEEE arithmetic
 // or a move of bits, and both kernel translation units are built with -ffp-contract=off, so a
 // lane gets the same bits in both builds (fused multiply-adds through fmaLanes), and bf16Lanes
@@ -19,12 +19,9 @@
 #define ATTNOPS_AMX_LANES static inline __attribute__((always_inline))
 #endif
 
-// GCC notes that 64-byte vector arguments change the ABI where AVX-512 is off (the baseline
-// build); these functions are always inlined and have internal linkage, so no call has an ABI.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+// GCC and clang warn that 64-byte vector arguments change the ABI where AVX-512 is off (the
+// baseline build); these functions are always inlined and have internal linkage, so no call has
+// an ABI: the translation units that include this file build with -Wno-psabi (CMakeLists.txt).
 
 namespace attnops::cpu::amx {
 
@@ -147,7 +144,3 @@ ATTNOPS_AMX_LANES void transposeLanes(U16x* x) {
 }
 
 }  // namespace attnops::cpu::amx
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif

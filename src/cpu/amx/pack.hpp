@@ -21,11 +21,8 @@
 #include "cpu/amx/tiles.hpp"
 #include "ops/flash_attention_score/params.hpp"
 
-// 64-byte vector values pass between always-inlined functions only (cpu/amx/lanes.hpp).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+// 64-byte vector values pass between always-inlined functions only (cpu/amx/lanes.hpp; -Wpsabi is
+// off for the files that include this one).
 
 // The target of the kernel translation unit, as lanes.hpp's functions, which these call.
 #ifdef ATTNOPS_AMX_FN
@@ -170,7 +167,3 @@ ATTNOPS_AMX_PACK void packFloats(const float* __restrict src, int64_t lds, int64
 }
 
 }  // namespace attnops::cpu::amx
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif

@@ -58,13 +58,7 @@ inline int64_t alignUp(int64_t n) {
     return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
 }
 
-// Whether every query row of [q0, q1) keeps every key of [k0, k1) by the analytic rule alone.
-inline bool blockFullyKept(const fa::SeqRule& rule, int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t skv) {
-    const int64_t prefixEnd = std::min(rule.prefix, skv);
-    if (k1 <= prefixEnd) return true;
-    const fa::KeyRange first = fa::rowBand(rule, q0, skv), last = fa::rowBand(rule, q1 - 1, skv);
-    return std::max(k0, prefixEnd) >= last.lo && k1 <= first.hi;
-}
+using fa::blockFullyKept;
 
 // The multiply-accumulate of a GEMM microkernel on fp32 elements (a per-ISA header may add
 // others with the same members, e.g. bf16 pairs).

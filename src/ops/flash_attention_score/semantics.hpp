@@ -72,6 +72,14 @@ inline KeyRange rowBand(const SeqRule& r, int64_t i, int64_t skv) {
     return k;
 }
 
+// Whether every query row of [q0, q1) keeps every key of [k0, k1) by the analytic rule alone.
+inline bool blockFullyKept(const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t skv) {
+    const int64_t prefixEnd = std::min(rule.prefix, skv);
+    if (k1 <= prefixEnd) return true;
+    const KeyRange first = rowBand(rule, q0, skv), last = rowBand(rule, q1 - 1, skv);
+    return std::max(k0, prefixEnd) >= last.lo && k1 <= first.hi;
+}
+
 // Explicit attenMask bit (modes 0, 1, 5): true = masked. i, j are sequence-local.
 inline bool explicitMasked(const ForwardParams& p, int64_t b, int64_t n1, int64_t i, int64_t j) {
     const MaskSpec& m = p.mask;
