@@ -15,7 +15,8 @@
 //     3.6 -> 2.2);
 //   - while a token's cached rows are weighted (forward) or its gradient rows written (backward),
 //     the next token's rows are prefetched at the same pace, so its first pass finds them in L2
-//     and the memory stream does not pause during the passes that read no new rows;
+//     and the memory stream does not pause during the passes that read no new rows (the
+//     forward's into L2 only, prefetcht1: see weighRows);
 //   - the backward (contiguous rows: backwardTokenByColumns) reads each source row twice, the
 //     second time from L2 as it is (no fp32 copy is stored in the first pass), and writes the
 //     gradient rows one at a time in the loop that accumulates du (interleaving the rows' stores,
@@ -331,14 +332,13 @@ ATTNOPS_BAR_STREAM_INLINE bool storesDirect(const MutView3& out, int64_t t, int6
 // skipped), so that while the current token's cached rows are weighted and stored (no memory
 // traffic of their own) the next token's rows are already on their way, and its first pass
 // finds them in L2 (a hint: it may run past a row's end).
-// LOCALITY: __builtin_prefetch's (3: prefetcht0, into L1; 2: prefetcht1, into L2).
-template <int LOCALITY = 3>
+// Into L2 (prefetcht1; weighRows says why).
 ATTNOPS_BAR_STREAM_INLINE void prefetchColumns(const char* const* rows, int64_t count, int64_t rowBytes, int64_t e,
                                                int64_t cols) {
     for (int64_t i = 0; i < count; ++i) {
         if (rows[i] == nullptr) continue;
         const char* p = rows[i] + e * rowBytes;
-        for (int64_t line = 0; line < cols * rowBytes; line += 64) __builtin_prefetch(p + line, 0, LOCALITY);
+        for (int64_t line = 0; line < cols * rowBytes; line += 64) __builtin_prefetch(p + line, 0, 2);
     }
 }
 
@@ -360,7 +360,12 @@ inline int64_t nextRows(const Sources& s, int64_t t, int64_t t1, const char** ro
 // read again from L2 and widened again (the same fp32 values, so the same bits): the first pass
 // then stores no fp32 copy, which on AMD EPYC Zen 3 cost a 64-byte store per 16 elements and
 // twice the L2 traffic of the fp16/bf16 rows (like the backward's second pass, gradColumns).
-// The next token's rows are prefetched at the pace of the blocks.
+// The next token's rows are prefetched at the pace of the blocks, into L2 (prefetcht1): they are
+// as large as this token's rows (72 KiB of bf16 at 9 sources x H 4096), which this pass reads
+// again from L1/L2, and into a 32 KiB L1 (prefetcht0) they evicted them (AMD EPYC Zen 4, 2 threads:
+// fp32/bf16/fp16 forward
+// 0.88x / 0.87x / 0.82x the time, one thread 0.77-0.81x; bench/results/amd-epyc-zen4-avx512/prefetch-l2-ab-20261207.txt). The
+// backward's prefetch (gradColumns) stays prefetcht0: prefetcht1 gained nothing there.
 // Row is called with a source index and returns the start of its row.
 template <class V, DType DT, class Row>
 ATTNOPS_BAR_STREAM_INLINE void weighRows(Row rows, int64_t k, int64_t h, const float* weight, void* dst,

@@ -220,8 +220,13 @@ ATTNOPS_SIMD_INLINE void keepInRegister(typename V::Vec& x) {
 
 // Asks for the cache lines of a row (offsets from lineOffsets) ahead of their use: the cache is
 // read once, row by row from scattered pages, so the hardware prefetchers see short runs only.
+// Into L2 (prefetcht1), not L1: the rows asked for are the next block's (128 keys of bf16 K and V
+// at D 128 are 64 KiB, twice a 32 KiB L1), so into L1 they evicted the block being computed and
+// each other. On AMD EPYC Zen 4 (2 threads) the bf16 KV decode steps took 0.84x (1 x 128K) and
+// 0.88x (32 x 4,096) the time, int8 KV 0.95-1.00x (medians of interleaved rounds,
+// bench/results/amd-epyc-zen4-avx512/prefetch-l2-ab-20261207.txt).
 ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) __builtin_prefetch(row + lines[i], 0, 3);
+    for (int64_t i = 0; i < count; ++i) __builtin_prefetch(row + lines[i], 0, 2);
 }
 
 // out[i] = the lanes of x[i] summed by V::sum8's tree, i < N (dotStep: NK x kRowTile): whole
