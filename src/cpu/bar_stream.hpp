@@ -19,10 +19,13 @@
 //     forward's into L2 only, prefetcht1: see weighRows);
 //   - the backward (contiguous rows: backwardTokenByColumns) reads each source row twice, the
 //     second time from L2 as it is (no fp32 copy is stored in the first pass), and writes the
-//     gradient rows one at a time in the loop that accumulates du (interleaving the rows' stores,
-//     by half lines (du in registers) or by whole 64-byte lines, made the backward up to 2x
-//     slower on AMD EPYC Zen 3 (AVX2), as the rows' non-temporal lines compete for
-//     write-combining); the vector loop starts on the gradient rows' line boundary, so rows that
+//     gradient rows in the loop that accumulates du, in blocks of 256 columns and within a block
+//     one row at a time, so du, u and dy of the block stay in L1 and each row still writes runs
+//     of whole lines (interleaving the rows' stores by half lines (du in registers) or by one or
+//     two 64-byte lines made the backward up to 2x slower on AMD EPYC Zen 3 (AVX2), as the rows'
+//     non-temporal lines compete for write-combining; whole rows at a time, as before the blocks,
+//     streamed du, u and dy through L1 once per row: on AMD EPYC Zen 4 the blocks take 0.85-0.91x
+//     the time, bench/results/amd-epyc-zen4-avx512/bar-bwd-column-blocks-ab-20261207.txt); the vector loop starts on the gradient rows' line boundary, so rows that
 //     malloc leaves 16 bytes off a vector boundary are streamed too (before, they went through an
 //     fp32 row and a copy: callgrind, T=512 N=8 H=4096, backward instructions per element bf16
 //     5.0 -> 3.8, fp16 3.8 -> 2.7, fp32 3.6 -> 2.7). Strided rows keep the row-by-row passes over
@@ -79,6 +82,7 @@ constexpr int64_t kW = 16;                        // fp32 lanes of a V::F
 constexpr uint64_t kStreamOutputBytes = 32u << 20;
 constexpr int64_t kPrefetchBytes = 4096;            // software prefetch distance
 constexpr int64_t kMaxPrefetchRows = 129;           // sources prefetched for the next token (N <= 128)
+constexpr int64_t kGradColumns = 256;               // the backward's column block (gradColumns), 2 * kW | it
 
 inline int64_t elementBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
@@ -606,29 +610,36 @@ ATTNOPS_BAR_STREAM_INLINE void gradColumns(const GradSource* __restrict rows, in
         gradColumnsPart<V, DT>(rows, k, e, cols, dy, u, du);
         e += cols;
     }
-    // One row at a time (interleaving the rows' non-temporal stores, even by whole lines, made
-    // the backward slower on AMD EPYC Zen 3: write-combining), du loaded and stored per row.
-    for (int64_t i = 0; i < k; ++i) {
-        const GradSource& r = rows[i];
-        const typename V::F vp = V::set1(r.p), vu = V::set1(r.coefU), vv = V::set1(r.coefV);
-        const char* ahead = next[i];
-        const char* ahead2 = i == 0 ? next[k] : nullptr;  // with row 0, the next gradHidden row
-        int64_t e = lead;
-        for (; e + 2 * kW <= h; e += 2 * kW) {
-            for (int64_t line = 0; line < 2 * kW * bytes; line += 64) {
-                if (ahead != nullptr) __builtin_prefetch(ahead + e * bytes + line, 0, 3);
-                if (ahead2 != nullptr) __builtin_prefetch(ahead2 + e * bytes + line, 0, 3);
-            }
-            for (int j = 0; j < 2; ++j) {
-                const int64_t f = e + j * kW;
-                const typename V::F x = loadFull<V>(r.src, f, DT);
-                V::storeu(du + f, V::fmadd(vu, x, V::loadu(du + f)));
-                storeFull<V>(r.dst, f, DT, V::fnmadd(vv, x, V::fmadd(vu, V::loadu(u + f), V::mul(vp, V::loadu(dy + f)))),
-                             STREAM);
+    // Blocks of kGradColumns columns, in each one row at a time, du loaded and stored per row:
+    // du, u and dy of a block (3 KiB) stay in L1 while the rows go through it (whole rows at a
+    // time streamed 48 KiB of them per row through a 32 KiB L1), and each row still writes whole
+    // runs of 8-16 lines (interleaving the rows' non-temporal stores by one or two lines made the
+    // backward slower on AMD EPYC Zen 3: write-combining; 64-column blocks gained nothing on Zen 4).
+    // Per column the rows come in the same order: the same bits as whole rows.
+    const int64_t vecEnd = lead + (h - lead) / (2 * kW) * (2 * kW);
+    for (int64_t c0 = lead; c0 < vecEnd; c0 += kGradColumns) {
+        const int64_t c1 = std::min(vecEnd, c0 + kGradColumns);
+        for (int64_t i = 0; i < k; ++i) {
+            const GradSource& r = rows[i];
+            const typename V::F vp = V::set1(r.p), vu = V::set1(r.coefU), vv = V::set1(r.coefV);
+            const char* ahead = next[i];
+            const char* ahead2 = i == 0 ? next[k] : nullptr;  // with row 0, the next gradHidden row
+            for (int64_t e = c0; e < c1; e += 2 * kW) {
+                for (int64_t line = 0; line < 2 * kW * bytes; line += 64) {
+                    if (ahead != nullptr) __builtin_prefetch(ahead + e * bytes + line, 0, 3);
+                    if (ahead2 != nullptr) __builtin_prefetch(ahead2 + e * bytes + line, 0, 3);
+                }
+                for (int j = 0; j < 2; ++j) {
+                    const int64_t f = e + j * kW;
+                    const typename V::F x = loadFull<V>(r.src, f, DT);
+                    V::storeu(du + f, V::fmadd(vu, x, V::loadu(du + f)));
+                    storeFull<V>(r.dst, f, DT,
+                                 V::fnmadd(vv, x, V::fmadd(vu, V::loadu(u + f), V::mul(vp, V::loadu(dy + f)))), STREAM);
+                }
             }
         }
     }
-    for (int64_t e = lead + (h - lead) / (2 * kW) * (2 * kW); e < h;) {  // the last 1 to 31 columns
+    for (int64_t e = vecEnd; e < h;) {  // the last 1 to 31 columns
         const int64_t cols = std::min<int64_t>(kW, h - e);
         gradColumnsPart<V, DT>(rows, k, e, cols, dy, u, du);
         e += cols;
