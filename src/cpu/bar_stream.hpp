@@ -25,11 +25,11 @@
 //     two 64-byte lines made the backward up to 2x slower on AMD EPYC Zen 3 (AVX2), as the rows'
 //     non-temporal lines compete for write-combining; whole rows at a time, as before the blocks,
 //     streamed du, u and dy through L1 once per row: on AMD EPYC Zen 4 the blocks take 0.85-0.91x
-//     the time, bench/results/amd-epyc-zen4-avx512/bar-bwd-column-blocks-ab-20261207.txt); the vector loop starts on the gradient rows' line boundary, so rows that
-//     malloc leaves 16 bytes off a vector boundary are streamed too (before, they went through an
-//     fp32 row and a copy: callgrind, T=512 N=8 H=4096, backward instructions per element bf16
-//     5.0 -> 3.8, fp16 3.8 -> 2.7, fp32 3.6 -> 2.7). Strided rows keep the row-by-row passes over
-//     an fp32 tile (same bits);
+//     the time, bench/results/amd-epyc-zen4-avx512/bar-bwd-column-blocks-ab-20261207.txt); the
+//     vector loop starts on the gradient rows' line boundary, so rows that malloc leaves 16 bytes
+//     off a vector boundary are streamed too (before, they went through an fp32 row and a copy:
+//     callgrind, T=512 N=8 H=4096, backward instructions per element bf16 5.0 -> 3.8, fp16 3.8 ->
+//     2.7, fp32 3.6 -> 2.7). Strided rows keep the row-by-row passes over an fp32 tile (same bits);
 //   - large outputs are written with non-temporal stores (from the first vector-aligned element
 //     of each row), so written rows do not first cost a read for ownership: the backward writes
 //     nearly as many bytes as it reads (fp32 backward on AVX-512: 29 -> 35 GB/s);
@@ -82,7 +82,7 @@ constexpr int64_t kW = 16;                        // fp32 lanes of a V::F
 constexpr uint64_t kStreamOutputBytes = 32u << 20;
 constexpr int64_t kPrefetchBytes = 4096;            // software prefetch distance
 constexpr int64_t kMaxPrefetchRows = 129;           // sources prefetched for the next token (N <= 128)
-constexpr int64_t kGradColumns = 256;               // the backward's column block (gradColumns), 2 * kW | it
+constexpr int64_t kGradColumns = 256;               // the backward's column block (gradColumns), a multiple of 2 * kW
 
 inline int64_t elementBytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
@@ -366,10 +366,10 @@ inline int64_t nextRows(const Sources& s, int64_t t, int64_t t1, const char** ro
 // twice the L2 traffic of the fp16/bf16 rows (like the backward's second pass, gradColumns).
 // The next token's rows are prefetched at the pace of the blocks, into L2 (prefetcht1): they are
 // as large as this token's rows (72 KiB of bf16 at 9 sources x H 4096), which this pass reads
-// again from L1/L2, and into a 32 KiB L1 (prefetcht0) they evicted them (AMD EPYC Zen 4, 2 threads:
-// fp32/bf16/fp16 forward
-// 0.88x / 0.87x / 0.82x the time, one thread 0.77-0.81x; bench/results/amd-epyc-zen4-avx512/prefetch-l2-ab-20261207.txt). The
-// backward's prefetch (gradColumns) stays prefetcht0: prefetcht1 gained nothing there.
+// again from L1/L2, and into a 32 KiB L1 (prefetcht0) they evicted them (AMD EPYC Zen 4: the
+// fp32 / bf16 / fp16 forward takes 0.88x / 0.87x / 0.82x the time at 2 threads, 0.77-0.81x at one;
+// bench/results/amd-epyc-zen4-avx512/prefetch-l2-ab-20261207.txt). The backward's prefetch
+// (gradColumns) stays prefetcht0: prefetcht1 gained nothing there.
 // Row is called with a source index and returns the start of its row.
 template <class V, DType DT, class Row>
 ATTNOPS_BAR_STREAM_INLINE void weighRows(Row rows, int64_t k, int64_t h, const float* weight, void* dst,

@@ -33,7 +33,7 @@ bool implementationRuns(const char* name) {
 
 TEST(BarStreamColumns, LargeHalfPrecisionGradientsAreStreamed) {
     int ran = 0;
-    for (const char* impl : {"stream-avx512", "stream-avx2"}) {
+    for (const char* impl : {"stream-avx512-bf16", "stream-avx512", "stream-avx2"}) {
         if (!implementationRuns(impl)) {
             std::printf("[  NOTE    ] %s is not available on this CPU\n", impl);
             continue;

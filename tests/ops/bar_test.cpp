@@ -580,7 +580,8 @@ void expectPropagatesLikeReference(attnopsDataType d, const Poison& poison) {
     }
 }
 
-const char* const kImplementations[] = {"stream-avx512", "stream-avx2", "vector-avx512", "vector-avx2", "vector-generic", "reference"};
+const char* const kImplementations[] = {"stream-avx512-bf16", "stream-avx512", "stream-avx2",  "vector-avx512",
+                                        "vector-avx2",        "vector-generic", "reference"};
 
 // Sets ATTNOPS_FORCE_IMPL for the scope (read when a call is planned).
 using attnops::testsupport::ForcedImpl;
@@ -992,29 +993,62 @@ TEST(BarDeterminism, EveryImplementationOnTailsAndViews) {
     }
 }
 
-// stream-avx2 keeps stream-avx512's 16 lanes and operation order: the same bits, where both run.
-TEST(BarDeterminism, StreamKernelsGiveTheSameBits) {
-    if (!implementationRuns("stream-avx512") || !implementationRuns("stream-avx2"))
-        GTEST_SKIP() << "needs a CPU that runs both stream-avx512 and stream-avx2";
-    std::vector<BarProblem> ps;
-    for (attnopsDataType d : {F32, F16, BF16}) {
-        ps.push_back(makeProblem(d, 40, 8, 4096 + 17, 1e-6));
-        ps.push_back(makeProblem(d, 30, 3, 33, 1e-2));
-        ps.back().sourceMajor = true;
-        ps.push_back(makeProblem(d, 3, 70, 4096, 0.3));  // rows re-read in the backward
+// Bf16 values with a zero exponent field and a nonzero mantissa (denormals).
+int64_t denormalBf16(const HostTensor& t) {
+    int64_t n = 0;
+    const std::vector<uint8_t>& b = t.bytes();
+    for (size_t i = 0; i + 1 < b.size(); i += 2) {
+        const unsigned v = unsigned(b[i]) | unsigned(b[i + 1]) << 8;
+        n += (v & 0x7f80u) == 0 && (v & 0x7fu) != 0;
     }
-    ps.push_back(makeProblem(F32, 2304, 2, 4096, 1e-6));  // non-temporal stores
-    for (const BarProblem& p : ps) {
-        SCOPED_TRACE(describe(p));
-        std::vector<uint8_t> bits[2];
-        for (int k = 0; k < 2; ++k) {
-            ForcedImpl forced(k == 0 ? "stream-avx512" : "stream-avx2");
-            BarInstance inst(p);
+    return n;
+}
+
+// stream-avx2 keeps stream-avx512's 16 lanes and operation order, and stream-avx512-bf16 rounds
+// bf16 like it (vcvtneps2bf16, with the integer rounding where a lane is denormal, which the
+// instruction would flush): the same bits, wherever two or more of them run. The last two
+// problems make bf16 outputs denormal: the forward's (sources near the smallest normal) and the
+// backward's (a gradient of 1e-39), so the denormal branch is taken and checked.
+TEST(BarDeterminism, StreamKernelsGiveTheSameBits) {
+    std::vector<const char*> impls;
+    for (const char* impl : {"stream-avx512-bf16", "stream-avx512", "stream-avx2"})
+        if (implementationRuns(impl)) impls.push_back(impl);
+    if (impls.size() < 2) GTEST_SKIP() << "needs a CPU that runs at least two of the stream kernels";
+    struct Case {
+        BarProblem p;
+        float gradScale = 1.0f;  // gradHiddenStates scaled by this
+    };
+    std::vector<Case> cases;
+    for (attnopsDataType d : {F32, F16, BF16}) {
+        cases.push_back({makeProblem(d, 40, 8, 4096 + 17, 1e-6)});
+        cases.push_back({makeProblem(d, 30, 3, 33, 1e-2)});
+        cases.back().p.sourceMajor = true;
+        cases.push_back({makeProblem(d, 3, 70, 4096, 0.3)});  // rows re-read in the backward
+    }
+    cases.push_back({makeProblem(F32, 2304, 2, 4096, 1e-6)});   // non-temporal stores
+    cases.push_back({makeProblem(BF16, 2304, 2, 4096, 1e-6)});  // non-temporal bf16 stores
+    cases.push_back({makeProblem(BF16, 20, 4, 1000, 1e-6)});
+    cases.back().p.dataScale = 2e-38;  // denormal forward outputs
+    cases.push_back({makeProblem(BF16, 20, 4, 1000, 1e-6), 1e-39f});  // denormal gradients
+    for (const Case& c : cases) {
+        SCOPED_TRACE(describe(c.p) + " gradScale=" + std::to_string(c.gradScale));
+        std::vector<std::vector<uint8_t>> bits;
+        for (const char* impl : impls) {
+            ForcedImpl forced(impl);
+            BarInstance inst(c.p);
+            for (int64_t i = 0; i < inst.gradHiddenStates.numel(); ++i)
+                inst.gradHiddenStates.set(i, inst.gradHiddenStates.get(i) * c.gradScale);
             ASSERT_EQ(inst.runForward(true), ATTNOPS_SUCCESS) << lastError();
             ASSERT_EQ(inst.runBackward(), ATTNOPS_SUCCESS) << lastError();
-            bits[k] = outputBytes(inst);
+            if (c.p.dataScale < 1e-30) {
+                EXPECT_GT(denormalBf16(inst.hiddenStates), 0) << impl;
+            }
+            if (c.gradScale < 1e-30f) {
+                EXPECT_GT(denormalBf16(inst.gradBlockRes), 0) << impl;
+            }
+            bits.push_back(outputBytes(inst));
         }
-        EXPECT_TRUE(bits[0] == bits[1]);
+        for (size_t k = 1; k < bits.size(); ++k) EXPECT_TRUE(bits[k] == bits[0]) << impls[k] << " against " << impls[0];
     }
 }
 
@@ -1028,7 +1062,7 @@ TEST(BarDeterminism, StreamKernelsGiveTheSameBits) {
 // inexact as a naive fp32 implementation's.
 TEST(BarDeterminism, StreamKernelsRoundTheStatisticsOnce) {
     int ran = 0;
-    for (const char* impl : {"stream-avx512", "stream-avx2"}) {
+    for (const char* impl : {"stream-avx512-bf16", "stream-avx512", "stream-avx2"}) {
         if (!implementationRuns(impl)) {
             std::printf("[  NOTE    ] %s is not available on this CPU\n", impl);
             continue;

@@ -25,6 +25,7 @@ struct Kernel {
 const std::vector<const Kernel*>& kernels();
 
 const Kernel& kernelStreamAvx512();
+const Kernel& kernelStreamAvx512Bf16();
 const Kernel& kernelStreamAvx2();
 const Kernel& kernelVectorAvx512();
 const Kernel& kernelVectorAvx2();

@@ -9,8 +9,9 @@
 namespace attnops::bar {
 
 const std::vector<const Kernel*>& kernels() {
-    static const std::vector<const Kernel*> list = {&kernelStreamAvx512(), &kernelStreamAvx2(), &kernelVectorAvx512(),
-                                                    &kernelVectorAvx2(), &kernelVectorGeneric(), &kernelReference()};
+    static const std::vector<const Kernel*> list = {&kernelStreamAvx512Bf16(), &kernelStreamAvx512(), &kernelStreamAvx2(),
+                                                    &kernelVectorAvx512(),     &kernelVectorAvx2(),   &kernelVectorGeneric(),
+                                                    &kernelReference()};
     return list;
 }
 
