@@ -17,9 +17,8 @@
 #else
 #define ATTNOPS_BAR_STREAM_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #endif
-#include "cpu/bar_stream.hpp"
-// (after it: the trait needs the target)
 #include "cpu/avx512/bar_stream_trait.hpp"
+#include "cpu/bar_stream.hpp"
 
 namespace attnops::bar {
 

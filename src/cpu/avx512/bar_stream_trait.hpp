@@ -1,8 +1,8 @@
 // The zmm vector trait of the streaming BlockAttentionResiduals kernel (cpu/bar_stream.hpp), shared
 // by stream-avx512 (bar_stream.cpp) and stream-avx512-bf16 (bar_stream_bf16.cpp): one zmm register
 // holds the 16 lanes; bf16 widens with a shift, fp16 with vcvtph2ps. The including file defines
-// ATTNOPS_BAR_STREAM_TARGET and includes cpu/bar_stream.hpp first; like that header, everything
-// here is in an anonymous namespace, a copy per translation unit.
+// ATTNOPS_BAR_STREAM_TARGET, which every function here carries; like cpu/bar_stream.hpp,
+// everything here is in an anonymous namespace, a copy per translation unit.
 #pragma once
 
 #include <immintrin.h>

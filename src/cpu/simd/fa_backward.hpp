@@ -43,7 +43,6 @@ namespace attnops::fa::simd_backward {
 
 namespace simd = cpu::simd;
 using simd::alignUp;
-using simd::blockFullyKept;
 
 // One thread's arrays; "rows" are query rows, "keys" key rows. Key units use the [row][key]
 // arrays, query units the [key][row] ones.

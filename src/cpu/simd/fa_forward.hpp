@@ -45,7 +45,6 @@ namespace attnops::fa::simd_forward {
 
 namespace simd = cpu::simd;
 using simd::alignUp;
-using simd::blockFullyKept;
 using tile::kNegInf;
 
 // One query head's state in a work unit: its query block and its running softmax and output.

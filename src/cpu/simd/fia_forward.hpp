@@ -590,7 +590,7 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         }
         // pseShift takes the shared row step too (scale, then pse per kept key).
         const bool masked = c.mask.explicitMask || c.pse.form != fa::PseForm::None || p.tree != nullptr ||
-                            !simd::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
+                            !fa::blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
         for (int64_t i = 0; i < R; ++i) {
             float* s = sc.st + i * ldst;
             const int64_t g = i / rows, row = u.q0 + i % rows;

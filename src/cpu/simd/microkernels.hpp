@@ -58,8 +58,6 @@ inline int64_t alignUp(int64_t n) {
     return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
 }
 
-using fa::blockFullyKept;
-
 // The multiply-accumulate of a GEMM microkernel on fp32 elements (a per-ISA header may add
 // others with the same members, e.g. bf16 pairs).
 template <class V>
