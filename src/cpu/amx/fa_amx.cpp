@@ -9,12 +9,16 @@
 
 // 512-bit vectors for the auto-vectorised row steps (GCC and clang otherwise prefer 256 bits).
 #if defined(__clang__)
-#define ATTNOPS_AMX_FN \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c," ATTNOPS_AMX_TARGET_LIST), min_vector_width(512)))
+#define ATTNOPS_AMX_FN                                                                                 \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c," ATTNOPS_AMX_TARGET_LIST), \
+                   min_vector_width(512)))
 #else
-#define ATTNOPS_AMX_FN \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c,prefer-vector-width=512," ATTNOPS_AMX_TARGET_LIST)))
+#define ATTNOPS_AMX_FN                                                                                          \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c,prefer-vector-width=512," \
+                          ATTNOPS_AMX_TARGET_LIST)))
 #endif
+// lanes.hpp's fast steps as AVX-512 instructions (the emulated build runs their portable forms).
+#define ATTNOPS_AMX_HW_LANES 1
 #include "cpu/amx/fa_amx_kernel.hpp"
 
 namespace attnops::fa {
@@ -24,7 +28,8 @@ using Hw = Entries<cpu::amx::HwTiles, cpu::amx::HwTiles::kHasFp16>;
 
 bool hasAmx() {
     const cpu::IsaFeatures& f = cpu::isa();
-    return f.amxGranted && f.amxBf16 && f.avx512f && f.avx512bw && f.avx512vl && f.avx2 && f.fma && f.f16c;
+    return f.amxGranted && f.amxBf16 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512bf16 && f.avx2 && f.fma &&
+           f.f16c;
 }
 
 template <typename Params>

@@ -22,6 +22,7 @@ namespace {
 
 using cpu::amx::DotKind;
 using cpu::amx::gemm;
+using cpu::amx::gemmOn;
 using cpu::amx::kTileElems;
 using cpu::amx::kTileK;
 using cpu::amx::kTileM;

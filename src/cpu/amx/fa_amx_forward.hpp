@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/amx/fa_amx_common.hpp"
 #include "cpu/amx/lanes.hpp"
@@ -42,36 +43,41 @@ namespace {
 // thread count.
 inline bool transposedForward(const ForwardParams& p) { return amxTransposedForward(p); }
 
+// The rows of a unit run in strips of 32 (two row tiles): a strip's scores and probabilities
+// (32 lanes x a key block, 16 KiB at 128 keys) stay in L1 between the tile product that writes
+// them and the vector steps that read them, where a whole unit's would not (128 KiB at 256 rows).
+// A strip also skips the keys that none of its rows keeps (the causal triangle's far side).
+constexpr int64_t kStripRows = 32;
+constexpr int64_t kStripTiles = kStripRows / kTileN;
+
 struct TransposedScratch {
     uint16_t* qb;    // [heads] dChunks x rowTiles B tiles: Q^T
     uint16_t* ka;    // [keyRows][32 dChunks]           K, A of S^T
     uint16_t* vt;    // [16 dvTiles][keyRows]           V^T, A of O^T
-    uint16_t* pb;    // keyChunks x rowTiles B tiles    P^T
-    float* st;       // [keyRows][rowsPad]              scores, then probabilities
-    float* acc;      // [heads][16 dvTiles][rowsPad]    O^T
+    uint16_t* pb;    // keyChunks x 2 B tiles           a strip's P^T
+    float* st;       // [keyRows][32]                   a strip's scores, then probabilities
+    float* acc;      // [heads][rowsPad / 32][16 dvTiles][32] O^T, a strip's columns together
     float* m;        // [heads][rowsPad]
     float* l;        // [heads][rowsPad]
-    float* blockMax; // [rowsPad]
-    float* alpha;    // [rowsPad]
     float* vf;       // [keyRows][dv] fp32 V (a block whose values are not all finite)
-    float* row;      // [dv] one output row
+    float* out;      // [16][16 dvTiles] output rows
 
     TransposedScratch(const ForwardParams& p, TileShape t, Carver& c) {
         const HeadDims h(p);
-        const int64_t qr = roundUp(t.queryRows, kTileM), kr = roundUp(t.keyRows, kTileK), heads = headsPerPass(p);
+        const int64_t qr = roundUp(t.queryRows, kStripRows), kr = roundUp(t.keyRows, kTileK), heads = headsPerPass(p);
+        const int64_t dvPad = h.dvTiles * kTileM;
         qb = c.take<uint16_t>(heads * h.dChunks * qr * kTileK);
         ka = c.take<uint16_t>(kr * h.dChunks * kTileK);
-        vt = c.take<uint16_t>(h.dvTiles * kTileM * kr);
-        pb = c.take<uint16_t>(kr * qr);
-        st = c.take<float>(kr * qr);
-        acc = c.take<float>(heads * h.dvTiles * kTileM * qr);
+        vt = c.take<uint16_t>(dvPad * kr);
+        pb = c.take<uint16_t>(kr * kStripRows);
+        st = c.take<float>(kr * kStripRows);
+        acc = c.take<float>(heads * dvPad * qr);
         m = c.take<float>(heads * qr);
         l = c.take<float>(heads * qr);
-        blockMax = c.take<float>(qr);
-        alpha = c.take<float>(qr);
         vf = c.take<float>(kr * h.dv);
-        row = c.take<float>(h.dv);
+        out = c.take<float>(kLanesOut * dvPad);
     }
+    static constexpr int64_t kLanesOut = 16;
 };
 
 using cpu::amx::F16x;
@@ -109,74 +115,197 @@ ATTNOPS_AMX_FN inline __attribute__((always_inline)) I16x keptLanes(KeptRows k, 
     return (index >= int32_t(k.lo)) & (index < int32_t(k.hi));
 }
 
-// Each row's maximum over the block of its kept scaled scores (-inf if it keeps none, NaN if one
-// is NaN), keys ascending, from the raw scores [nk keys][R rows] of st, which stay as they are.
-// Rounding is monotonic, so for scale > 0 the largest scaled score is the scaled largest raw one
-// and for scale < 0 the scaled smallest: the maximum runs over s * sign (exact), times |scale| at
-// the end, with the bits of the maximum of the scaled scores (up to the sign of a zero). Scale 0
-// maps infinities to NaN: there the maximum runs over the scaled scores themselves.
-ATTNOPS_AMX_FN void blockMaxima(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
-                                int64_t R, bool whole, const float* __restrict st, float* __restrict blockMax) {
-    const float before = p.scale == 0.0f ? 0.0f : (p.scale > 0.0f ? 1.0f : -1.0f);
-    const float after = p.scale == 0.0f ? 1.0f : std::fabs(p.scale);
-    for (int64_t r = 0; r < R; r += kLanes) {
-        F16x m = splat(tile::kNegInf);
-        for (int64_t j = 0; j < nk; ++j) {
-            F16x x = loadLanes(st + j * R + r) * before;
-            if (!whole) x = select(keptLanes(keptRows(rule, q0, R, k0 + j), r), x, splat(tile::kNegInf));
-            m = select((x > m) | (x != x), x, m);
-        }
-        storeLanes(blockMax + r, m * after);
-    }
+// a if it is larger than b or NaN, else b: a running maximum that keeps the first NaN it meets.
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) F16x maxLanes(F16x b, F16x a) {
+    return select((a > b) | (a != a), a, b);
 }
 
-// exp(scale * s - mSub) of key j's 16 rows from r (0 for masked rows and for keys past nk),
-// stored over the raw scores where keep.
-ATTNOPS_AMX_FN inline __attribute__((always_inline)) F16x probabilityLanes(float scale, const SeqRule& rule, int64_t q0,
-                                                                         int64_t k0, int64_t j, int64_t nk, int64_t R,
-                                                                         int64_t r, bool whole, F16x mSub,
+// Each lane's maximum over keys [0, nk) of its kept scaled scores (-inf if it keeps none, NaN if
+// one is NaN), from the strip's raw scores st [nk][32], which stay as they are. Rounding is
+// monotonic, so for scale > 0 the largest scaled score is the scaled largest raw one and for
+// scale < 0 the scaled smallest: the maximum runs over s * sign (exact), times |scale| at the end,
+// with the bits of the maximum of the scaled scores (up to the sign of a zero). Scale 0 maps
+// infinities to NaN: there the maximum runs over the scaled scores themselves. Even and odd keys
+// run in separate chains (a maximum is exact: the order changes no bit, up to the sign of a zero),
+// four chains in all, so that the comparisons' latency does not bound the loop.
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) void maximaStep(const SeqRule& rule, int64_t q0, int64_t key,
+                                                                     bool whole, float before, const float* __restrict s,
+                                                                     F16x (&m)[kStripTiles]) {
+    const KeptRows band = whole ? KeptRows{0, kStripRows} : keptRows(rule, q0, kStripRows, key);
+    for (int64_t g = 0; g < kStripTiles; ++g) {
+        F16x x = loadLanes(s + g * kLanes) * before;
+        if (!whole) x = select(keptLanes(band, g * kLanes), x, splat(tile::kNegInf));
+        m[g] = maxLanes(m[g], x);
+    }
+}
+ATTNOPS_AMX_FN void stripMaxima(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
+                                bool whole, const float* __restrict st, F16x (&blockMax)[kStripTiles]) {
+    const float before = p.scale == 0.0f ? 0.0f : (p.scale > 0.0f ? 1.0f : -1.0f);
+    const float after = p.scale == 0.0f ? 1.0f : std::fabs(p.scale);
+    F16x even[kStripTiles], odd[kStripTiles];
+    for (int64_t g = 0; g < kStripTiles; ++g) even[g] = odd[g] = splat(tile::kNegInf);
+    int64_t j = 0;
+    for (; j + 1 < nk; j += 2) {
+        maximaStep(rule, q0, k0 + j, whole, before, st + j * kStripRows, even);
+        maximaStep(rule, q0, k0 + j + 1, whole, before, st + (j + 1) * kStripRows, odd);
+    }
+    if (j < nk) maximaStep(rule, q0, k0 + j, whole, before, st + j * kStripRows, even);
+    for (int64_t g = 0; g < kStripTiles; ++g) blockMax[g] = maxLanes(even[g], odd[g]) * after;
+}
+
+// exp(scale * s - mSub) of key j's 16 rows of lane group g (0 for masked rows and for keys past
+// nk), stored over the raw scores where keep.
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) F16x probabilityLanes(float scale, KeptRows band, int64_t j,
+                                                                         int64_t nk, int64_t g, bool whole, F16x mSub,
                                                                          float* __restrict st, bool keep) {
     if (j >= nk) return splat(0.0f);
-    F16x x = loadLanes(st + j * R + r) * scale;
-    if (!whole) x = select(keptLanes(keptRows(rule, q0, R, k0 + j), r), x, splat(tile::kNegInf));
+    float* at = st + j * kStripRows + g * kLanes;
+    F16x x = loadLanes(at) * scale;
+    if (!whole) x = select(keptLanes(band, g * kLanes), x, splat(tile::kNegInf));
     const F16x e = cpu::amx::expLanes<false>(x - mSub);
-    if (keep) storeLanes(st + j * R + r, e);
+    if (keep) storeLanes(at, e);
     return e;
 }
 
-// The online-softmax update of one head's rows with the block's raw scores: m, l and alpha (the
-// factor of the accumulator: 0 while nothing was accumulated, 1 where the max did not move), the
-// probabilities exp(scale * s - m) of the kept keys (0 for the others and past nk), with tiles as
-// the P^T B operand pb (rounded; a pair of keys per lane), without as fp32 in st.
-template <DotKind kind>
-ATTNOPS_AMX_FN void softmaxBlock(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
-                                 int64_t keyChunks, int64_t R, bool whole, float* __restrict st,
-                                 const float* __restrict blockMax, float* __restrict m, float* __restrict l,
-                                 float* __restrict alpha, uint16_t* __restrict pb, bool tiles) {
-    const int64_t rowTiles = R / kTileN;
-    for (int64_t r = 0; r < R; r += kLanes) {
-        const F16x mOld = loadLanes(m + r), bm = loadLanes(blockMax + r);
-        const F16x mNew = select((bm > mOld) | (bm != bm), bm, mOld);
-        const F16x a = select(mOld == tile::kNegInf, splat(0.0f), cpu::amx::expLanes(mOld - mNew));
-        storeLanes(alpha + r, a);
-        storeLanes(m + r, mNew);
+// The fast maxima of a strip's block for scale > 0, where no raw score of it is NaN or infinite
+// (the common case; returns false otherwise, and the caller runs stripMaxima): MAXPS's rule in
+// place of maxLanes, which gives the same maximum (up to the sign of a zero) in one instruction,
+// and no multiplication by the sign; the test is a sum of s - s (NaN for a NaN or infinite score)
+// riding along.
+template <bool kWhole>
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) void maximaStepFast(const SeqRule& rule, int64_t q0, int64_t key,
+                                                                         const float* __restrict s,
+                                                                         F16x (&m)[kStripTiles], F16x& bad) {
+    const KeptRows band = kWhole ? KeptRows{0, kStripRows} : keptRows(rule, q0, kStripRows, key);
+    for (int64_t g = 0; g < kStripTiles; ++g) {
+        F16x x = loadLanes(s + g * kLanes);
+        bad = bad + (x - x);
+        if (!kWhole) x = select(keptLanes(band, g * kLanes), x, splat(tile::kNegInf));
+        m[g] = cpu::amx::maxLanesFast(m[g], x);
+    }
+}
+template <bool kWhole>
+ATTNOPS_AMX_FN bool stripMaximaFast(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
+                                    const float* __restrict st, F16x (&blockMax)[kStripTiles]) {
+    F16x even[kStripTiles], odd[kStripTiles], bad = splat(0.0f);
+    for (int64_t g = 0; g < kStripTiles; ++g) even[g] = odd[g] = splat(tile::kNegInf);
+    int64_t j = 0;
+    for (; j + 1 < nk; j += 2) {
+        maximaStepFast<kWhole>(rule, q0, k0 + j, st + j * kStripRows, even, bad);
+        maximaStepFast<kWhole>(rule, q0, k0 + j + 1, st + (j + 1) * kStripRows, odd, bad);
+    }
+    if (j < nk) maximaStepFast<kWhole>(rule, q0, k0 + j, st + j * kStripRows, even, bad);
+    if (cpu::amx::anyLane(bad != 0.0f)) return false;
+    for (int64_t g = 0; g < kStripTiles; ++g) blockMax[g] = cpu::amx::maxLanesFast(even[g], odd[g]) * p.scale;
+    return true;
+}
+
+// The online-softmax update of a strip's 32 rows of one head before its probabilities: m becomes
+// max(m, blockMax); alpha is the factor of the accumulator (0 while nothing was accumulated, 1
+// where the max did not move) and mSub what the scaled scores subtract. Returns whether every new
+// maximum is finite or -inf (no NaN or +inf: then no probability of the block can be NaN).
+ATTNOPS_AMX_FN bool beginStrip(const F16x (&blockMax)[kStripTiles], float* __restrict m, F16x (&alpha)[kStripTiles],
+                               F16x (&mSub)[kStripTiles]) {
+    I16x unusual{};
+    for (int64_t g = 0; g < kStripTiles; ++g) {
+        const F16x mOld = loadLanes(m + g * kLanes), bm = blockMax[g];
+        const F16x mNew = maxLanes(mOld, bm);
+        alpha[g] = select(mOld == tile::kNegInf, splat(0.0f), cpu::amx::expLanes(mOld - mNew));
+        storeLanes(m + g * kLanes, mNew);
         // A row that kept no key yet subtracts 0: its masked scores (-inf) then give exp 0, as
         // every masked score does, with no test per score (scale * s - m <= 0 or NaN).
-        const F16x mSub = select(mNew == tile::kNegInf, splat(0.0f), mNew);
-        F16x total = splat(0.0f);
-        for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
-            const F16x e0 = probabilityLanes(p.scale, rule, q0, k0, j, nk, R, r, whole, mSub, st, !tiles);
-            const F16x e1 = probabilityLanes(p.scale, rule, q0, k0, j + 1, nk, R, r, whole, mSub, st, !tiles);
-            total = total + e0;
-            total = total + e1;
-            // 16 pairs (row r + i: keys j, j + 1) fill one row of a B tile of the chunk
+        mSub[g] = select(mNew == tile::kNegInf, splat(0.0f), mNew);
+        unusual |= (mNew != mNew) | (mNew == -tile::kNegInf);
+    }
+    return !cpu::amx::anyLane(unusual);
+}
+
+// The probabilities exp(scale * s - mSub) of a strip's kept keys (0 for the others and past nk),
+// their sums added to total (keys ascending), with tiles as the P^T B operand pb (keyChunks x 2
+// tiles; rounded, a pair of keys per lane), without as fp32 in st.
+template <DotKind kind>
+ATTNOPS_AMX_FN void stripProbabilities(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
+                                       int64_t keyChunks, bool whole, float* __restrict st,
+                                       const F16x (&mSub)[kStripTiles], F16x (&total)[kStripTiles],
+                                       uint16_t* __restrict pb, bool tiles) {
+    for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
+        const KeptRows b0 = whole ? KeptRows{0, kStripRows} : keptRows(rule, q0, kStripRows, k0 + j);
+        const KeptRows b1 = whole ? KeptRows{0, kStripRows} : keptRows(rule, q0, kStripRows, k0 + j + 1);
+        for (int64_t g = 0; g < kStripTiles; ++g) {
+            const F16x e0 = probabilityLanes(p.scale, b0, j, nk, g, whole, mSub[g], st, !tiles);
+            const F16x e1 = probabilityLanes(p.scale, b1, j + 1, nk, g, whole, mSub[g], st, !tiles);
+            total[g] = total[g] + e0;
+            total[g] = total[g] + e1;
+            // 16 pairs (row 16 g + i: keys j, j + 1) fill one row of B tile g of the chunk
             if (tiles)
-                storeLanes(pb + (j / kTileK) * rowTiles * kTileElems + ((j % kTileK) / 2) * kTileK +
-                               (r / kTileN) * kTileElems,
+                storeLanes(pb + (j / kTileK) * kStripTiles * kTileElems + ((j % kTileK) / 2) * kTileK + g * kTileElems,
                            narrowLanes<kind>(e0) | (narrowLanes<kind>(e1) << 16));
         }
-        storeLanes(l + r, loadLanes(l + r) * a + total);
     }
+}
+
+// stripProbabilities with tiles where beginStrip and stripMaximaFast found no NaN or infinity:
+// the same bits through lanes.hpp's fast steps (no probability is NaN, none denormal: an exp
+// result is 0 or at least 2^-126).
+template <bool kWhole>
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) F16x probabilityLanesFast(float scale, const SeqRule& rule,
+                                                                             int64_t q0, int64_t k0, int64_t j,
+                                                                             int64_t nk, int64_t g, F16x mSub,
+                                                                             const float* __restrict st) {
+    if (j >= nk) return splat(0.0f);
+    F16x x = loadLanes(st + j * kStripRows + g * kLanes) * scale;
+    if (!kWhole) x = select(keptLanes(keptRows(rule, q0, kStripRows, k0 + j), g * kLanes), x, splat(tile::kNegInf));
+    return cpu::amx::expLanesNotNaN(x - mSub);
+}
+template <DotKind kind, bool kWhole>
+ATTNOPS_AMX_FN void stripProbabilitiesFast(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0,
+                                           int64_t nk, int64_t keyChunks, const float* __restrict st,
+                                           const F16x (&mSub)[kStripTiles], F16x (&total)[kStripTiles],
+                                           uint16_t* __restrict pb) {
+    for (int64_t j = 0; j < keyChunks * kTileK; j += 2)
+        for (int64_t g = 0; g < kStripTiles; ++g) {
+            const F16x e0 = probabilityLanesFast<kWhole>(p.scale, rule, q0, k0, j, nk, g, mSub[g], st);
+            const F16x e1 = probabilityLanesFast<kWhole>(p.scale, rule, q0, k0, j + 1, nk, g, mSub[g], st);
+            total[g] = total[g] + e0;
+            total[g] = total[g] + e1;
+            uint16_t* row = pb + (j / kTileK) * kStripTiles * kTileElems + ((j % kTileK) / 2) * kTileK + g * kTileElems;
+            if constexpr (kind == DotKind::Bf16)
+                storeLanes(row, cpu::amx::bf16PairsNotDenormal(e0, e1));
+            else
+                storeLanes(row, narrowLanes<kind>(e0) | (narrowLanes<kind>(e1) << 16));
+        }
+}
+
+// Row i of head n1 from its accumulator row (dv fp32, scaled here), m and l: tile::storeRow's
+// arithmetic, with the rounding to the output's 16-bit type vectorised where the row is
+// contiguous.
+template <DotKind kind>
+ATTNOPS_AMX_FN void storeOutputRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, float m, float l,
+                                   float* __restrict acc) {
+    if (p.sink != nullptr) {
+        const float sink = p.sink[n1 * p.sinkStride];
+        const float mFinal = sink > m ? sink : m;
+        const float old = m == tile::kNegInf ? 0.0f : std::exp(m - mFinal);
+        l = l * old + std::exp(sink - mFinal);
+        for (int64_t c = 0; c < p.dv; ++c) acc[c] *= old;
+        m = mFinal;
+    }
+    const int64_t row = p.seq.qStart[size_t(u.b)] + i;
+    const float inv = l != 0.0f ? 1.0f / l : 0.0f;  // l == 0: no key kept; NaN propagates
+    for (int64_t c = 0; c < p.dv; ++c) acc[c] = l != 0.0f ? acc[c] * inv : 0.0f;
+    const int64_t offset = p.out.offset(u.b, n1, row, 0);
+    int64_t c = 0;
+    if (p.out.stride[3] == 1)
+        for (; c + kLanes <= p.dv; c += kLanes) {
+            const cpu::amx::H16x h = __builtin_convertvector(narrowLanes<kind>(loadLanes(acc + c)), cpu::amx::H16x);
+            std::memcpy(static_cast<uint16_t*>(p.out.data) + offset + c, &h, sizeof h);
+        }
+    for (; c < p.dv; ++c) p.out.store(u.b, n1, row, c, acc[c]);
+    if (p.writeStats)
+        for (int64_t lane = 0; lane < p.statLanes; ++lane) {
+            p.softmaxMax.store(u.b, n1, row, lane, m);
+            p.softmaxSum.store(u.b, n1, row, lane, l);
+        }
 }
 
 template <DotKind kind, class Tiles>
@@ -187,10 +316,11 @@ ATTNOPS_AMX_FN void forwardUnitTransposed(const ForwardParams& p, TileShape t, c
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
     const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
-    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), R = rowTiles * kTileN;
-    const int64_t kr = roundUp(t.keyRows, kTileK), qrPad = roundUp(t.queryRows, kTileM);
+    const int64_t rows = u.q1 - u.q0, R = roundUp(rows, kStripRows), rowTiles = R / kTileN;
+    const int64_t kr = roundUp(t.keyRows, kTileK), qrPad = roundUp(t.queryRows, kStripRows);
     const int64_t lda = h.dChunks * kTileK, dvPad = h.dvTiles * kTileM;
     const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    cpu::amx::TileSession<Tiles> session;
     for (int64_t g0 = 0; g0 < p.group; g0 += kHeadsPerPass) {
         const int64_t heads = std::min(kHeadsPerPass, p.group - g0);
         for (int64_t g = 0; g < heads; ++g) {
@@ -210,42 +340,78 @@ ATTNOPS_AMX_FN void forwardUnitTransposed(const ForwardParams& p, TileShape t, c
             const bool tiles = allFinite<kind>(sc.vt, dvPad * ldv);
             if (!tiles) tile::loadRows(p.v, u.b, u.n2, kvRow0, nk, h.dv, sc.vf);
             for (int64_t g = 0; g < heads; ++g) {
-                float* m = sc.m + g * qrPad;
-                float* l = sc.l + g * qrPad;
-                float* acc = sc.acc + g * dvPad * qrPad;
-                gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, lda, sc.qb + g * h.dChunks * qrPad * kTileK,
-                                  sc.st, R, false);
-                // Every row keeps every key of the block: no test per score.
-                const bool whole = blockFullyKept(rule, u.q0, u.q1, k0, k0 + nk, skv);
-                blockMaxima(p, rule, u.q0, k0, nk, R, whole, sc.st, sc.blockMax);
-                softmaxBlock<kind>(p, rule, u.q0, k0, nk, keyChunks, R, whole, sc.st, sc.blockMax, m, l, sc.alpha,
-                                   sc.pb, tiles);
-                bool rescale = false;
-                for (int64_t r = 0; r < R; r += kLanes) rescale |= cpu::amx::anyLane(loadLanes(sc.alpha + r) != 1.0f);
-                if (rescale)  // times 1 changes no bit: skipped while no row's maximum moves
-                    for (int64_t c = 0; c < h.dv; ++c)
-                        for (int64_t r = 0; r < R; r += kLanes)
-                            storeLanes(acc + c * R + r, loadLanes(acc + c * R + r) * loadLanes(sc.alpha + r));
-                if (tiles) {
-                    gemm<kind, Tiles>(h.dvTiles, rowTiles, keyChunks, sc.vt, ldv, sc.pb, acc, R, true);
-                    continue;
-                }
-                // fp32 steps over the kept keys only (0 * Inf would make NaN where the reference
-                // skips the key); rows with no kept key in the block add nothing.
-                for (int64_t j = 0; j < nk; ++j)
-                    for (int64_t r = 0; r < rows; ++r) {
-                        if (sc.blockMax[r] == tile::kNegInf || !rule.keeps(u.q0 + r, k0 + j)) continue;
-                        const float pj = sc.st[j * R + r];
-                        for (int64_t c = 0; c < h.dv; ++c) acc[c * R + r] += pj * sc.vf[j * h.dv + c];
+                const uint16_t* qb = sc.qb + g * h.dChunks * qrPad * kTileK;
+                for (int64_t s0 = 0; s0 < R; s0 += kStripRows) {
+                    float* acc = sc.acc + g * dvPad * qrPad + s0 * dvPad;  // the strip's O^T
+                    // The strip's real rows and the keys of the block that one of them keeps.
+                    const int64_t q0 = u.q0 + s0, q1 = std::min(u.q1, q0 + kStripRows);
+                    const KeyRange strip = keyRange(rule, q0, q1, skv);
+                    if (std::max(k0, strip.lo) >= std::min(k0 + nk, strip.hi)) continue;
+                    const int64_t nkS = std::min(k0 + nk, strip.hi) - k0, keyChunksS = chunksOf(nkS);
+                    gemmOn<kind>(session.tiles, tilesOf(nkS), kStripTiles, h.dChunks, sc.ka, lda, qb + s0 / kTileN * kTileElems,
+                                      rowTiles * kTileElems, sc.st, kStripRows, false);
+                    // Every row keeps every key of the block: no test per score.
+                    const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nkS, skv);
+                    F16x blockMax[kStripTiles], alpha[kStripTiles], mSub[kStripTiles], total[kStripTiles];
+                    const bool clean = p.scale > 0.0f && (whole ? stripMaximaFast<true>(p, rule, q0, k0, nkS, sc.st, blockMax)
+                                                                 : stripMaximaFast<false>(p, rule, q0, k0, nkS, sc.st, blockMax));
+                    if (!clean) stripMaxima(p, rule, q0, k0, nkS, whole, sc.st, blockMax);
+                    float* m = sc.m + g * qrPad + s0;
+                    float* l = sc.l + g * qrPad + s0;
+                    const bool finite = beginStrip(blockMax, m, alpha, mSub);
+                    for (int64_t lg = 0; lg < kStripTiles; ++lg) total[lg] = splat(0.0f);
+                    if (clean && finite && tiles) {
+                        if (whole)
+                            stripProbabilitiesFast<kind, true>(p, rule, q0, k0, nkS, keyChunksS, sc.st, mSub, total, sc.pb);
+                        else
+                            stripProbabilitiesFast<kind, false>(p, rule, q0, k0, nkS, keyChunksS, sc.st, mSub, total, sc.pb);
+                    } else {
+                        stripProbabilities<kind>(p, rule, q0, k0, nkS, keyChunksS, whole, sc.st, mSub, total, sc.pb, tiles);
                     }
+                    for (int64_t lg = 0; lg < kStripTiles; ++lg)
+                        storeLanes(l + lg * kLanes, loadLanes(l + lg * kLanes) * alpha[lg] + total[lg]);
+                    I16x moved{};
+                    for (int64_t lg = 0; lg < kStripTiles; ++lg) moved |= alpha[lg] != 1.0f;
+                    if (cpu::amx::anyLane(moved))  // times 1 changes no bit: skipped while no row's maximum moves
+                        for (int64_t c = 0; c < h.dv; ++c)
+                            for (int64_t lg = 0; lg < kStripTiles; ++lg) {
+                                float* a = acc + c * kStripRows + lg * kLanes;
+                                storeLanes(a, loadLanes(a) * alpha[lg]);
+                            }
+                    if (tiles) {
+                        gemmOn<kind>(session.tiles, h.dvTiles, kStripTiles, keyChunksS, sc.vt, ldv, sc.pb, kStripTiles * kTileElems,
+                                          acc, kStripRows, true);
+                        continue;
+                    }
+                    // fp32 steps over the kept keys only (0 * Inf would make NaN where the
+                    // reference skips the key); rows with no kept key in the block add nothing.
+                    float rowMax[kStripRows];
+                    for (int64_t lg = 0; lg < kStripTiles; ++lg) storeLanes(rowMax + lg * kLanes, blockMax[lg]);
+                    for (int64_t j = 0; j < nkS; ++j)
+                        for (int64_t r = 0; r < q1 - q0; ++r) {
+                            if (rowMax[r] == tile::kNegInf || !rule.keeps(q0 + r, k0 + j)) continue;
+                            const float pj = sc.st[j * kStripRows + r];
+                            for (int64_t c = 0; c < h.dv; ++c) acc[c * kStripRows + r] += pj * sc.vf[j * h.dv + c];
+                        }
+                }
             }
         }
+        // O^T back to rows: 16 x 16 transposes of the accumulator, then each row scaled and stored.
         for (int64_t g = 0; g < heads; ++g) {
             const float* acc = sc.acc + g * dvPad * qrPad;
-            for (int64_t r = 0; r < rows; ++r) {
-                for (int64_t c = 0; c < h.dv; ++c) sc.row[c] = acc[c * R + r];
-                tile::storeRow(p, u, u.n2 * p.group + g0 + g, u.q0 + r, sc.m[g * qrPad + r], sc.l[g * qrPad + r],
-                               sc.row);
+            const int64_t n1 = u.n2 * p.group + g0 + g;
+            for (int64_t r0 = 0; r0 < rows; r0 += kLanes) {
+                const float* strip = acc + (r0 / kStripRows) * kStripRows * dvPad + r0 % kStripRows;
+                for (int64_t c0 = 0; c0 < dvPad; c0 += kLanes) {
+                    cpu::amx::U16x x[kLanes];  // x[c][r], then x[r][c]
+                    for (int64_t c = 0; c < kLanes; ++c)
+                        x[c] = cpu::amx::bitsOf(loadLanes(strip + (c0 + c) * kStripRows));
+                    cpu::amx::transposeLanes(x);
+                    for (int64_t r = 0; r < kLanes; ++r) storeLanes(sc.out + r * dvPad + c0, cpu::amx::floatsOf(x[r]));
+                }
+                for (int64_t r = 0; r < std::min(kLanes, rows - r0); ++r)
+                    storeOutputRow<kind>(p, u, n1, u.q0 + r0 + r, sc.m[g * qrPad + r0 + r], sc.l[g * qrPad + r0 + r],
+                                         sc.out + r * dvPad);
             }
         }
     }

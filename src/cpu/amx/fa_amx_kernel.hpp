@@ -415,23 +415,31 @@ int64_t rowsPerUnit(const ForwardParams& p, const std::vector<int64_t>& lengths,
 }
 
 // Transposed forward: units of up to 256 query rows against key blocks of 128.
+constexpr int64_t kForwardUnitRows = 256, kForwardKeyRows = 128;
 TileShape forwardTile(const ForwardParams& p, const PlatformInfo&) {
     if (!transposedForward(p)) return amxTile();
-    return TileShape{rowsPerUnit(p, p.seq.qLen, 256), 128};
+    return TileShape{rowsPerUnit(p, p.seq.qLen, kForwardUnitRows), kForwardKeyRows};
 }
 // Transposed backward: query units of up to 128 rows, key units of up to 256 keys (the key unit
 // packs each query block's Q and dO once for all its keys).
+constexpr int64_t kBackwardUnitRows = 128, kBackwardUnitKeys = 256;
 TileShape backwardTile(const BackwardParams& bp, const PlatformInfo&) {
     const ForwardParams& p = bp.fwd;
     if (!transposedForward(p)) return amxTile();
-    return TileShape{rowsPerUnit(p, p.seq.qLen, 128), rowsPerUnit(p, p.seq.kvLen, 256)};
+    return TileShape{rowsPerUnit(p, p.seq.qLen, kBackwardUnitRows), rowsPerUnit(p, p.seq.kvLen, kBackwardUnitKeys)};
 }
 
+// A thread's scratch holds the largest units rowsPerUnit may choose, whatever it chose for this
+// call: the workspace then depends on the head dims and the group, never on how many sequences a
+// call has (which sets how many units it needs and so the rows of each).
 uint64_t forwardScratchBytes(const ForwardParams& p, TileShape t) {
-    return transposedForward(p) ? scratchBytes<TransposedScratch>(p, t) : scratchBytes<ForwardScratch>(p, t);
+    return transposedForward(p) ? scratchBytes<TransposedScratch>(p, TileShape{kForwardUnitRows, t.keyRows})
+                                : scratchBytes<ForwardScratch>(p, t);
 }
 uint64_t backwardScratchBytes(const BackwardParams& p, TileShape t) {
-    return transposedForward(p.fwd) ? scratchBytes<TransposedBackwardScratch>(p, t) : scratchBytes<BackwardScratch>(p, t);
+    return transposedForward(p.fwd)
+               ? scratchBytes<TransposedBackwardScratch>(p, TileShape{kBackwardUnitRows, kBackwardUnitKeys})
+               : scratchBytes<BackwardScratch>(p, t);
 }
 
 // The entry points of one backend: bf16 through TDPBF16PS, fp16 through TDPFP16PS when

@@ -10,6 +10,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(ATTNOPS_AMX_HW_LANES)
+#include <immintrin.h>
+#endif
+
 // In a kernel translation unit these functions take its target (ATTNOPS_AMX_FN, defined before
 // the include: AVX-512 in fa_amx.cpp, none in the emulated build): clang refuses a 64-byte vector
 // argument or result between a caller with AVX-512 and a callee without.
@@ -105,6 +109,62 @@ ATTNOPS_AMX_LANES U16x bf16Lanes(F16x x) {
     const U16x rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
     const U16x nan = reinterpret_cast<U16x>((bits & 0x7fffffffu) > 0x7f800000u);
     return (((bits >> 16) | 0x40u) & nan) | (rounded & ~nan);
+}
+
+// The forward softmax's fast steps (fa_amx_forward.hpp), for lanes known to hold no NaN. The
+// hardware build (ATTNOPS_AMX_HW_LANES, defined by fa_amx.cpp, whose target has AVX512-BF16) uses
+// masked AVX-512 instructions; the portable definitions give the same bits on such lanes and are
+// what the emulated build runs.
+
+// m if it is larger than x, else x: MAXPS's rule (x where either is NaN, x on a tie).
+ATTNOPS_AMX_LANES F16x maxLanesFast(F16x m, F16x x) {
+#if defined(ATTNOPS_AMX_HW_LANES)
+    // (the masked form: GCC 12's _mm512_max_ps warns about its undefined pass-through operand)
+    return F16x(_mm512_mask_max_ps(__m512(m), __mmask16(0xFFFF), __m512(m), __m512(x)));
+#else
+    return select(m > x, m, x);
+#endif
+}
+
+// expLanes<false>(x) for lanes that are at most 0 and not NaN: clamped below with MAXPS (-87.3
+// for the lanes under it), the power of two 2^n applied with VSCALEFPS, which equals the
+// multiplication by the power's bits because both are exact there (n in [-126, 0], and at
+// n = -126 the polynomial is above 1: the product is a normal number), the clamped lanes zeroed
+// by the mask of that instruction.
+ATTNOPS_AMX_LANES F16x expLanesNotNaN(F16x x) {
+#if defined(ATTNOPS_AMX_HW_LANES)
+    const __m512 c = _mm512_mask_max_ps(__m512(x), __mmask16(0xFFFF), __m512(x), _mm512_set1_ps(-87.3f));
+    const __mmask16 live = _mm512_cmp_ps_mask(c, _mm512_set1_ps(-87.3f), _CMP_GT_OQ);
+    const F16x xc = F16x(c);
+    const F16x n = fmaLanes(xc, splat(1.44269504088896341f), splat(12582912.0f)) - 12582912.0f;
+    const F16x r = fmaLanes(n, splat(2.12194440e-4f), fmaLanes(n, splat(-0.693359375f), xc));
+    F16x poly = splat(1.0f / 5040.0f);
+    poly = fmaLanes(poly, r, splat(1.0f / 720.0f));
+    poly = fmaLanes(poly, r, splat(1.0f / 120.0f));
+    poly = fmaLanes(poly, r, splat(1.0f / 24.0f));
+    poly = fmaLanes(poly, r, splat(1.0f / 6.0f));
+    poly = fmaLanes(poly, r, splat(0.5f));
+    poly = fmaLanes(poly, r, splat(1.0f));
+    poly = fmaLanes(poly, r, splat(1.0f));
+    return F16x(_mm512_maskz_scalef_ps(live, __m512(poly), __m512(n)));
+#else
+    return expLanes<false>(x);
+#endif
+}
+
+// Two lanes' floatToBf16 as pairs (lo in the low halves, hi in the high ones), for lanes that are
+// not denormal (VCVTNE2PS2BF16 flushes those; it equals floatToBf16 on every other input, NaN
+// included).
+ATTNOPS_AMX_LANES U16x bf16PairsNotDenormal(F16x lo, F16x hi) {
+#if defined(ATTNOPS_AMX_HW_LANES)
+    // 16-bit elements 0-15 from lo, 16-31 from hi; then lo[i] and hi[i] side by side
+    const __m512i both = __m512i(_mm512_cvtne2ps_pbh(__m512(hi), __m512(lo)));
+    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                           6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return U16x(_mm512_permutexvar_epi16(order, both));
+#else
+    return bf16Lanes(lo) | (bf16Lanes(hi) << 16);
+#endif
 }
 
 // Two key rows' 16 16-bit elements as 16 pairs: lo in the low halves, hi in the high ones.
