@@ -1,6 +1,6 @@
 // FusedInferAttentionScore's prefill route ("avx2-prefill" / "avx512-prefill", and for bf16
-// "avx512-bf16-prefill" where the CPU's bf16 path is vdpbf16ps,
-// cpu/simd/fia_prefill.hpp): the FlashAttentionScore forward's structure with FIA's rounding of
+// "avx512-bf16-prefill" where the CPU's bf16 path is vdpbf16ps, cpu/simd/fia_prefill.hpp; "amx-prefill"
+// where the CPU has AMX and "amx-emulated-prefill" everywhere, cpu/amx/fia_amx_prefill.hpp): the FlashAttentionScore forward's structure with FIA's rounding of
 // the probabilities. Checked against the double reference under the tolerance rule on prefill
 // shapes around the query tile (120 rows on AVX2) and key block edges, empty and length-1
 // sequences, GQA, sparse modes 0-4, left padding, TND with tail rows, fully masked rows, sinks,
@@ -242,15 +242,16 @@ TEST(FiaPrefillRoute, EveryImplementationOnPrefillShapes) {
     int ran = 0;
     for (const FiaProblem& p : {sink, varlen})
         for (const char* impl :
-             {"avx512-bf16-prefill", "avx512-prefill", "avx2-prefill", "avx512", "avx2", "tiled-generic", "reference"}) {
+             {"amx-prefill", "amx-emulated-prefill", "avx512-bf16-prefill", "avx512-prefill", "avx2-prefill", "avx512", "avx2",
+              "tiled-generic", "reference"}) {
             SCOPED_TRACE(std::string(impl) + " " + p.describe());
             ForcedImpl force(impl);
             FiaInstance inst(p);
             const attnopsStatus st = inst.run();
             if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
             if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && p.dtype != ATTNOPS_BFLOAT16 &&
-                std::string(impl) == "avx512-bf16-prefill")
-                continue;  // bf16 problems only
+                (std::string(impl) == "avx512-bf16-prefill" || std::string(impl) == "amx-prefill"))
+                continue;  // bf16 problems only (amx-prefill: fp16 where the CPU has AMX-FP16)
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
             EXPECT_EQ(lastImplementation(), impl);
             expectPasses(inst);
@@ -349,26 +350,114 @@ TEST(FiaPrefillRoute, RowStepsOfABlockWithNonFiniteValues) {
     if (route.empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
     const FiaProblem p = mode(prefill("BNSD", ATTNOPS_BFLOAT16, 1, 200, 200, 1, 1, 32), 3);
     const int64_t d = 32, infKey = 150;
-    FiaInstance finite(p);  // the route on finite values: the tolerance of this problem
-    ASSERT_EQ(finite.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-    const FiaCheck check = checkFia(finite);
-    ASSERT_TRUE(check.passed) << check.firstFailure;
     FiaInstance reference(p);
     {
         ForcedImpl force("reference");
         ASSERT_EQ(reference.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     }
-    FiaInstance withInf(p);
-    withInf.value.set(infKey * d, INFINITY);
-    ASSERT_EQ(withInf.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-    EXPECT_EQ(lastImplementation(), defaultRoute(ATTNOPS_BFLOAT16));
-    double worst = 0.0;
-    for (int64_t row = 0; row < infKey; ++row)
-        for (int64_t c = 0; c < d; ++c)
-            worst = std::max(worst, double(std::fabs(withInf.attentionOut.get(row * d + c) - reference.attentionOut.get(row * d + c))));
-    EXPECT_LE(worst, check.tolerance);
-    for (int64_t row = infKey; row < 200; ++row) {
-        EXPECT_TRUE(std::isinf(withInf.attentionOut.get(row * d))) << "row " << row;
-        EXPECT_TRUE(std::isfinite(withInf.attentionOut.get(row * d + 1))) << "row " << row;
+    // The default route, and the AMX route's fp32 steps on the emulator.
+    for (const std::string& impl : {std::string(), std::string("amx-emulated-prefill")}) {
+        SCOPED_TRACE(impl);
+        ForcedImpl force(impl.c_str());  // empty: the default choice
+        FiaInstance finite(p);  // the route on finite values: the tolerance of this problem
+        ASSERT_EQ(finite.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        const FiaCheck check = checkFia(finite);
+        ASSERT_TRUE(check.passed) << check.firstFailure;
+        FiaInstance withInf(p);
+        withInf.value.set(infKey * d, INFINITY);
+        ASSERT_EQ(withInf.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        EXPECT_EQ(lastImplementation(), impl.empty() ? defaultRoute(ATTNOPS_BFLOAT16) : impl);
+        double worst = 0.0;
+        for (int64_t row = 0; row < infKey; ++row)
+            for (int64_t c = 0; c < d; ++c)
+                worst = std::max(worst, double(std::fabs(withInf.attentionOut.get(row * d + c) -
+                                                         reference.attentionOut.get(row * d + c))));
+        EXPECT_LE(worst, check.tolerance);
+        for (int64_t row = infKey; row < 200; ++row) {
+            EXPECT_TRUE(std::isinf(withInf.attentionOut.get(row * d))) << "row " << row;
+            EXPECT_TRUE(std::isfinite(withInf.attentionOut.get(row * d + 1))) << "row " << row;
+        }
+    }
+}
+
+// The AMX route (cpu/amx/fia_amx_prefill.hpp) on the tile emulator, which runs everywhere, and
+// on the tiles where this CPU has AMX: every route problem it takes (bf16; fp16 on the emulator,
+// which models AMX-FP16) within the tolerance rule, the hardware giving the emulator's bits;
+// pseShift and masks whose content is read refused (they keep the vector routes).
+TEST(FiaPrefillRoute, AmxRouteMatchesTheReference) {
+    int emulated = 0;
+    for (const FiaProblem& p : routeProblems()) {
+        SCOPED_TRACE(p.describe());
+        FiaInstance onEmulator(p);
+        {
+            ForcedImpl force("amx-emulated-prefill");
+            ASSERT_EQ(onEmulator.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            EXPECT_EQ(lastImplementation(), "amx-emulated-prefill");
+        }
+        expectPasses(onEmulator);
+        ++emulated;
+        ForcedImpl force("amx-prefill");
+        FiaInstance onTiles(p);
+        const attnopsStatus st = onTiles.run();
+        if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;  // no AMX here
+        if (p.dtype == ATTNOPS_FLOAT16 && st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION) continue;  // no AMX-FP16
+        ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        EXPECT_TRUE(onTiles.attentionOut.bytes() == onEmulator.attentionOut.bytes());
+        EXPECT_TRUE(onTiles.softmaxLse.bytes() == onEmulator.softmaxLse.bytes());
+    }
+    EXPECT_EQ(emulated, int(routeProblems().size()));
+    for (const char* what : {"pse", "mask"}) {
+        FiaProblem p = prefill("BNSD", ATTNOPS_BFLOAT16, 1, 130, 140, 2, 1, 64);
+        (std::string(what) == "pse" ? p.pse : p.maskKind) = std::string(what) == "pse" ? "batch" : "random";
+        SCOPED_TRACE(p.describe());
+        ForcedImpl force("amx-emulated-prefill");
+        FiaInstance inst(p);
+        EXPECT_EQ(inst.run(), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
+    }
+    // Below one query tile of the route (64 rows) the FIA kernels keep the problem.
+    ForcedImpl force("amx-emulated-prefill");
+    FiaInstance shortQuery(prefill("BNSD", ATTNOPS_BFLOAT16, 2, 63, 300, 4, 2, 64));
+    EXPECT_EQ(shortQuery.run(), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
+}
+
+// Where the two operators' maths coincide (a zero query: see above), the AMX route gives
+// FlashAttentionScore's AMX bits, on the emulator; and the same bits for 1, 2 and 3 threads.
+TEST(FiaPrefillRoute, AmxRouteSameBitsAsFlashAttentionAndForAnyThreadCount) {
+    for (attnopsDataType dt : {ATTNOPS_BFLOAT16, ATTNOPS_FLOAT16}) {
+        FiaProblem fiaP = mode(prefill("BSND", dt, 1, 130, 257, 4, 2, 128), 3);
+        FaProblem faP = withMode(fixed("BSND", dt, 1, 130, 257, 4, 2, 128), 3);
+        faP.statLanes = 8;
+        SCOPED_TRACE(fiaP.describe());
+        FiaInstance fia(fiaP);
+        FaInstance fa(faP);
+        std::fill(fia.query.bytes().begin(), fia.query.bytes().end(), uint8_t(0));
+        fa.query.bytes() = fia.query.bytes();
+        fa.key.bytes() = fia.key.bytes();
+        fa.value.bytes() = fia.value.bytes();
+        {
+            ForcedImpl force("amx-emulated");
+            ASSERT_EQ(fa.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        }
+        ForcedImpl force("amx-emulated-prefill");
+        ASSERT_EQ(fia.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        EXPECT_TRUE(fia.attentionOut.bytes() == fa.attentionOut.bytes());
+    }
+    testsupport::ThreadsGuard guard;
+    const std::vector<FiaProblem> all = routeProblems();
+    for (const FiaProblem& p : {all[1], all[6], all[8]}) {
+        SCOPED_TRACE(p.describe());
+        std::vector<uint8_t> first;
+        for (int32_t threads : {1, 2, 3}) {
+            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+            ForcedImpl force("amx-emulated-prefill");
+            FiaInstance inst(p);
+            ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            std::vector<uint8_t> bytes = inst.attentionOut.bytes();
+            bytes.insert(bytes.end(), inst.softmaxLse.bytes().begin(), inst.softmaxLse.bytes().end());
+            if (threads == 1)
+                first = bytes;
+            else
+                EXPECT_TRUE(bytes == first) << threads << " threads";
+        }
     }
 }

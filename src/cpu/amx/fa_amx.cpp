@@ -4,33 +4,14 @@
 // bf16 problems; fp16 ones too where the CPU has AMX-FP16 and the compiler knows TDPFP16PS.
 // (-Wpsabi is off for this file in CMakeLists.txt: 64-byte vector values of cpu/amx/lanes.hpp
 // pass only between always-inlined functions.)
-#include "cpu/amx/hw_tiles.hpp"
-#include "cpu/isa.hpp"
-
-// 512-bit vectors for the auto-vectorised row steps (GCC and clang otherwise prefer 256 bits).
-#if defined(__clang__)
-#define ATTNOPS_AMX_FN                                                                                 \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c," ATTNOPS_AMX_TARGET_LIST), \
-                   min_vector_width(512)))
-#else
-#define ATTNOPS_AMX_FN                                                                                          \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c,prefer-vector-width=512," \
-                          ATTNOPS_AMX_TARGET_LIST)))
-#endif
-// lanes.hpp's fast steps as AVX-512 instructions (the emulated build runs their portable forms).
-#define ATTNOPS_AMX_HW_LANES 1
+#include "cpu/amx/hw_build.hpp"
 #include "cpu/amx/fa_amx_kernel.hpp"
 
 namespace attnops::fa {
 namespace {
 
 using Hw = Entries<cpu::amx::HwTiles, cpu::amx::HwTiles::kHasFp16>;
-
-bool hasAmx() {
-    const cpu::IsaFeatures& f = cpu::isa();
-    return f.amxGranted && f.amxBf16 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512bf16 && f.avx2 && f.fma &&
-           f.f16c;
-}
+using cpu::amx::hasAmx;
 
 template <typename Params>
 bool accepts(const Params& p) {

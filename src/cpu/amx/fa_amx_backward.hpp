@@ -109,6 +109,13 @@ inline HeadRows headRows(const TransposedBackwardScratch& sc, const HeadDims& h,
             sc.exactDelta + g * qrPad,                 sc.dqAcc + g * h.dTiles * kTileM * qrPad};
 }
 
+// Rows [row0, row0 + rows) of head n of a view from fp32 rows with leading dimension ld.
+ATTNOPS_AMX_FN void storeRows(const MutView4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
+                              const float* src, int64_t ld) {
+    for (int64_t r = 0; r < rows; ++r)
+        cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * ld);
+}
+
 // sum_c a[c] b[c]: 16 column lanes (c mod 16, ascending), then the lanes added in order.
 ATTNOPS_AMX_FN float dotInLanes(const float* a, const float* b, int64_t n) {
     F16x acc = splat(0.0f);

@@ -14,7 +14,6 @@
 #include "cpu/amx/pack.hpp"
 #include "cpu/amx/tile_gemm.hpp"
 #include "cpu/amx/tiles.hpp"
-#include "cpu/generic/convert.hpp"
 #include "ops/flash_attention_score/kernel.hpp"
 
 namespace attnops::fa {
@@ -83,13 +82,6 @@ struct HeadDims {
 constexpr int64_t kHeadsPerPass = 8;
 
 int64_t headsPerPass(const ForwardParams& p) { return std::min(p.group, kHeadsPerPass); }
-
-// Rows [row0, row0 + rows) of head n of a view from fp32 rows with leading dimension ld.
-ATTNOPS_AMX_FN void storeRows(const MutView4& view, int64_t b, int64_t n, int64_t row0, int64_t rows, int64_t cols,
-                              const float* src, int64_t ld) {
-    for (int64_t r = 0; r < rows; ++r)
-        cpu::storeRow(view.data, view.offset(b, n, row0 + r, 0), view.stride[3], view.dtype, cols, src + r * ld);
-}
 
 // Bytes of a thread's scratch: the layout carved from nothing.
 template <class Scratch, class Params>

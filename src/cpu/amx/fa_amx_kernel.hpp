@@ -395,30 +395,8 @@ ATTNOPS_AMX_FN void queryUnit(const BackwardParams& bp, TileShape t, const WorkU
     }
 }
 
-// Blocks of `rows` over the sequences' lengths (query or key/value) and kv heads: work units.
-int64_t unitsOf(const ForwardParams& p, const std::vector<int64_t>& lengths, int64_t rows) {
-    int64_t units = 0;
-    for (int64_t b = 0; b < p.seq.count; ++b) units += p.n2 * ((lengths[size_t(b)] + rows - 1) / rows);
-    return units;
-}
-
-// The largest of `largest`, largest / 2, ... (at least 64) that still cuts the problem into
-// kMinUnits units: large blocks amortise the packing of each K/V block over more query rows
-// (forward: 256 query rows ran 20% faster than 64 on BNSD S2048 D128, Intel Xeon with AMX,
-// bench/results/intel-xeon-amx/), while enough units keep the threads busy. From the shape alone,
-// so that the bits never depend on the thread count.
-int64_t rowsPerUnit(const ForwardParams& p, const std::vector<int64_t>& lengths, int64_t largest) {
-    constexpr int64_t kMinUnits = 64;
-    int64_t rows = largest;
-    while (rows > 64 && unitsOf(p, lengths, rows) < kMinUnits) rows /= 2;
-    return rows;
-}
-
-// Transposed forward: units of up to 256 query rows against key blocks of 128.
-constexpr int64_t kForwardUnitRows = 256, kForwardKeyRows = 128;
 TileShape forwardTile(const ForwardParams& p, const PlatformInfo&) {
-    if (!transposedForward(p)) return amxTile();
-    return TileShape{rowsPerUnit(p, p.seq.qLen, kForwardUnitRows), kForwardKeyRows};
+    return transposedForward(p) ? transposedForwardTile(p) : amxTile();
 }
 // Transposed backward: query units of up to 128 rows, key units of up to 256 keys (the key unit
 // packs each query block's Q and dO once for all its keys).
@@ -429,12 +407,9 @@ TileShape backwardTile(const BackwardParams& bp, const PlatformInfo&) {
     return TileShape{rowsPerUnit(p, p.seq.qLen, kBackwardUnitRows), rowsPerUnit(p, p.seq.kvLen, kBackwardUnitKeys)};
 }
 
-// A thread's scratch holds the largest units rowsPerUnit may choose, whatever it chose for this
-// call: the workspace then depends on the head dims and the group, never on how many sequences a
-// call has (which sets how many units it needs and so the rows of each).
+// A thread's scratch holds the largest units rowsPerUnit may choose (transposedForwardScratchBytes).
 uint64_t forwardScratchBytes(const ForwardParams& p, TileShape t) {
-    return transposedForward(p) ? scratchBytes<TransposedScratch>(p, TileShape{kForwardUnitRows, t.keyRows})
-                                : scratchBytes<ForwardScratch>(p, t);
+    return transposedForward(p) ? transposedForwardScratchBytes(p, t) : scratchBytes<ForwardScratch>(p, t);
 }
 uint64_t backwardScratchBytes(const BackwardParams& p, TileShape t) {
     return transposedForward(p.fwd)

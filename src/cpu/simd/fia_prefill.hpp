@@ -45,31 +45,9 @@ namespace attnops::fia::simd_prefill {
 
 namespace fs = fa::simd_forward;
 
-// The (b, kv head, row, dim) view of an unpaged key or value source with no extra parts: the
-// addressing of kvRowOffset (row t of batch b at kvStart[b] + t) as a FlashAttentionScore view.
-inline fa::View4 sourceView(const KvSource& s) {
-    fa::View4 v;
-    v.data = s.data;
-    v.dtype = s.dtype;
-    v.stride[0] = s.batchStride;
-    v.stride[1] = s.headStride;
-    v.stride[2] = s.rowStride;
-    v.stride[3] = s.dimStride;
-    return v;
-}
-
 template <class V>
 bool accepts(const Params& p) {
-    const fa::ForwardParams& c = p.core;
-    const bool plainSources = p.table.data == nullptr && p.cache == CacheFormat::None && !hasKvParts(p.key) &&
-                              !hasKvParts(p.value) && p.key.dimGroup == 0 && p.value.dimGroup == 0;
-    const bool plainValues = p.keyQuant.mode == Antiquant::None && p.valueQuant.mode == Antiquant::None &&
-                             !p.fullQuant.on && p.key.dtype == c.q.dtype && p.value.dtype == c.q.dtype &&
-                             (c.q.dtype == DType::F16 || c.q.dtype == DType::BF16) && p.probDType == c.q.dtype;
-    const bool plainCore = p.ropeDim == 0 && !p.valueIsKey && p.tree == nullptr && !c.dropout.enabled &&
-                           c.sink == nullptr && !c.writeStats && c.mask.sparseMode >= 0 && c.mask.sparseMode <= 4;
-    return !p.decode && plainSources && plainValues && plainCore && c.d <= fa::kMaxHeadDim && c.dv <= fa::kMaxHeadDim &&
-           c.seq.maxQLen >= V::kQueryRows;
+    return prefillRouteProblem(p, V::kQueryRows);
 }
 
 template <class V>

@@ -15,6 +15,7 @@ namespace attnops::fia {
 const std::vector<const ForwardKernel*>& forwardKernels() {
     // The prefill routes first: they accept only prefill shapes, which they run faster.
     static const std::vector<const ForwardKernel*> list = {
+        &forwardKernelAmxPrefill(),        &forwardKernelAmxEmulatedPrefill(),
         &forwardKernelAvx512Bf16Prefill(), &forwardKernelAvx512Prefill(), &forwardKernelAvx2Prefill(),
         &forwardKernelAvx512Bf16(),        &forwardKernelAvx512(),        &forwardKernelAvx2(),
         &forwardKernelTiled(),

@@ -20,6 +20,37 @@ using fa::TileShape;
 // the unnormalised, dequantised accumulator (dv floats).
 inline int64_t partialRowFloats(int64_t dv) { return 2 + dv; }
 
+// The problems of the prefill routes (cpu/simd/fia_prefill.hpp, cpu/amx/fia_amx_prefill.hpp),
+// which run FlashAttentionScore's forward with FIA's precision model: the prefill branch (not the
+// Q_S = 1 decode step) with at least minQueryRows query rows in its longest sequence, unpaged
+// fp16/bf16 key and value without tensor lists, shared prefix or dequantisation, P rounded to the
+// query dtype, no MLA rope, tree mask or dropout, sparse modes 0-4.
+inline bool prefillRouteProblem(const Params& p, int64_t minQueryRows) {
+    const fa::ForwardParams& c = p.core;
+    const bool plainSources = p.table.data == nullptr && p.cache == CacheFormat::None && !hasKvParts(p.key) &&
+                              !hasKvParts(p.value) && p.key.dimGroup == 0 && p.value.dimGroup == 0;
+    const bool plainValues = p.keyQuant.mode == Antiquant::None && p.valueQuant.mode == Antiquant::None &&
+                             !p.fullQuant.on && p.key.dtype == c.q.dtype && p.value.dtype == c.q.dtype &&
+                             (c.q.dtype == DType::F16 || c.q.dtype == DType::BF16) && p.probDType == c.q.dtype;
+    const bool plainCore = p.ropeDim == 0 && !p.valueIsKey && p.tree == nullptr && !c.dropout.enabled &&
+                           c.sink == nullptr && !c.writeStats && c.mask.sparseMode >= 0 && c.mask.sparseMode <= 4;
+    return !p.decode && plainSources && plainValues && plainCore && c.d <= fa::kMaxHeadDim && c.dv <= fa::kMaxHeadDim &&
+           c.seq.maxQLen >= minQueryRows;
+}
+
+// The (b, kv head, row, dim) view of an unpaged key or value source with no extra parts: the
+// addressing of kvRowOffset (row t of batch b at kvStart[b] + t) as a FlashAttentionScore view.
+inline fa::View4 sourceView(const KvSource& s) {
+    fa::View4 v;
+    v.data = s.data;
+    v.dtype = s.dtype;
+    v.stride[0] = s.batchStride;
+    v.stride[1] = s.headStride;
+    v.stride[2] = s.rowStride;
+    v.stride[3] = s.dimStride;
+    return v;
+}
+
 struct WorkUnit {
     int64_t b = 0, n2 = 0, q0 = 0, q1 = 0;  // batch, kv head, query rows [q0, q1)
     int64_t k0 = 0, k1 = 0;                 // the keys of this unit (the rows' whole key range unless split)
@@ -43,6 +74,8 @@ struct ForwardKernel {
 // Fastest first, reference last.
 const std::vector<const ForwardKernel*>& forwardKernels();
 
+const ForwardKernel& forwardKernelAmxPrefill();  // prefill route on AMX tiles (cpu/amx/fia_amx_prefill.hpp)
+const ForwardKernel& forwardKernelAmxEmulatedPrefill();  // the same on the tile emulator: forced only
 const ForwardKernel& forwardKernelAvx512Bf16Prefill();  // prefill route (cpu/simd/fia_prefill.hpp)
 const ForwardKernel& forwardKernelAvx512Prefill();
 const ForwardKernel& forwardKernelAvx2Prefill();

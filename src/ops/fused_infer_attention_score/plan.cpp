@@ -105,10 +105,11 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
             if (forcedKernel == k->name && !portable(*k) && k->available())
                 unsupported("ATTNOPS_FORCE_IMPL = {}: full int8 quantisation runs in tiled-generic or reference only", forcedKernel);
     // The bf16-pair entries (prefill route, decode) only where this CPU's bf16 path is the dot one
-    // (cpu/bf16_path.hpp), as FlashAttentionScore's avx512-bf16.
+    // (cpu/bf16_path.hpp), as FlashAttentionScore's avx512-bf16; the emulated AMX route only when
+    // forced.
     plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FusedInferAttentionScore", [](const ForwardKernel& k) {
         const bool pairs = &k == &forwardKernelAvx512Bf16Prefill() || &k == &forwardKernelAvx512Bf16();
-        return pairs && cpu::bf16Path().path != cpu::Bf16Path::Dot;
+        return (pairs && cpu::bf16Path().path != cpu::Bf16Path::Dot) || &k == &forwardKernelAmxEmulatedPrefill();
     });
     plan.threads = std::max(1, threads);
     const fa::ForwardParams& c = p.core;
