@@ -150,33 +150,67 @@ ATTNOPS_AMX_FN void loadQueryRows(const BackwardParams& bp, int64_t b, int64_t n
     }
 }
 
+// P and scale * dS of key row j's 16 lanes from r, from its raw scores x (S^T) and dP^T: 0 where
+// the key is not kept (outside the row's band and prefix, or the row's saved sum is 0); with
+// exactDelta, adds P dP of the kept lanes to it.
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) void gradientLanes(float scale, const HeadRows& hr, int64_t r,
+                                                                        bool whole, KeptRows band, F16x s, F16x dpr,
+                                                                        F16x& pr, F16x& ds, float* exactDelta) {
+    const F16x invL = loadLanes(hr.invL + r);
+    const I16x live = invL != 0.0f;
+    const I16x kept = whole ? live : live & keptLanes(band, r);
+    const F16x x = s * scale;
+    pr = select(kept, cpu::amx::expLanes(x - loadLanes(hr.m + r)) * invL, splat(0.0f));
+    ds = select(kept, pr * (dpr - loadLanes(hr.delta + r)) * scale, splat(0.0f));
+    if (exactDelta != nullptr)
+        storeLanes(exactDelta + r, loadLanes(exactDelta + r) + select(kept, pr * dpr, splat(0.0f)));
+}
+
 // The gradients of a block: st (raw S^T) becomes P and dpt (raw dP^T) scale * dS for keys
-// [k0, k0 + nk) and the R lanes, both 0 where a key is not kept (outside the row's band and
-// prefix, or the row's saved sum is 0); with exactDelta, adds sum_j P dP per lane (keys
+// [k0, k0 + nk) and the R lanes (gradientLanes); with exactDelta, adds sum_j P dP per lane (keys
 // ascending). Whole blocks skip the band test. (Rounding P and dS for the tiles in this loop
 // instead of in the packs below made it slower on AMD Zen 4: 1.0 against 0.8 ns per score, its
 // chains too long for the out-of-order window: bench/results/intel-xeon-amx/softmax_steps.cpp.)
 ATTNOPS_AMX_FN void blockGradients(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
                                    int64_t nk, int64_t skv, int64_t R, const HeadRows& hr, float* __restrict st,
                                    float* __restrict dpt, float* exactDelta) {
-    const float scale = p.scale;
     const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
     for (int64_t j = 0; j < nk; ++j) {
         float* __restrict s = st + j * R;
         float* __restrict dp = dpt + j * R;
         const KeptRows band = keptRows(rule, q0, R, k0 + j);
         for (int64_t r = 0; r < R; r += kLanes) {
-            const F16x invL = loadLanes(hr.invL + r);
-            const I16x live = invL != 0.0f;
-            const I16x kept = whole ? live : live & keptLanes(band, r);
-            const F16x x = loadLanes(s + r) * scale;
-            const F16x pr = select(kept, cpu::amx::expLanes(x - loadLanes(hr.m + r)) * invL, splat(0.0f));
-            const F16x dpr = loadLanes(dp + r);
-            const F16x ds = pr * (dpr - loadLanes(hr.delta + r));
+            F16x pr, ds;
+            gradientLanes(p.scale, hr, r, whole, band, loadLanes(s + r), loadLanes(dp + r), pr, ds, exactDelta);
             storeLanes(s + r, pr);
-            storeLanes(dp + r, select(kept, ds * scale, splat(0.0f)));
-            if (exactDelta != nullptr)
-                storeLanes(exactDelta + r, loadLanes(exactDelta + r) + select(kept, pr * dpr, splat(0.0f)));
+            storeLanes(dp + r, ds);
+        }
+    }
+}
+
+// The query unit's gradients of a block with tiles: only scale * dS, straight into its B operand
+// for dQ^T += K^T.dS^T (keyChunks x R/16 tiles: tile row i of a chunk holds keys 2i and 2i + 1
+// of its 16 lanes, rounded; 0 past nk), with no fp32 P or dS stored: the query unit multiplies
+// nothing else. exactDelta as in blockGradients (keys ascending).
+template <DotKind kind>
+ATTNOPS_AMX_FN void blockGradientPairs(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
+                                       int64_t nk, int64_t keyChunks, int64_t skv, int64_t R, const HeadRows& hr,
+                                       const float* __restrict st, const float* __restrict dpt, float* exactDelta,
+                                       uint16_t* __restrict dsb) {
+    const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
+    const int64_t rowTiles = R / kTileN;
+    for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
+        uint16_t* pairRow = dsb + (j / kTileK) * rowTiles * kTileElems + ((j % kTileK) / 2) * kTileK;
+        const KeptRows band0 = keptRows(rule, q0, R, k0 + j), band1 = keptRows(rule, q0, R, k0 + j + 1);
+        for (int64_t r = 0; r < R; r += kLanes) {
+            F16x pr, ds0 = splat(0.0f), ds1 = splat(0.0f);
+            if (j < nk)
+                gradientLanes(p.scale, hr, r, whole, band0, loadLanes(st + j * R + r), loadLanes(dpt + j * R + r), pr,
+                              ds0, exactDelta);
+            if (j + 1 < nk)
+                gradientLanes(p.scale, hr, r, whole, band1, loadLanes(st + (j + 1) * R + r),
+                              loadLanes(dpt + (j + 1) * R + r), pr, ds1, exactDelta);
+            storeLanes(pairRow + (r / kTileN) * kTileElems, narrowLanes<kind>(ds0) | (narrowLanes<kind>(ds1) << 16));
         }
     }
 }
@@ -195,21 +229,6 @@ ATTNOPS_AMX_FN void packLanesAsRows(const float* __restrict src, int64_t nk, int
                 std::memcpy(out + r, &h, sizeof h);
             }
         std::fill(out + r, out + ld, uint16_t(0));
-    }
-}
-
-// fp32 [nk][R] as a B operand whose k axis runs over the keys: keyChunks x R/16 tiles of pairs.
-template <DotKind kind>
-ATTNOPS_AMX_FN void packLanesAsPairs(const float* __restrict src, int64_t nk, int64_t keyChunks, int64_t R,
-                                     uint16_t* __restrict dst) {
-    const int64_t rowTiles = R / kTileN;
-    for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
-        uint16_t* pairRow = dst + (j / kTileK) * rowTiles * kTileElems + ((j % kTileK) / 2) * kTileK;
-        for (int64_t r = 0; r < R; r += kLanes) {
-            const F16x e0 = j < nk ? loadLanes(src + j * R + r) : splat(0.0f);
-            const F16x e1 = j + 1 < nk ? loadLanes(src + (j + 1) * R + r) : splat(0.0f);
-            storeLanes(pairRow + (r / kTileN) * kTileElems, narrowLanes<kind>(e0) | (narrowLanes<kind>(e1) << 16));
-        }
     }
 }
 
@@ -302,12 +321,14 @@ ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, c
                 const HeadRows hr = headRows(sc, h, qrPad, g);
                 gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb, sc.st, R, false);
                 gemm<kind, Tiles>(keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob, sc.dpt, R, false);
-                blockGradients(p, rule, u.q0, u.q1, k0, nk, skv, R, hr, sc.st, sc.dpt, sink ? hr.exactDelta : nullptr);
+                float* exactDelta = sink ? hr.exactDelta : nullptr;
                 if (tiles) {
-                    packLanesAsPairs<kind>(sc.dpt, nk, keyChunks, R, sc.dsb);
+                    blockGradientPairs<kind>(p, rule, u.q0, u.q1, k0, nk, keyChunks, skv, R, hr, sc.st, sc.dpt, exactDelta,
+                                             sc.dsb);
                     gemm<kind, Tiles>(h.dTiles, rowTiles, keyChunks, sc.kt, ldkt, sc.dsb, hr.dqAcc, R, true);
                     continue;
                 }
+                blockGradients(p, rule, u.q0, u.q1, k0, nk, skv, R, hr, sc.st, sc.dpt, exactDelta);
                 for (int64_t j = 0; j < nk; ++j)
                     for (int64_t r = 0; r < rows; ++r) {
                         if (hr.invL[r] == 0.0f || !rule.keeps(u.q0 + r, k0 + j)) continue;
