@@ -151,6 +151,28 @@ std::string routeHere() {
     return "";
 }
 
+// The same output and softmaxLse bytes for 1, 2 and 3 worker threads (units are query blocks
+// cut from the problem), under the implementation `forced` ("": the default choice).
+void expectSameBitsForAnyThreadCount(const std::vector<FiaProblem>& problems, const char* forced) {
+    testsupport::ThreadsGuard guard;
+    for (const FiaProblem& p : problems) {
+        SCOPED_TRACE(p.describe());
+        std::vector<uint8_t> first;
+        for (int32_t threads : {1, 2, 3}) {
+            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+            ForcedImpl force(forced);
+            FiaInstance inst(p);
+            ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            std::vector<uint8_t> bytes = inst.attentionOut.bytes();
+            bytes.insert(bytes.end(), inst.softmaxLse.bytes().begin(), inst.softmaxLse.bytes().end());
+            if (threads == 1)
+                first = bytes;
+            else
+                EXPECT_TRUE(bytes == first) << threads << " threads";
+        }
+    }
+}
+
 }  // namespace
 
 TEST(FiaPrefillRoute, MatchesReferenceAndIsTheDefaultChoice) {
@@ -322,29 +344,15 @@ TEST(FiaPrefillRoute, SameBitsAsFlashAttentionWhereTheMathsCoincide) {
 // The same bits for 1, 2 and 3 worker threads (units are query blocks cut from the problem).
 TEST(FiaPrefillRoute, SameBitsForAnyThreadCount) {
     if (routeHere().empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
-    testsupport::ThreadsGuard guard;
     const std::vector<FiaProblem> all = routeProblems();
-    for (const FiaProblem& p : {all[5], all[6], all[8]}) {
-        SCOPED_TRACE(p.describe());
-        std::vector<uint8_t> first;
-        for (int32_t threads : {1, 2, 3}) {
-            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
-            FiaInstance inst(p);
-            ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-            std::vector<uint8_t> bytes = inst.attentionOut.bytes();
-            bytes.insert(bytes.end(), inst.softmaxLse.bytes().begin(), inst.softmaxLse.bytes().end());
-            if (threads == 1)
-                first = bytes;
-            else
-                EXPECT_TRUE(bytes == first) << threads << " threads";
-        }
-    }
+    expectSameBitsForAnyThreadCount({all[5], all[6], all[8]}, "");
 }
 
 // A block the causal band cuts whose values are not all finite takes the row steps (masked keys
 // skipped, as the reference does) with the same rounding of P: value row 150 holds +inf in dim 0.
 // Rows 120-149 share that block but never see key 150: they must match the reference of the same
 // inputs with a finite row 150 under the tolerance rule; rows 150-199 see it and get +inf there.
+// On the default route and on the AMX route's fp32 steps (the emulator).
 TEST(FiaPrefillRoute, RowStepsOfABlockWithNonFiniteValues) {
     const std::string route = routeHere();
     if (route.empty()) GTEST_SKIP() << "no prefill route runs on this CPU";
@@ -442,22 +450,6 @@ TEST(FiaPrefillRoute, AmxRouteSameBitsAsFlashAttentionAndForAnyThreadCount) {
         ASSERT_EQ(fia.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
         EXPECT_TRUE(fia.attentionOut.bytes() == fa.attentionOut.bytes());
     }
-    testsupport::ThreadsGuard guard;
     const std::vector<FiaProblem> all = routeProblems();
-    for (const FiaProblem& p : {all[1], all[6], all[8]}) {
-        SCOPED_TRACE(p.describe());
-        std::vector<uint8_t> first;
-        for (int32_t threads : {1, 2, 3}) {
-            ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
-            ForcedImpl force("amx-emulated-prefill");
-            FiaInstance inst(p);
-            ASSERT_EQ(inst.run(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-            std::vector<uint8_t> bytes = inst.attentionOut.bytes();
-            bytes.insert(bytes.end(), inst.softmaxLse.bytes().begin(), inst.softmaxLse.bytes().end());
-            if (threads == 1)
-                first = bytes;
-            else
-                EXPECT_TRUE(bytes == first) << threads << " threads";
-        }
-    }
+    expectSameBitsForAnyThreadCount({all[1], all[6], all[8]}, "amx-emulated-prefill");
 }

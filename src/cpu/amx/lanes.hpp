@@ -75,6 +75,21 @@ ATTNOPS_AMX_LANES F16x fmaLanes(F16x a, F16x b, F16x c) {
     return r;
 }
 
+// exp's reduction and polynomial of clamped lanes x: n = round(x / ln 2) and p(x - n ln 2), so that
+// exp(x) = p * 2^n.
+ATTNOPS_AMX_LANES F16x expPolynomial(F16x x, F16x& n) {
+    n = fmaLanes(x, splat(1.44269504088896341f), splat(12582912.0f)) - 12582912.0f;
+    const F16x r = fmaLanes(n, splat(2.12194440e-4f), fmaLanes(n, splat(-0.693359375f), x));
+    F16x poly = splat(1.0f / 5040.0f);
+    poly = fmaLanes(poly, r, splat(1.0f / 720.0f));
+    poly = fmaLanes(poly, r, splat(1.0f / 120.0f));
+    poly = fmaLanes(poly, r, splat(1.0f / 24.0f));
+    poly = fmaLanes(poly, r, splat(1.0f / 6.0f));
+    poly = fmaLanes(poly, r, splat(0.5f));
+    poly = fmaLanes(poly, r, splat(1.0f));
+    return fmaLanes(poly, r, splat(1.0f));
+}
+
 // exp per lane: cpu::fastExp's reduction and polynomial with fused multiply-adds (13 steps fewer
 // than separate multiplies and adds; not fastExp's bits: at most 0.92 ulp from exp, fastExp 1.22,
 // bench/results/intel-xeon-amx/exp_ulp.cpp). expLanes<false> is for
@@ -86,16 +101,8 @@ ATTNOPS_AMX_LANES F16x expLanes(F16x x) {
     const F16x input = x;
     x = select(x > -87.3f, x, splat(-87.3f));
     if constexpr (kClampAbove) x = select(x < 88.7f, x, splat(88.7f));
-    const F16x n = fmaLanes(x, splat(1.44269504088896341f), splat(12582912.0f)) - 12582912.0f;
-    const F16x r = fmaLanes(n, splat(2.12194440e-4f), fmaLanes(n, splat(-0.693359375f), x));
-    F16x poly = splat(1.0f / 5040.0f);
-    poly = fmaLanes(poly, r, splat(1.0f / 720.0f));
-    poly = fmaLanes(poly, r, splat(1.0f / 120.0f));
-    poly = fmaLanes(poly, r, splat(1.0f / 24.0f));
-    poly = fmaLanes(poly, r, splat(1.0f / 6.0f));
-    poly = fmaLanes(poly, r, splat(0.5f));
-    poly = fmaLanes(poly, r, splat(1.0f));
-    poly = fmaLanes(poly, r, splat(1.0f));
+    F16x n;
+    const F16x poly = expPolynomial(x, n);
     const I16x bits = (__builtin_convertvector(n, I16x) + 127) << 23;
     F16x scale;
     std::memcpy(&scale, &bits, sizeof scale);
@@ -135,17 +142,8 @@ ATTNOPS_AMX_LANES F16x expLanesNotNaN(F16x x) {
 #if defined(ATTNOPS_AMX_HW_LANES)
     const __m512 c = _mm512_mask_max_ps(__m512(x), __mmask16(0xFFFF), __m512(x), _mm512_set1_ps(-87.3f));
     const __mmask16 live = _mm512_cmp_ps_mask(c, _mm512_set1_ps(-87.3f), _CMP_GT_OQ);
-    const F16x xc = F16x(c);
-    const F16x n = fmaLanes(xc, splat(1.44269504088896341f), splat(12582912.0f)) - 12582912.0f;
-    const F16x r = fmaLanes(n, splat(2.12194440e-4f), fmaLanes(n, splat(-0.693359375f), xc));
-    F16x poly = splat(1.0f / 5040.0f);
-    poly = fmaLanes(poly, r, splat(1.0f / 720.0f));
-    poly = fmaLanes(poly, r, splat(1.0f / 120.0f));
-    poly = fmaLanes(poly, r, splat(1.0f / 24.0f));
-    poly = fmaLanes(poly, r, splat(1.0f / 6.0f));
-    poly = fmaLanes(poly, r, splat(0.5f));
-    poly = fmaLanes(poly, r, splat(1.0f));
-    poly = fmaLanes(poly, r, splat(1.0f));
+    F16x n;
+    const F16x poly = expPolynomial(F16x(c), n);
     return F16x(_mm512_maskz_scalef_ps(live, __m512(poly), __m512(n)));
 #else
     return expLanes<false>(x);
