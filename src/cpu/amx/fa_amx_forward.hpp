@@ -14,10 +14,14 @@
 //   O^T += V^T . P^T   A: V transposed (packRowsTransposed) B: P^T, written in VNNI key pairs by
 //                                                            the softmax loop itself
 // O^T (dv rows x query rows) stays in scratch; a row's alpha multiplies a column of it, which is a
-// vector over rows again. K and V^T are packed once per key block for every head of a pass.
+// vector over rows again. K and V^T are packed once per key block for every head of a pass; the
+// unit's rows go through each block in strips of 32 (below). Where a block has no NaN or infinite
+// score, the softmax takes lanes.hpp's fast steps (MAXPS, VSCALEFPS, VCVTNE2PS2BF16 on the
+// hardware), whose portable forms give the same bits.
 //
 // Order of every reduction, fixed per element: TDP chains over k ascending (each in the SDM
-// order), the row max and sum over keys ascending, P.V over keys ascending (k chunks ascending).
+// order), the row sum over keys ascending, P.V over keys ascending (k chunks ascending); the row
+// max, which is exact, in two chains (even and odd keys).
 #pragma once
 
 #ifndef ATTNOPS_AMX_FN
@@ -28,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "cpu/amx/fa_amx_common.hpp"
 #include "cpu/amx/lanes.hpp"
@@ -60,7 +65,7 @@ struct TransposedScratch {
     float* m;        // [heads][rowsPad]
     float* l;        // [heads][rowsPad]
     float* vf;       // [keyRows][dv] fp32 V (a block whose values are not all finite)
-    float* out;      // [16][16 dvTiles] output rows
+    float* out;      // [16][16 dvTiles]                output rows
 
     TransposedScratch(const ForwardParams& p, TileShape t, Carver& c) {
         const HeadDims h(p);
@@ -75,9 +80,8 @@ struct TransposedScratch {
         m = c.take<float>(heads * qr);
         l = c.take<float>(heads * qr);
         vf = c.take<float>(kr * h.dv);
-        out = c.take<float>(kLanesOut * dvPad);
+        out = c.take<float>(kTileM * dvPad);
     }
-    static constexpr int64_t kLanesOut = 16;
 };
 
 // Blocks of `rows` over the sequences' lengths (query or key/value) and kv heads: work units.
