@@ -173,6 +173,19 @@ void expectSameBitsForAnyThreadCount(const std::vector<FiaProblem>& problems, co
     }
 }
 
+// A bf16 route problem with pseShift, and one with a mask whose content is read, refused by the
+// implementation `forced` (they stay on the fp32 route's vector pse/mask steps).
+void expectRefusesPseAndMasks(const char* forced) {
+    for (const char* what : {"pse", "mask"}) {
+        FiaProblem p = prefill("BNSD", ATTNOPS_BFLOAT16, 1, 130, 140, 2, 1, 64);
+        (std::string(what) == "pse" ? p.pse : p.maskKind) = std::string(what) == "pse" ? "batch" : "random";
+        SCOPED_TRACE(p.describe());
+        ForcedImpl force(forced);
+        FiaInstance inst(p);
+        EXPECT_EQ(inst.run(), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
+    }
+}
+
 }  // namespace
 
 TEST(FiaPrefillRoute, MatchesReferenceAndIsTheDefaultChoice) {
@@ -210,14 +223,7 @@ TEST(FiaPrefillRoute, Bf16PairsMatchTheReference) {
     EXPECT_EQ(ran, bf16);
     EXPECT_GE(bf16, 5);
     // pseShift and masks whose content is read stay on the fp32 route's vector pse/mask steps.
-    for (const char* what : {"pse", "mask"}) {
-        FiaProblem p = prefill("BNSD", ATTNOPS_BFLOAT16, 1, 130, 140, 2, 1, 64);
-        (std::string(what) == "pse" ? p.pse : p.maskKind) = std::string(what) == "pse" ? "batch" : "random";
-        SCOPED_TRACE(p.describe());
-        ForcedImpl force("avx512-bf16-prefill");
-        FiaInstance inst(p);
-        EXPECT_EQ(inst.run(), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
-    }
+    expectRefusesPseAndMasks("avx512-bf16-prefill");
 }
 
 TEST(FiaPrefillRoute, RefusedProblemsKeepTheFiaKernels) {
@@ -414,14 +420,7 @@ TEST(FiaPrefillRoute, AmxRouteMatchesTheReference) {
         EXPECT_TRUE(onTiles.softmaxLse.bytes() == onEmulator.softmaxLse.bytes());
     }
     EXPECT_EQ(emulated, int(routeProblems().size()));
-    for (const char* what : {"pse", "mask"}) {
-        FiaProblem p = prefill("BNSD", ATTNOPS_BFLOAT16, 1, 130, 140, 2, 1, 64);
-        (std::string(what) == "pse" ? p.pse : p.maskKind) = std::string(what) == "pse" ? "batch" : "random";
-        SCOPED_TRACE(p.describe());
-        ForcedImpl force("amx-emulated-prefill");
-        FiaInstance inst(p);
-        EXPECT_EQ(inst.run(), ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION);
-    }
+    expectRefusesPseAndMasks("amx-emulated-prefill");
     // Below one query tile of the route (64 rows) the FIA kernels keep the problem.
     ForcedImpl force("amx-emulated-prefill");
     FiaInstance shortQuery(prefill("BNSD", ATTNOPS_BFLOAT16, 2, 63, 300, 4, 2, 64));
