@@ -327,14 +327,7 @@ ATTNOPS_AMX_FN void stripProbabilitiesFast(const ForwardParams& p, const SeqRule
 template <DotKind kind>
 ATTNOPS_AMX_FN void storeOutputRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, float m, float l,
                                    float* __restrict acc) {
-    if (p.sink != nullptr) {
-        const float sink = p.sink[n1 * p.sinkStride];
-        const float mFinal = sink > m ? sink : m;
-        const float old = m == tile::kNegInf ? 0.0f : std::exp(m - mFinal);
-        l = l * old + std::exp(sink - mFinal);
-        for (int64_t c = 0; c < p.dv; ++c) acc[c] *= old;
-        m = mFinal;
-    }
+    tile::joinSink(p, n1, m, l, acc);
     const int64_t row = p.seq.qStart[size_t(u.b)] + i;
     const float inv = l != 0.0f ? 1.0f / l : 0.0f;  // l == 0: no key kept; NaN propagates
     for (int64_t c = 0; c < p.dv; ++c) acc[c] = l != 0.0f ? acc[c] * inv : 0.0f;
@@ -346,11 +339,7 @@ ATTNOPS_AMX_FN void storeOutputRow(const ForwardParams& p, const WorkUnit& u, in
             std::memcpy(static_cast<uint16_t*>(p.out.data) + offset + c, &h, sizeof h);
         }
     for (; c < p.dv; ++c) p.out.store(u.b, n1, row, c, acc[c]);
-    if (p.writeStats)
-        for (int64_t lane = 0; lane < p.statLanes; ++lane) {
-            p.softmaxMax.store(u.b, n1, row, lane, m);
-            p.softmaxSum.store(u.b, n1, row, lane, l);
-        }
+    tile::storeRowStats(p, u.b, n1, row, m, l);
 }
 
 // The end of a row in FlashAttentionScore (storeOutputRow), and what the fp32 steps multiply V

@@ -120,24 +120,34 @@ ATTNOPS_INLINE void accumulateRow(const ForwardParams& p, const WorkUnit& u, int
     }
 }
 
+// The learnable sink of head n1 joins a finished row's softmax: m becomes max(m, sink), l and acc
+// are rescaled to it (computed against the larger, so that exp never overflows).
+ATTNOPS_INLINE void joinSink(const ForwardParams& p, int64_t n1, float& m, float& l, float* acc) {
+    if (p.sink == nullptr) return;
+    const float sink = p.sink[n1 * p.sinkStride];
+    const float mFinal = sink > m ? sink : m;
+    const float old = m == kNegInf ? 0.0f : std::exp(m - mFinal);
+    l = l * old + std::exp(sink - mFinal);
+    for (int64_t c = 0; c < p.dv; ++c) acc[c] *= old;
+    m = mFinal;
+}
+
+// softmaxMax and softmaxSum of row `row` (absolute) of head n1, when the call writes them.
+ATTNOPS_INLINE void storeRowStats(const ForwardParams& p, int64_t b, int64_t n1, int64_t row, float m, float l) {
+    if (!p.writeStats) return;
+    for (int64_t lane = 0; lane < p.statLanes; ++lane) {
+        p.softmaxMax.store(b, n1, row, lane, m);
+        p.softmaxSum.store(b, n1, row, lane, l);
+    }
+}
+
 ATTNOPS_INLINE void storeRow(const ForwardParams& p, const WorkUnit& u, int64_t n1, int64_t i, float m, float l,
                              float* acc) {
-    if (p.sink != nullptr) {
-        const float sink = p.sink[n1 * p.sinkStride];
-        const float mFinal = sink > m ? sink : m;
-        const float old = m == kNegInf ? 0.0f : std::exp(m - mFinal);
-        l = l * old + std::exp(sink - mFinal);
-        for (int64_t c = 0; c < p.dv; ++c) acc[c] *= old;
-        m = mFinal;
-    }
+    joinSink(p, n1, m, l, acc);
     const int64_t row = p.seq.qStart[size_t(u.b)] + i;
     const float inv = l != 0.0f ? 1.0f / l : 0.0f;  // l == 0: no key kept; NaN propagates
     for (int64_t c = 0; c < p.dv; ++c) p.out.store(u.b, n1, row, c, l != 0.0f ? acc[c] * inv : 0.0f);
-    if (p.writeStats)
-        for (int64_t lane = 0; lane < p.statLanes; ++lane) {
-            p.softmaxMax.store(u.b, n1, row, lane, m);
-            p.softmaxSum.store(u.b, n1, row, lane, l);
-        }
+    storeRowStats(p, u.b, n1, row, m, l);
 }
 
 // Gradients of row i against keys [k0, k0 + nk) from its raw scores s = q . k and dp = dO . v:
