@@ -623,6 +623,10 @@ std::vector<Case> emulatedCases() {
     // query rows; backward 128-row query units, 256-key key units), with partial tails.
     cases.push_back({"wide_rows_bf16_causal", withMode(fixed("BNSD", BF16, 1, 272, 280, 64, 64, 16), 2)});
     cases.push_back({"wide_keys_bf16", fixed("BNSD", BF16, 1, 40, 300, 64, 64, 16)});
+    // The transposed forward packs keys by superblocks of 512: three of them, the last partial,
+    // with and without a band that starts and ends inside them.
+    cases.push_back({"superblocks_bf16", fixed("BNSD", BF16, 1, 40, 1100, 2, 1, 32)});
+    cases.push_back({"superblocks_band_bf16", withMode(fixed("BNSD", BF16, 1, 300, 1100, 2, 1, 32), 4, 500, 100)});
     return cases;
 }
 
@@ -679,6 +683,20 @@ TEST(AmxEmulated, NonFiniteInputsTakeTheRowSteps) {
     ASSERT_EQ(attnops::tools::runBackward(inst, g), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     const attnops::tools::GradCheck grc = attnops::tools::checkBackward(inst, g);
     EXPECT_TRUE(grc.passed) << grc.failure;
+}
+
+TEST(AmxEmulated, NonFiniteValuesInALaterSuperblockTakeTheRowSteps) {
+    // 1100 keys: the last key block of the transposed forward's second superblock of 512 (keys
+    // 896-1023) holds the infinite value, which the band (mode 4, no explicit mask: row i keeps
+    // keys up to i + 900) hides from the first 50 rows, while the first strip's last k chunk
+    // (keys 928-959) holds it.
+    FaProblem p = withMode(fixed("BNSD", BF16, 1, 64, 1100, 1, 1, 32), 4, 2000, -136);
+    FaInstance inst(p);
+    inst.value.set(950 * 32 + 3, std::numeric_limits<float>::infinity());
+    ForcedImpl force("amx-emulated");
+    ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    const auto rc = attnops::tools::checkForwardRows(inst, -1);
+    EXPECT_TRUE(rc.passed) << rc.firstFailure << (rc.nanMismatch ? " NaN mismatch" : "");
 }
 
 TEST(AmxEmulated, NeverChosenByDefaultAndRejectsFloat32) {

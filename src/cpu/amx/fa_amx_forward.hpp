@@ -15,7 +15,7 @@
 //                                                            the softmax loop itself
 // O^T (dv rows x query rows) stays in scratch; a row's alpha multiplies a column of it, which is a
 // vector over rows again. K and V^T are packed once per key block for every head of a pass; the
-// unit's rows go through each block in strips of 32 (below). Where a block has no NaN or infinite
+// unit's rows go through them in strips of 32, a superblock of key blocks at a time (below). Where a block has no NaN or infinite
 // score, the softmax takes lanes.hpp's fast steps (MAXPS, VSCALEFPS, VCVTNE2PS2BF16 on the
 // hardware), whose portable forms give the same bits.
 //
@@ -54,11 +54,13 @@ inline bool transposedForward(const ForwardParams& p) { return amxTransposedForw
 // A strip also skips the keys that none of its rows keeps (the causal triangle's far side).
 constexpr int64_t kStripRows = 32;
 constexpr int64_t kStripTiles = kStripRows / kTileN;
+// Key blocks per superblock (forwardUnitTransposedWith).
+constexpr int64_t kSuperBlocks = 4;
 
 struct TransposedScratch {
     uint16_t* qb;    // [heads] dChunks x rowTiles B tiles: Q^T
-    uint16_t* ka;    // [keyRows][32 dChunks]           K, A of S^T
-    uint16_t* vt;    // [16 dvTiles][keyRows]           V^T, A of O^T
+    uint16_t* ka;    // [kSuperBlocks][keyRows][32 dChunks]  K, A of S^T
+    uint16_t* vt;    // [kSuperBlocks][16 dvTiles][keyRows]  V^T, A of O^T
     uint16_t* pb;    // keyChunks x 2 B tiles           a strip's P^T
     float* st;       // [keyRows][32]                   a strip's scores, then probabilities
     float* acc;      // [heads][rowsPad / 32][16 dvTiles][32] O^T, a strip's columns together
@@ -72,8 +74,8 @@ struct TransposedScratch {
         const int64_t qr = roundUp(t.queryRows, kStripRows), kr = roundUp(t.keyRows, kTileK), heads = headsPerPass(p);
         const int64_t dvPad = h.dvTiles * kTileM;
         qb = c.take<uint16_t>(heads * h.dChunks * qr * kTileK);
-        ka = c.take<uint16_t>(kr * h.dChunks * kTileK);
-        vt = c.take<uint16_t>(dvPad * kr);
+        ka = c.take<uint16_t>(kSuperBlocks * kr * h.dChunks * kTileK);
+        vt = c.take<uint16_t>(kSuperBlocks * dvPad * kr);
         pb = c.take<uint16_t>(kr * kStripRows);
         st = c.take<float>(kr * kStripRows);
         acc = c.take<float>(heads * dvPad * qr);
@@ -355,9 +357,73 @@ struct FaRows {
     }
 };
 
+// One strip's step through one key block [k0, k0 + nk) of a superblock: S^T by tiles (the keys
+// [k0, k0 + nkS) that a row of the strip keeps), the online softmax, O^T += V^T.P^T by tiles (or
+// the fp32 steps where the block's values are not all finite: tiles false). ka and vt are the
+// block's packed K and V^T; m, l and acc the strip's.
+template <DotKind kind, class Tiles, class Rows>
+ATTNOPS_AMX_FN void stripBlock(const ForwardParams& p, const View4& v, const WorkUnit& u, const SeqRule& rule,
+                               const HeadDims& h, Tiles& tileUnit, int64_t q0, int64_t q1, int64_t k0, int64_t nk,
+                               int64_t nkS, const uint16_t* ka, const uint16_t* vt, bool tiles, const uint16_t* qb,
+                               int64_t qbChunkStride, float* m, float* l, float* acc, TransposedScratch& sc,
+                               const Rows& out) {
+    const int64_t skv = p.seq.kvLen[size_t(u.b)];
+    const int64_t keyChunksS = chunksOf(nkS), lda = h.dChunks * kTileK, ldv = chunksOf(nk) * kTileK;
+    gemmOn<kind>(tileUnit, tilesOf(nkS), kStripTiles, h.dChunks, ka, lda, qb, qbChunkStride, sc.st, kStripRows, false);
+    // Every row keeps every key of the block: no test per score.
+    const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nkS, skv);
+    F16x blockMax[kStripTiles], alpha[kStripTiles], mSub[kStripTiles], total[kStripTiles];
+    const bool clean = p.scale > 0.0f && (whole ? stripMaximaFast<true>(p, rule, q0, k0, nkS, sc.st, blockMax)
+                                                 : stripMaximaFast<false>(p, rule, q0, k0, nkS, sc.st, blockMax));
+    if (!clean) stripMaxima(p, rule, q0, k0, nkS, whole, sc.st, blockMax);
+    const bool finite = beginStrip(blockMax, m, alpha, mSub);
+    for (int64_t lg = 0; lg < kStripTiles; ++lg) total[lg] = splat(0.0f);
+    if (clean && finite && tiles) {
+        if (whole)
+            stripProbabilitiesFast<kind, true>(p, rule, q0, k0, nkS, keyChunksS, sc.st, mSub, total, sc.pb);
+        else
+            stripProbabilitiesFast<kind, false>(p, rule, q0, k0, nkS, keyChunksS, sc.st, mSub, total, sc.pb);
+    } else {
+        stripProbabilities<kind>(p, rule, q0, k0, nkS, keyChunksS, whole, sc.st, mSub, total, sc.pb, tiles);
+    }
+    for (int64_t lg = 0; lg < kStripTiles; ++lg)
+        storeLanes(l + lg * kLanes, loadLanes(l + lg * kLanes) * alpha[lg] + total[lg]);
+    I16x moved{};
+    for (int64_t lg = 0; lg < kStripTiles; ++lg) moved |= alpha[lg] != 1.0f;
+    if (cpu::amx::anyLane(moved))  // times 1 changes no bit: skipped while no row's maximum moves
+        for (int64_t c = 0; c < h.dv; ++c)
+            for (int64_t lg = 0; lg < kStripTiles; ++lg) {
+                float* a = acc + c * kStripRows + lg * kLanes;
+                storeLanes(a, loadLanes(a) * alpha[lg]);
+            }
+    if (tiles) {
+        gemmOn<kind>(tileUnit, h.dvTiles, kStripTiles, keyChunksS, vt, ldv, sc.pb, kStripTiles * kTileElems, acc,
+                     kStripRows, true);
+        return;
+    }
+    // fp32 steps over the kept keys only (0 * Inf would make NaN where the reference skips the
+    // key); rows with no kept key in the block add nothing. Rare: V is read again for it.
+    tile::loadRows(v, u.b, u.n2, p.seq.kvStart[size_t(u.b)] + k0, nk, h.dv, sc.vf);
+    float rowMax[kStripRows];
+    for (int64_t lg = 0; lg < kStripTiles; ++lg) storeLanes(rowMax + lg * kLanes, blockMax[lg]);
+    for (int64_t j = 0; j < nkS; ++j)
+        for (int64_t r = 0; r < q1 - q0; ++r) {
+            if (rowMax[r] == tile::kNegInf || !rule.keeps(q0 + r, k0 + j)) continue;
+            const float pj = out.probability(sc.st[j * kStripRows + r]);
+            for (int64_t c = 0; c < h.dv; ++c) acc[c * kStripRows + r] += pj * sc.vf[j * h.dv + c];
+        }
+}
+
 // Rows [u.q0, u.q1) of the query heads of kv head u.n2 against every key they may see, with keys
 // and values read from k and v (FlashAttentionScore: p.k, p.v; FusedInferAttentionScore: its
 // sources), each row ending in rows.store.
+//
+// The keys go by superblocks of kSuperBlocks key blocks, packed once for every head and strip of
+// the unit (K and V^T, 128 KiB each at D 128: they stay in L2). Inside a superblock each strip
+// runs through its key blocks before the next strip starts, so that its Q^T, O^T, m and l stay in
+// L1 from one block to the next (1-2% faster than key blocks outermost, Intel Xeon with AMX,
+// bench/results/intel-xeon-amx/NOTES.md). A strip still meets its keys in ascending order: the
+// order changes no bit.
 template <DotKind kind, class Tiles, class Rows>
 ATTNOPS_AMX_FN void forwardUnitTransposedWith(const ForwardParams& p, const View4& k, const View4& v, TileShape t,
                                               const WorkUnit& u, void* scratch, const Rows& out) {
@@ -382,68 +448,33 @@ ATTNOPS_AMX_FN void forwardUnitTransposedWith(const ForwardParams& p, const View
             std::fill(sc.l + g * qrPad, sc.l + g * qrPad + R, 0.0f);
             std::fill(sc.acc + g * dvPad * qrPad, sc.acc + g * dvPad * qrPad + dvPad * R, 0.0f);
         }
-        for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += kr) {
-            const int64_t nk = std::min(kr, keys.hi - k0), keyTiles = tilesOf(nk), keyChunks = chunksOf(nk);
-            const int64_t ldv = keyChunks * kTileK, kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
-            cpu::amx::packRows(k, u.b, u.n2, kvRow0, nk, h.d, keyTiles * kTileM, lda, sc.ka);
-            cpu::amx::packRowsTransposed(v, u.b, u.n2, kvRow0, nk, h.dv, dvPad, ldv, sc.vt);
-            // O^T += V^T.P^T multiplies masked (zero) probabilities by V: only with finite values.
-            const bool tiles = allFinite<kind>(sc.vt, dvPad * ldv);
-            if (!tiles) tile::loadRows(v, u.b, u.n2, kvRow0, nk, h.dv, sc.vf);
+        for (int64_t sb = keys.lo; sb < keys.hi; sb += kSuperBlocks * kr) {
+            const int64_t sbEnd = std::min(keys.hi, sb + kSuperBlocks * kr);
+            bool tiles[kSuperBlocks];
+            for (int64_t k0 = sb, blk = 0; k0 < sbEnd; k0 += kr, ++blk) {
+                const int64_t nk = std::min(kr, sbEnd - k0), kvRow0 = p.seq.kvStart[size_t(u.b)] + k0;
+                const int64_t ldv = chunksOf(nk) * kTileK;
+                uint16_t* vt = sc.vt + blk * dvPad * kr;
+                cpu::amx::packRows(k, u.b, u.n2, kvRow0, nk, h.d, tilesOf(nk) * kTileM, lda, sc.ka + blk * kr * lda);
+                cpu::amx::packRowsTransposed(v, u.b, u.n2, kvRow0, nk, h.dv, dvPad, ldv, vt);
+                // O^T += V^T.P^T multiplies masked (zero) probabilities by V: only with finite values.
+                tiles[blk] = allFinite<kind>(vt, dvPad * ldv);
+            }
             for (int64_t g = 0; g < heads; ++g) {
                 const uint16_t* qb = sc.qb + g * h.dChunks * qrPad * kTileK;
                 for (int64_t s0 = 0; s0 < R; s0 += kStripRows) {
-                    float* acc = sc.acc + g * dvPad * qrPad + s0 * dvPad;  // the strip's O^T
-                    // The strip's real rows and the keys of the block that one of them keeps.
+                    // The strip's real rows and the keys that one of them keeps.
                     const int64_t q0 = u.q0 + s0, q1 = std::min(u.q1, q0 + kStripRows);
                     const KeyRange strip = keyRange(rule, q0, q1, skv);
-                    if (std::max(k0, strip.lo) >= std::min(k0 + nk, strip.hi)) continue;
-                    const int64_t nkS = std::min(k0 + nk, strip.hi) - k0, keyChunksS = chunksOf(nkS);
-                    gemmOn<kind>(session.tiles, tilesOf(nkS), kStripTiles, h.dChunks, sc.ka, lda, qb + s0 / kTileN * kTileElems,
-                                      rowTiles * kTileElems, sc.st, kStripRows, false);
-                    // Every row keeps every key of the block: no test per score.
-                    const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nkS, skv);
-                    F16x blockMax[kStripTiles], alpha[kStripTiles], mSub[kStripTiles], total[kStripTiles];
-                    const bool clean = p.scale > 0.0f && (whole ? stripMaximaFast<true>(p, rule, q0, k0, nkS, sc.st, blockMax)
-                                                                 : stripMaximaFast<false>(p, rule, q0, k0, nkS, sc.st, blockMax));
-                    if (!clean) stripMaxima(p, rule, q0, k0, nkS, whole, sc.st, blockMax);
-                    float* m = sc.m + g * qrPad + s0;
-                    float* l = sc.l + g * qrPad + s0;
-                    const bool finite = beginStrip(blockMax, m, alpha, mSub);
-                    for (int64_t lg = 0; lg < kStripTiles; ++lg) total[lg] = splat(0.0f);
-                    if (clean && finite && tiles) {
-                        if (whole)
-                            stripProbabilitiesFast<kind, true>(p, rule, q0, k0, nkS, keyChunksS, sc.st, mSub, total, sc.pb);
-                        else
-                            stripProbabilitiesFast<kind, false>(p, rule, q0, k0, nkS, keyChunksS, sc.st, mSub, total, sc.pb);
-                    } else {
-                        stripProbabilities<kind>(p, rule, q0, k0, nkS, keyChunksS, whole, sc.st, mSub, total, sc.pb, tiles);
+                    for (int64_t k0 = sb, blk = 0; k0 < sbEnd; k0 += kr, ++blk) {
+                        const int64_t nk = std::min(kr, sbEnd - k0);
+                        if (std::max(k0, strip.lo) >= std::min(k0 + nk, strip.hi)) continue;
+                        stripBlock<kind>(p, v, u, rule, h, session.tiles, q0, q1, k0, nk,
+                                         std::min(k0 + nk, strip.hi) - k0, sc.ka + blk * kr * lda,
+                                         sc.vt + blk * dvPad * kr, tiles[blk], qb + s0 / kTileN * kTileElems,
+                                         rowTiles * kTileElems, sc.m + g * qrPad + s0, sc.l + g * qrPad + s0,
+                                         sc.acc + g * dvPad * qrPad + s0 * dvPad, sc, out);
                     }
-                    for (int64_t lg = 0; lg < kStripTiles; ++lg)
-                        storeLanes(l + lg * kLanes, loadLanes(l + lg * kLanes) * alpha[lg] + total[lg]);
-                    I16x moved{};
-                    for (int64_t lg = 0; lg < kStripTiles; ++lg) moved |= alpha[lg] != 1.0f;
-                    if (cpu::amx::anyLane(moved))  // times 1 changes no bit: skipped while no row's maximum moves
-                        for (int64_t c = 0; c < h.dv; ++c)
-                            for (int64_t lg = 0; lg < kStripTiles; ++lg) {
-                                float* a = acc + c * kStripRows + lg * kLanes;
-                                storeLanes(a, loadLanes(a) * alpha[lg]);
-                            }
-                    if (tiles) {
-                        gemmOn<kind>(session.tiles, h.dvTiles, kStripTiles, keyChunksS, sc.vt, ldv, sc.pb, kStripTiles * kTileElems,
-                                          acc, kStripRows, true);
-                        continue;
-                    }
-                    // fp32 steps over the kept keys only (0 * Inf would make NaN where the
-                    // reference skips the key); rows with no kept key in the block add nothing.
-                    float rowMax[kStripRows];
-                    for (int64_t lg = 0; lg < kStripTiles; ++lg) storeLanes(rowMax + lg * kLanes, blockMax[lg]);
-                    for (int64_t j = 0; j < nkS; ++j)
-                        for (int64_t r = 0; r < q1 - q0; ++r) {
-                            if (rowMax[r] == tile::kNegInf || !rule.keeps(q0 + r, k0 + j)) continue;
-                            const float pj = out.probability(sc.st[j * kStripRows + r]);
-                            for (int64_t c = 0; c < h.dv; ++c) acc[c * kStripRows + r] += pj * sc.vf[j * h.dv + c];
-                        }
                 }
             }
         }
