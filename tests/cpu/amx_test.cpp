@@ -699,6 +699,32 @@ TEST(AmxEmulated, NonFiniteValuesInALaterSuperblockTakeTheRowSteps) {
     EXPECT_TRUE(rc.passed) << rc.firstFailure << (rc.nanMismatch ? " NaN mismatch" : "");
 }
 
+TEST(AmxEmulated, ANaNRowMaximumReachesTheGradients) {
+    // The backward's gradient steps take exp's fast form only where every kept lane's argument is
+    // at most 88 and not NaN (fastExpApplies); a saved maximum of NaN must give NaN gradients in
+    // its row, as the general form does, and leave the others finite. On the hardware the fast
+    // form (VSCALEFPS) would give 0 there; the emulated build runs its portable form, which keeps
+    // the NaN, so this checks the choice where the CPU has AMX.
+    FaProblem p = fixed("BNSD", BF16, 1, 40, 50, 1, 1, 32);
+    FaInstance inst(p);
+    ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    constexpr int64_t kRow = 7;
+    for (int64_t lane = 0; lane < 8; ++lane) inst.softmaxMax.set(kRow * 8 + lane, std::numeric_limits<float>::quiet_NaN());
+    std::vector<std::string> impls = {"amx-emulated"};
+    if (attnops::cpu::isa().amxGranted) impls.push_back("amx");
+    for (const std::string& impl : impls) {
+        FaGrads g = attnops::tools::makeGrads(inst);
+        {
+            ForcedImpl force(impl.c_str());
+            ASSERT_EQ(attnops::tools::runBackward(inst, g), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            ASSERT_EQ(attnops::tools::lastImplementation(), impl);
+        }
+        for (int64_t row = 0; row < 40; ++row)
+            for (int64_t c = 0; c < 32; ++c)
+                EXPECT_EQ(std::isnan(g.dq.get(row * 32 + c)), row == kRow) << impl << ": dq row " << row << " column " << c;
+    }
+}
+
 TEST(AmxEmulated, NeverChosenByDefaultAndRejectsFloat32) {
     FaInstance inst(fixed("BNSD", BF16, 1, 20, 20, 1, 1, 32));
     ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS);

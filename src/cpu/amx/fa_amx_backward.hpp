@@ -152,18 +152,44 @@ ATTNOPS_AMX_FN void loadQueryRows(const BackwardParams& bp, int64_t b, int64_t n
 
 // P and scale * dS of key row j's 16 lanes from r, from its raw scores x (S^T) and dP^T: 0 where
 // the key is not kept (outside the row's band and prefix, or the row's saved sum is 0); with
-// exactDelta, adds P dP of the kept lanes to it.
+// exactDelta, adds P dP of the kept lanes to it. kFast where fastExpApplies found the block's
+// kept lanes in the range of exp's fast form: the same bits.
+template <bool kFast>
 ATTNOPS_AMX_FN inline __attribute__((always_inline)) void gradientLanes(float scale, const HeadRows& hr, int64_t r,
                                                                         bool whole, KeptRows band, F16x s, F16x dpr,
                                                                         F16x& pr, F16x& ds, float* exactDelta) {
     const F16x invL = loadLanes(hr.invL + r);
     const I16x live = invL != 0.0f;
     const I16x kept = whole ? live : live & keptLanes(band, r);
-    const F16x x = s * scale;
-    pr = select(kept, cpu::amx::expLanes(x - loadLanes(hr.m + r)) * invL, splat(0.0f));
+    const F16x x = s * scale - loadLanes(hr.m + r);
+    const F16x e = kFast ? cpu::amx::expLanesNotNaN(x) : cpu::amx::expLanes(x);
+    pr = select(kept, e * invL, splat(0.0f));
     ds = select(kept, pr * (dpr - loadLanes(hr.delta + r)) * scale, splat(0.0f));
     if (exactDelta != nullptr)
         storeLanes(exactDelta + r, loadLanes(exactDelta + r) + select(kept, pr * dpr, splat(0.0f)));
+}
+
+// Whether every kept lane of a block (keys [k0, k0 + nk), lanes [0, R)) has exp's argument
+// scale * s - m at most 88 and not NaN: there expLanesNotNaN gives expLanes's bits (both exact
+// from -inf up to 88, where 2^n stays normal; cpu/amx/lanes.hpp), so gradientLanes<true> gives
+// those of gradientLanes<false>. True for any block whose scores and saved statistics came from a
+// consistent forward; a pass of its own, about a fifth of the steps' work, that saves about half
+// of it (the clamps and NaN selects of the general exp).
+ATTNOPS_AMX_FN bool fastExpApplies(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
+                                   int64_t nk, int64_t skv, int64_t R, const HeadRows& hr,
+                                   const float* __restrict st) {
+    const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
+    I16x outside{};
+    for (int64_t j = 0; j < nk; ++j) {
+        const KeptRows band = keptRows(rule, q0, R, k0 + j);
+        for (int64_t r = 0; r < R; r += kLanes) {
+            const I16x live = loadLanes(hr.invL + r) != 0.0f;
+            const I16x kept = whole ? live : live & keptLanes(band, r);
+            const F16x x = loadLanes(st + j * R + r) * p.scale - loadLanes(hr.m + r);
+            outside |= kept & ~(x <= 88.0f);
+        }
+    }
+    return !cpu::amx::anyLane(outside);
 }
 
 // The gradients of a block: st (raw S^T) becomes P and dpt (raw dP^T) scale * dS for keys
@@ -171,9 +197,10 @@ ATTNOPS_AMX_FN inline __attribute__((always_inline)) void gradientLanes(float sc
 // ascending). Whole blocks skip the band test. (Rounding P and dS for the tiles in this loop
 // instead of in the packs below made it slower on AMD Zen 4: 1.0 against 0.8 ns per score, its
 // chains too long for the out-of-order window: bench/results/intel-xeon-amx/softmax_steps.cpp.)
-ATTNOPS_AMX_FN void blockGradients(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
-                                   int64_t nk, int64_t skv, int64_t R, const HeadRows& hr, float* __restrict st,
-                                   float* __restrict dpt, float* exactDelta) {
+template <bool kFast>
+ATTNOPS_AMX_FN void blockGradientsWith(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
+                                       int64_t nk, int64_t skv, int64_t R, const HeadRows& hr, float* __restrict st,
+                                       float* __restrict dpt, float* exactDelta) {
     const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
     for (int64_t j = 0; j < nk; ++j) {
         float* __restrict s = st + j * R;
@@ -181,22 +208,30 @@ ATTNOPS_AMX_FN void blockGradients(const ForwardParams& p, const SeqRule& rule, 
         const KeptRows band = keptRows(rule, q0, R, k0 + j);
         for (int64_t r = 0; r < R; r += kLanes) {
             F16x pr, ds;
-            gradientLanes(p.scale, hr, r, whole, band, loadLanes(s + r), loadLanes(dp + r), pr, ds, exactDelta);
+            gradientLanes<kFast>(p.scale, hr, r, whole, band, loadLanes(s + r), loadLanes(dp + r), pr, ds, exactDelta);
             storeLanes(s + r, pr);
             storeLanes(dp + r, ds);
         }
     }
+}
+ATTNOPS_AMX_FN void blockGradients(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
+                                   int64_t nk, int64_t skv, int64_t R, const HeadRows& hr, float* __restrict st,
+                                   float* __restrict dpt, float* exactDelta) {
+    if (fastExpApplies(p, rule, q0, q1, k0, nk, skv, R, hr, st))
+        blockGradientsWith<true>(p, rule, q0, q1, k0, nk, skv, R, hr, st, dpt, exactDelta);
+    else
+        blockGradientsWith<false>(p, rule, q0, q1, k0, nk, skv, R, hr, st, dpt, exactDelta);
 }
 
 // The query unit's gradients of a block with tiles: only scale * dS, straight into its B operand
 // for dQ^T += K^T.dS^T (keyChunks x R/16 tiles: tile row i of a chunk holds keys 2i and 2i + 1
 // of its 16 lanes, rounded; 0 past nk), with no fp32 P or dS stored: the query unit multiplies
 // nothing else. exactDelta as in blockGradients (keys ascending).
-template <DotKind kind>
-ATTNOPS_AMX_FN void blockGradientPairs(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
-                                       int64_t nk, int64_t keyChunks, int64_t skv, int64_t R, const HeadRows& hr,
-                                       const float* __restrict st, const float* __restrict dpt, float* exactDelta,
-                                       uint16_t* __restrict dsb) {
+template <DotKind kind, bool kFast>
+ATTNOPS_AMX_FN void blockGradientPairsWith(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1,
+                                           int64_t k0, int64_t nk, int64_t keyChunks, int64_t skv, int64_t R,
+                                           const HeadRows& hr, const float* __restrict st, const float* __restrict dpt,
+                                           float* exactDelta, uint16_t* __restrict dsb) {
     const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
     const int64_t rowTiles = R / kTileN;
     for (int64_t j = 0; j < keyChunks * kTileK; j += 2) {
@@ -205,14 +240,24 @@ ATTNOPS_AMX_FN void blockGradientPairs(const ForwardParams& p, const SeqRule& ru
         for (int64_t r = 0; r < R; r += kLanes) {
             F16x pr, ds0 = splat(0.0f), ds1 = splat(0.0f);
             if (j < nk)
-                gradientLanes(p.scale, hr, r, whole, band0, loadLanes(st + j * R + r), loadLanes(dpt + j * R + r), pr,
-                              ds0, exactDelta);
+                gradientLanes<kFast>(p.scale, hr, r, whole, band0, loadLanes(st + j * R + r), loadLanes(dpt + j * R + r),
+                                     pr, ds0, exactDelta);
             if (j + 1 < nk)
-                gradientLanes(p.scale, hr, r, whole, band1, loadLanes(st + (j + 1) * R + r),
-                              loadLanes(dpt + (j + 1) * R + r), pr, ds1, exactDelta);
+                gradientLanes<kFast>(p.scale, hr, r, whole, band1, loadLanes(st + (j + 1) * R + r),
+                                     loadLanes(dpt + (j + 1) * R + r), pr, ds1, exactDelta);
             storeLanes(pairRow + (r / kTileN) * kTileElems, narrowLanes<kind>(ds0) | (narrowLanes<kind>(ds1) << 16));
         }
     }
+}
+template <DotKind kind>
+ATTNOPS_AMX_FN void blockGradientPairs(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
+                                       int64_t nk, int64_t keyChunks, int64_t skv, int64_t R, const HeadRows& hr,
+                                       const float* __restrict st, const float* __restrict dpt, float* exactDelta,
+                                       uint16_t* __restrict dsb) {
+    if (fastExpApplies(p, rule, q0, q1, k0, nk, skv, R, hr, st))
+        blockGradientPairsWith<kind, true>(p, rule, q0, q1, k0, nk, keyChunks, skv, R, hr, st, dpt, exactDelta, dsb);
+    else
+        blockGradientPairsWith<kind, false>(p, rule, q0, q1, k0, nk, keyChunks, skv, R, hr, st, dpt, exactDelta, dsb);
 }
 
 // fp32 [nk][R] as an A operand [keyTiles * 16][ld]: rows are keys, k runs over the lanes.
