@@ -289,6 +289,7 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
     const int64_t ldk = h.dTiles * kTileN, ldv = h.dvTiles * kTileN;
     const int64_t ldq = h.dChunks * kTileK, ldo = h.dvChunks * kTileK;
     const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + u.k0, qrPad = roundUp(t.queryRows, kTileK);
+    cpu::amx::TileSession<Tiles> session;  // the tile configuration once per unit
     cpu::amx::packRows(p.k, u.b, u.n2, kvRow0, nk, h.d, keyRowsPad, ldq, sc.ka);
     cpu::amx::packRows(p.v, u.b, u.n2, kvRow0, nk, h.dv, keyRowsPad, ldo, sc.va);
     std::fill(sc.dkAcc, sc.dkAcc + keyRowsPad * ldk, 0.0f);
@@ -303,8 +304,10 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
             if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
             const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
             loadQueryRows(bp, u.b, n1, q0, rows, R, hr, sc);
-            gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb, sc.st, R, false);
-            gemm<kind, Tiles>(keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob, sc.dpt, R, false);
+            gemmOn<kind>(session.tiles, keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb,
+                         rowTiles * kTileElems, sc.st, R, false);
+            gemmOn<kind>(session.tiles, keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob,
+                         rowTiles * kTileElems, sc.dpt, R, false);
             blockGradients(p, rule, q0, q0 + rows, u.k0, nk, skv, R, hr, sc.st, sc.dpt, nullptr);
             cpu::amx::packRowPairs(bp.dy, u.b, n1, qRow0, rows, h.dv, rowChunks, h.dvTiles, sc.dor);
             cpu::amx::packRowPairs(p.q, u.b, n1, qRow0, rows, h.d, rowChunks, h.dTiles, sc.qr);
@@ -314,8 +317,10 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
                 allFinite<kind>(sc.dor, rowChunks * h.dvTiles * kTileElems)) {
                 packLanesAsRows<kind>(sc.st, nk, R, keyRowsPad, ldr, sc.pa);
                 packLanesAsRows<kind>(sc.dpt, nk, R, keyRowsPad, ldr, sc.dsa);
-                gemm<kind, Tiles>(keyTiles, h.dvTiles, rowChunks, sc.pa, ldr, sc.dor, sc.dvAcc, ldv, true);
-                gemm<kind, Tiles>(keyTiles, h.dTiles, rowChunks, sc.dsa, ldr, sc.qr, sc.dkAcc, ldk, true);
+                gemmOn<kind>(session.tiles, keyTiles, h.dvTiles, rowChunks, sc.pa, ldr, sc.dor,
+                             h.dvTiles * kTileElems, sc.dvAcc, ldv, true);
+                gemmOn<kind>(session.tiles, keyTiles, h.dTiles, rowChunks, sc.dsa, ldr, sc.qr,
+                             h.dTiles * kTileElems, sc.dkAcc, ldk, true);
                 continue;
             }
             tile::loadRows(p.q, u.b, n1, qRow0, rows, h.d, sc.qf);
@@ -345,6 +350,7 @@ ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, c
     const int64_t kr = roundUp(t.keyRows, kTileK), qrPad = roundUp(t.queryRows, kTileK), dPad = h.dTiles * kTileM;
     const int64_t ldq = h.dChunks * kTileK, ldo = h.dvChunks * kTileK, qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool sink = bp.sinkRowTerms != nullptr;
+    cpu::amx::TileSession<Tiles> session;  // the tile configuration once per unit
     for (int64_t g0 = 0; g0 < p.group; g0 += kHeadsPerPass) {
         const int64_t heads = std::min(kHeadsPerPass, p.group - g0);
         for (int64_t g = 0; g < heads; ++g) {
@@ -364,13 +370,16 @@ ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, c
             if (!tiles) tile::loadRows(p.k, u.b, u.n2, kvRow0, nk, h.d, sc.kf);
             for (int64_t g = 0; g < heads; ++g) {
                 const HeadRows hr = headRows(sc, h, qrPad, g);
-                gemm<kind, Tiles>(keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb, sc.st, R, false);
-                gemm<kind, Tiles>(keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob, sc.dpt, R, false);
+                gemmOn<kind>(session.tiles, keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb,
+                             rowTiles * kTileElems, sc.st, R, false);
+                gemmOn<kind>(session.tiles, keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob,
+                             rowTiles * kTileElems, sc.dpt, R, false);
                 float* exactDelta = sink ? hr.exactDelta : nullptr;
                 if (tiles) {
                     blockGradientPairs<kind>(p, rule, u.q0, u.q1, k0, nk, keyChunks, skv, R, hr, sc.st, sc.dpt, exactDelta,
                                              sc.dsb);
-                    gemm<kind, Tiles>(h.dTiles, rowTiles, keyChunks, sc.kt, ldkt, sc.dsb, hr.dqAcc, R, true);
+                    gemmOn<kind>(session.tiles, h.dTiles, rowTiles, keyChunks, sc.kt, ldkt, sc.dsb,
+                                 rowTiles * kTileElems, hr.dqAcc, R, true);
                     continue;
                 }
                 blockGradients(p, rule, u.q0, u.q1, k0, nk, skv, R, hr, sc.st, sc.dpt, exactDelta);

@@ -15,9 +15,9 @@
 //                                                            the softmax loop itself
 // O^T (dv rows x query rows) stays in scratch; a row's alpha multiplies a column of it, which is a
 // vector over rows again. K and V^T are packed once per key block for every head of a pass; the
-// unit's rows go through them in strips of 32, a superblock of key blocks at a time (below). Where a block has no NaN or infinite
-// score, the softmax takes lanes.hpp's fast steps (MAXPS, VSCALEFPS, VCVTNE2PS2BF16 on the
-// hardware), whose portable forms give the same bits.
+// unit's rows go through them in strips of 32, a superblock of key blocks at a time (below).
+// Where a block has no NaN or infinite score, the softmax takes lanes.hpp's fast steps (MAXPS,
+// VSCALEFPS, VCVTNE2PS2BF16 on the hardware), whose portable forms give the same bits.
 //
 // Order of every reduction, fixed per element: TDP chains over k ascending (each in the SDM
 // order), the row sum over keys ascending, P.V over keys ascending (k chunks ascending); the row
