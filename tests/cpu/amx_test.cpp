@@ -620,7 +620,8 @@ std::vector<Case> emulatedCases() {
     // A group of 10 query heads: the forward shares each packed key block among 8, then 2.
     cases.push_back({"group10_bf16", withMode(fixed("BNSD", BF16, 1, 20, 40, 20, 2, 16), 0, 10, 2)});
     // 64 kv heads: enough units for the largest blocks of the transposed kernels (forward 256
-    // query rows; backward 128-row query units, 256-key key units), with partial tails.
+    // query rows with a band; backward query units of up to 512 rows, here one of 272 rows in 9
+    // strips, and 256-key key units), with partial tails.
     cases.push_back({"wide_rows_bf16_causal", withMode(fixed("BNSD", BF16, 1, 272, 280, 64, 64, 16), 2)});
     cases.push_back({"wide_keys_bf16", fixed("BNSD", BF16, 1, 40, 300, 64, 64, 16)});
     // The transposed forward packs keys by superblocks of 512: three of them, the last partial,

@@ -37,9 +37,16 @@
 namespace attnops::fa {
 namespace {
 
+// The blocks of the two kinds of unit. A key unit (up to TileShape::keyRows keys) goes through its
+// query rows in blocks of up to 128, a whole block's S^T and dP^T at a time. A query unit (up to
+// TileShape::queryRows rows) goes through its keys in blocks of up to 128 and its rows in strips
+// of 32 (queryUnitTransposed), so that a strip's S^T and dP^T (16 KiB each) fit in L1 together.
+constexpr int64_t kKeyUnitQueryRows = 128, kQueryUnitKeyRows = 128;
+
 // One thread's arrays for either kind of unit. A query unit keeps the blocks of up to
 // kHeadsPerPass query heads, so that each key block is packed once for all of them; a key unit
-// uses the first.
+// uses the first. (qr: a unit's query rows; br: a key unit's query block, br <= qr; kr: a key
+// unit's keys, at least a query unit's key block.)
 struct TransposedBackwardScratch {
     uint16_t* qb;       // [heads] dChunks x rowTiles B tiles: Q^T      (S^T = K.Q^T)
     uint16_t* dob;      // [heads] dvChunks x rowTiles B tiles: dO^T    (dP^T = V.dO^T)
@@ -54,15 +61,15 @@ struct TransposedBackwardScratch {
     uint16_t* ka;       // [kr][32 dChunks]  K rows, A of S^T
     uint16_t* va;       // [kr][32 dvChunks] V rows, A of dP^T
     uint16_t* kt;       // [16 dTiles][kr]   K^T, A of dQ^T
-    float* st;          // [kr][qr] scores, then P
-    float* dpt;         // [kr][qr] dP, then scale * dS
+    float* st;          // [kr][br] scores, then P
+    float* dpt;         // [kr][br] dP, then scale * dS
     uint16_t* pa;       // [kr][32 rowChunks] P^T, A of dV
     uint16_t* dsa;      // [kr][32 rowChunks] scale * dS^T, A of dK
     uint16_t* dsb;      // keyChunks x rowTiles B tiles: scale * dS^T in key pairs (dQ^T)
     float* dkAcc;       // [kr][16 dTiles]
     float* dvAcc;       // [kr][16 dvTiles]
     float* dof;         // [qr][dv] fp32 dO rows
-    float* qf;          // [qr][d]  fp32 Q rows (a block whose Q or dO is not all finite)
+    float* qf;          // [br][d]  fp32 Q rows (a block whose Q or dO is not all finite)
     float* kf;          // [kr][d]  fp32 K rows (a key block that is not all finite)
     float* row;         // [max(d, dv)]
 
@@ -78,20 +85,21 @@ struct TransposedBackwardScratch {
         delta = c.take<float>(heads * qrPad);
         exactDelta = c.take<float>(heads * qrPad);
         dqAcc = c.take<float>(heads * dPad * qrPad);
-        qr = c.take<uint16_t>(qrPad * h.dTiles * kTileN);
-        dor = c.take<uint16_t>(qrPad * h.dvTiles * kTileN);
+        const int64_t br = std::min(qrPad, kKeyUnitQueryRows);
+        qr = c.take<uint16_t>(br * h.dTiles * kTileN);
+        dor = c.take<uint16_t>(br * h.dvTiles * kTileN);
         ka = c.take<uint16_t>(kr * h.dChunks * kTileK);
         va = c.take<uint16_t>(kr * h.dvChunks * kTileK);
         kt = c.take<uint16_t>(dPad * kr);
-        st = c.take<float>(kr * qrPad);
-        dpt = c.take<float>(kr * qrPad);
-        pa = c.take<uint16_t>(kr * qrPad);
-        dsa = c.take<uint16_t>(kr * qrPad);
-        dsb = c.take<uint16_t>(kr * qrPad);
+        st = c.take<float>(kr * br);
+        dpt = c.take<float>(kr * br);
+        pa = c.take<uint16_t>(kr * br);
+        dsa = c.take<uint16_t>(kr * br);
+        dsb = c.take<uint16_t>(kr * br);
         dkAcc = c.take<float>(kr * h.dTiles * kTileN);
         dvAcc = c.take<float>(kr * h.dvTiles * kTileN);
         dof = c.take<float>(qrPad * h.dv);
-        qf = c.take<float>(qrPad * h.d);
+        qf = c.take<float>(br * h.d);
         kf = c.take<float>(kr * h.d);
         row = c.take<float>(std::max(h.d, h.dv));
     }
@@ -290,6 +298,7 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
     const int64_t ldk = h.dTiles * kTileN, ldv = h.dvTiles * kTileN;
     const int64_t ldq = h.dChunks * kTileK, ldo = h.dvChunks * kTileK;
     const int64_t kvRow0 = p.seq.kvStart[size_t(u.b)] + u.k0, qrPad = roundUp(t.queryRows, kTileK);
+    const int64_t queryRows = std::min(t.queryRows, kKeyUnitQueryRows);
     cpu::amx::TileSession<Tiles> session;  // the tile configuration once per unit
     cpu::amx::packRows(p.k, u.b, u.n2, kvRow0, nk, h.d, keyRowsPad, ldq, sc.ka);
     cpu::amx::packRows(p.v, u.b, u.n2, kvRow0, nk, h.dv, keyRowsPad, ldo, sc.va);
@@ -298,8 +307,8 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
     const HeadRows hr = headRows(sc, h, qrPad, 0);
     for (int64_t g = 0; g < p.group; ++g) {
         const int64_t n1 = u.n2 * p.group + g;
-        for (int64_t q0 = 0; q0 < sq; q0 += t.queryRows) {
-            const int64_t rows = std::min(t.queryRows, sq - q0), rowTiles = tilesOf(rows), R = rowTiles * kTileN;
+        for (int64_t q0 = 0; q0 < sq; q0 += queryRows) {
+            const int64_t rows = std::min(queryRows, sq - q0), rowTiles = tilesOf(rows), R = rowTiles * kTileN;
             const int64_t rowChunks = chunksOf(rows), ldr = rowChunks * kTileK;
             const KeyRange keys = keyRange(rule, q0, q0 + rows, skv);
             if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
@@ -338,6 +347,17 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
     storeRows(bp.dv, u.b, u.n2, kvRow0, nk, h.dv, sc.dvAcc, ldv);
 }
 
+// Head g's arrays from strip row s0 on.
+inline HeadRows stripRows(HeadRows hr, int64_t s0) {
+    hr.m += s0, hr.l += s0, hr.invL += s0, hr.delta += s0, hr.exactDelta += s0;
+    return hr;
+}
+
+// A query unit runs its rows through each key block in strips of 32 (kStripRows), as the forward
+// does: a strip's S^T and dP^T (32 lanes x a key block, 16 KiB each at 128 keys), its dS^T tiles
+// and its dQ^T (16 KiB at D 128, stored strip-major) stay in L1 between the tile products and
+// the vector steps, so that a unit may hold many rows and pack each key and value block for all
+// of them.
 template <DotKind kind, class Tiles>
 ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, const WorkUnit& u, void* scratch) {
     const ForwardParams& p = bp.fwd;
@@ -347,9 +367,10 @@ ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, c
     const int64_t sq = p.seq.qLen[size_t(u.b)], skv = p.seq.kvLen[size_t(u.b)];
     const SeqRule rule = seqRule(p.mask, u.b, sq, skv);
     const KeyRange keys = keyRange(rule, u.q0, u.q1, skv);
-    const int64_t rows = u.q1 - u.q0, rowTiles = tilesOf(rows), R = rowTiles * kTileN;
-    const int64_t kr = roundUp(t.keyRows, kTileK), qrPad = roundUp(t.queryRows, kTileK), dPad = h.dTiles * kTileM;
-    const int64_t ldq = h.dChunks * kTileK, ldo = h.dvChunks * kTileK, qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
+    const int64_t rows = u.q1 - u.q0, R = roundUp(rows, kStripRows), rowTiles = R / kTileN;
+    const int64_t kr = roundUp(std::min(t.keyRows, kQueryUnitKeyRows), kTileK), qrPad = roundUp(t.queryRows, kTileK);
+    const int64_t dPad = h.dTiles * kTileM, ldq = h.dChunks * kTileK, ldo = h.dvChunks * kTileK;
+    const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + u.q0;
     const bool sink = bp.sinkRowTerms != nullptr;
     cpu::amx::TileSession<Tiles> session;  // the tile configuration once per unit
     for (int64_t g0 = 0; g0 < p.group; g0 += kHeadsPerPass) {
@@ -371,32 +392,43 @@ ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, c
             if (!tiles) tile::loadRows(p.k, u.b, u.n2, kvRow0, nk, h.d, sc.kf);
             for (int64_t g = 0; g < heads; ++g) {
                 const HeadRows hr = headRows(sc, h, qrPad, g);
-                gemmOn<kind>(session.tiles, keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb,
-                             rowTiles * kTileElems, sc.st, R, false);
-                gemmOn<kind>(session.tiles, keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob,
-                             rowTiles * kTileElems, sc.dpt, R, false);
-                float* exactDelta = sink ? hr.exactDelta : nullptr;
-                if (tiles) {
-                    blockGradientPairs<kind>(p, rule, u.q0, u.q1, k0, nk, keyChunks, skv, R, hr, sc.st, sc.dpt, exactDelta,
-                                             sc.dsb);
-                    gemmOn<kind>(session.tiles, h.dTiles, rowTiles, keyChunks, sc.kt, ldkt, sc.dsb,
-                                 rowTiles * kTileElems, hr.dqAcc, R, true);
-                    continue;
-                }
-                blockGradients(p, rule, u.q0, u.q1, k0, nk, skv, R, hr, sc.st, sc.dpt, exactDelta);
-                for (int64_t j = 0; j < nk; ++j)
-                    for (int64_t r = 0; r < rows; ++r) {
-                        if (hr.invL[r] == 0.0f || !rule.keeps(u.q0 + r, k0 + j)) continue;
-                        const float dsj = sc.dpt[j * R + r];
-                        for (int64_t c = 0; c < h.d; ++c) hr.dqAcc[c * R + r] += dsj * sc.kf[j * h.d + c];
+                for (int64_t s0 = 0; s0 < R; s0 += kStripRows) {
+                    // The strip's real rows and the keys of the block that one of them keeps.
+                    const int64_t q0 = u.q0 + s0, q1 = std::min(u.q1, q0 + kStripRows);
+                    const KeyRange strip = keyRange(rule, q0, q1, skv);
+                    if (std::max(k0, strip.lo) >= std::min(k0 + nk, strip.hi)) continue;
+                    const int64_t nkS = std::min(k0 + nk, strip.hi) - k0, keyChunksS = chunksOf(nkS);
+                    const HeadRows hs = stripRows(hr, s0);
+                    float* dqAcc = hr.dqAcc + s0 * dPad;  // the strip's dQ^T [16 dTiles][32]
+                    const int64_t bStride = rowTiles * kTileElems, bStrip = s0 / kTileN * kTileElems;
+                    gemmOn<kind>(session.tiles, tilesOf(nkS), kStripTiles, h.dChunks, sc.ka, ldq, hr.qb + bStrip,
+                                 bStride, sc.st, kStripRows, false);
+                    gemmOn<kind>(session.tiles, tilesOf(nkS), kStripTiles, h.dvChunks, sc.va, ldo, hr.dob + bStrip,
+                                 bStride, sc.dpt, kStripRows, false);
+                    float* exactDelta = sink ? hs.exactDelta : nullptr;
+                    if (tiles) {
+                        blockGradientPairs<kind>(p, rule, q0, q1, k0, nkS, keyChunksS, skv, kStripRows, hs, sc.st,
+                                                 sc.dpt, exactDelta, sc.dsb);
+                        gemmOn<kind>(session.tiles, h.dTiles, kStripTiles, keyChunksS, sc.kt, ldkt, sc.dsb,
+                                     kStripTiles * kTileElems, dqAcc, kStripRows, true);
+                        continue;
                     }
+                    blockGradients(p, rule, q0, q1, k0, nkS, skv, kStripRows, hs, sc.st, sc.dpt, exactDelta);
+                    for (int64_t j = 0; j < nkS; ++j)
+                        for (int64_t r = 0; r < q1 - q0; ++r) {
+                            if (hs.invL[r] == 0.0f || !rule.keeps(q0 + r, k0 + j)) continue;
+                            const float dsj = sc.dpt[j * kStripRows + r];
+                            for (int64_t c = 0; c < h.d; ++c) dqAcc[c * kStripRows + r] += dsj * sc.kf[j * h.d + c];
+                        }
+                }
             }
         }
         for (int64_t g = 0; g < heads; ++g) {
             const int64_t n1 = u.n2 * p.group + g0 + g;
             const HeadRows hr = headRows(sc, h, qrPad, g);
             for (int64_t r = 0; r < rows; ++r) {
-                for (int64_t c = 0; c < h.d; ++c) sc.row[c] = hr.dqAcc[c * R + r];
+                const float* strip = hr.dqAcc + (r / kStripRows) * kStripRows * dPad + r % kStripRows;
+                for (int64_t c = 0; c < h.d; ++c) sc.row[c] = strip[c * kStripRows];
                 storeRows(bp.dq, u.b, n1, qRow0 + r, 1, h.d, sc.row, h.d);
             }
             if (sink) tile::writeSinkRowTerms(bp, u.b, n1, u.q0, rows, hr.m, hr.l, hr.exactDelta);
