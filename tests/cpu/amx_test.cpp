@@ -624,6 +624,9 @@ std::vector<Case> emulatedCases() {
     // strips, and 256-key key units), with partial tails.
     cases.push_back({"wide_rows_bf16_causal", withMode(fixed("BNSD", BF16, 1, 272, 280, 64, 64, 16), 2)});
     cases.push_back({"wide_keys_bf16", fixed("BNSD", BF16, 1, 40, 300, 64, 64, 16)});
+    // Backward key units of 1024 keys and a partial one of 76, in key strips of 32, the causal
+    // band skipping the strips past a query block's last key.
+    cases.push_back({"key_units_1024_bf16_causal", withMode(fixed("BNSD", BF16, 1, 40, 1100, 64, 64, 16), 3)});
     // The transposed forward packs keys by superblocks of 512: three of them, the last partial,
     // with and without a band that starts and ends inside them.
     cases.push_back({"superblocks_bf16", fixed("BNSD", BF16, 1, 40, 1100, 2, 1, 32)});

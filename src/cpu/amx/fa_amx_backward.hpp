@@ -37,16 +37,18 @@
 namespace attnops::fa {
 namespace {
 
-// The blocks of the two kinds of unit. A key unit (up to TileShape::keyRows keys) goes through its
-// query rows in blocks of up to 128, a whole block's S^T and dP^T at a time. A query unit (up to
-// TileShape::queryRows rows) goes through its keys in blocks of up to 128 and its rows in strips
-// of 32 (queryUnitTransposed), so that a strip's S^T and dP^T (16 KiB each) fit in L1 together.
+// The blocks of the two kinds of unit, each small enough that its S^T and dP^T (16 KiB each) stay
+// in L1 between the tile products and the vector steps. A key unit (up to TileShape::keyRows
+// keys) goes through its query rows in blocks of up to 128 and, in each, through its keys in
+// strips of 32 (kStripRows); a query unit (up to TileShape::queryRows rows) through its keys in
+// blocks of up to 128 and, in each, through its rows in strips of 32.
 constexpr int64_t kKeyUnitQueryRows = 128, kQueryUnitKeyRows = 128;
 
 // One thread's arrays for either kind of unit. A query unit keeps the blocks of up to
 // kHeadsPerPass query heads, so that each key block is packed once for all of them; a key unit
 // uses the first. (qr: a unit's query rows; br: a key unit's query block, br <= qr; kr: a key
-// unit's keys, at least a query unit's key block.)
+// unit's keys; kq: a query unit's key block, kq <= kr; "block": a key strip's [32][br] or a
+// query strip's [kq][32].)
 struct TransposedBackwardScratch {
     uint16_t* qb;       // [heads] dChunks x rowTiles B tiles: Q^T      (S^T = K.Q^T)
     uint16_t* dob;      // [heads] dvChunks x rowTiles B tiles: dO^T    (dP^T = V.dO^T)
@@ -60,17 +62,17 @@ struct TransposedBackwardScratch {
     uint16_t* dor;      // rowChunks x dvTiles B tiles: dO in row pairs   (dV += P^T.dO)
     uint16_t* ka;       // [kr][32 dChunks]  K rows, A of S^T
     uint16_t* va;       // [kr][32 dvChunks] V rows, A of dP^T
-    uint16_t* kt;       // [16 dTiles][kr]   K^T, A of dQ^T
-    float* st;          // [kr][br] scores, then P
-    float* dpt;         // [kr][br] dP, then scale * dS
-    uint16_t* pa;       // [kr][32 rowChunks] P^T, A of dV
-    uint16_t* dsa;      // [kr][32 rowChunks] scale * dS^T, A of dK
-    uint16_t* dsb;      // keyChunks x rowTiles B tiles: scale * dS^T in key pairs (dQ^T)
+    uint16_t* kt;       // [16 dTiles][kq]   K^T, A of dQ^T
+    float* st;          // block: scores, then P
+    float* dpt;         // block: dP, then scale * dS
+    uint16_t* pa;       // [32][32 rowChunks] P^T, A of dV
+    uint16_t* dsa;      // [32][32 rowChunks] scale * dS^T, A of dK
+    uint16_t* dsb;      // keyChunks x 2 B tiles: scale * dS^T in key pairs (dQ^T)
     float* dkAcc;       // [kr][16 dTiles]
     float* dvAcc;       // [kr][16 dvTiles]
     float* dof;         // [qr][dv] fp32 dO rows
     float* qf;          // [br][d]  fp32 Q rows (a block whose Q or dO is not all finite)
-    float* kf;          // [kr][d]  fp32 K rows (a key block that is not all finite)
+    float* kf;          // [kq][d]  fp32 K rows (a key block that is not all finite)
     float* row;         // [max(d, dv)]
 
     TransposedBackwardScratch(const BackwardParams& bp, TileShape t, Carver& c) {
@@ -85,22 +87,23 @@ struct TransposedBackwardScratch {
         delta = c.take<float>(heads * qrPad);
         exactDelta = c.take<float>(heads * qrPad);
         dqAcc = c.take<float>(heads * dPad * qrPad);
-        const int64_t br = std::min(qrPad, kKeyUnitQueryRows);
+        const int64_t br = std::min(qrPad, kKeyUnitQueryRows), kq = std::min(kr, kQueryUnitKeyRows);
+        const int64_t block = std::max(kStripRows * br, kq * kStripRows);
         qr = c.take<uint16_t>(br * h.dTiles * kTileN);
         dor = c.take<uint16_t>(br * h.dvTiles * kTileN);
         ka = c.take<uint16_t>(kr * h.dChunks * kTileK);
         va = c.take<uint16_t>(kr * h.dvChunks * kTileK);
-        kt = c.take<uint16_t>(dPad * kr);
-        st = c.take<float>(kr * br);
-        dpt = c.take<float>(kr * br);
-        pa = c.take<uint16_t>(kr * br);
-        dsa = c.take<uint16_t>(kr * br);
-        dsb = c.take<uint16_t>(kr * br);
+        kt = c.take<uint16_t>(dPad * kq);
+        st = c.take<float>(block);
+        dpt = c.take<float>(block);
+        pa = c.take<uint16_t>(kStripRows * br);
+        dsa = c.take<uint16_t>(kStripRows * br);
+        dsb = c.take<uint16_t>(kq * kStripRows);
         dkAcc = c.take<float>(kr * h.dTiles * kTileN);
         dvAcc = c.take<float>(kr * h.dvTiles * kTileN);
         dof = c.take<float>(qrPad * h.dv);
         qf = c.take<float>(br * h.d);
-        kf = c.take<float>(kr * h.d);
+        kf = c.take<float>(kq * h.d);
         row = c.take<float>(std::max(h.d, h.dv));
     }
 };
@@ -269,21 +272,44 @@ ATTNOPS_AMX_FN void blockGradientPairs(const ForwardParams& p, const SeqRule& ru
         blockGradientPairsWith<kind, false>(p, rule, q0, q1, k0, nk, keyChunks, skv, R, hr, st, dpt, exactDelta, dsb);
 }
 
-// fp32 [nk][R] as an A operand [keyTiles * 16][ld]: rows are keys, k runs over the lanes.
-template <DotKind kind>
-ATTNOPS_AMX_FN void packLanesAsRows(const float* __restrict src, int64_t nk, int64_t R, int64_t keyRowsPad, int64_t ld,
-                                    uint16_t* __restrict dst) {
+// The key unit's gradients of a strip with tiles: P^T and scale * dS^T straight into their A
+// operands for dV += P^T.dO and dK += dS^T.Q ([keyRowsPad][ld]: a key per row, its R lanes
+// rounded, zero past nk and R), with no fp32 P or dS stored: blockGradients' values, rounded.
+template <DotKind kind, bool kFast>
+ATTNOPS_AMX_FN void blockGradientRowsWith(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1,
+                                          int64_t k0, int64_t nk, int64_t skv, int64_t R, const HeadRows& hr,
+                                          const float* __restrict st, const float* __restrict dpt, int64_t keyRowsPad,
+                                          int64_t ld, uint16_t* __restrict pa, uint16_t* __restrict dsa) {
+    const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
     for (int64_t j = 0; j < keyRowsPad; ++j) {
-        uint16_t* out = dst + j * ld;
+        uint16_t* pRow = pa + j * ld;
+        uint16_t* dsRow = dsa + j * ld;
         int64_t r = 0;
-        if (j < nk)
+        if (j < nk) {
+            const KeptRows band = keptRows(rule, q0, R, k0 + j);
             for (; r < R; r += kLanes) {
-                const cpu::amx::H16x h = __builtin_convertvector(narrowLanes<kind>(loadLanes(src + j * R + r)),
-                                                                 cpu::amx::H16x);
-                std::memcpy(out + r, &h, sizeof h);
+                F16x pr, ds;
+                gradientLanes<kFast>(p.scale, hr, r, whole, band, loadLanes(st + j * R + r), loadLanes(dpt + j * R + r),
+                                     pr, ds, nullptr);
+                const cpu::amx::H16x ph = __builtin_convertvector(narrowLanes<kind>(pr), cpu::amx::H16x);
+                const cpu::amx::H16x dh = __builtin_convertvector(narrowLanes<kind>(ds), cpu::amx::H16x);
+                std::memcpy(pRow + r, &ph, sizeof ph);
+                std::memcpy(dsRow + r, &dh, sizeof dh);
             }
-        std::fill(out + r, out + ld, uint16_t(0));
+        }
+        std::fill(pRow + r, pRow + ld, uint16_t(0));
+        std::fill(dsRow + r, dsRow + ld, uint16_t(0));
     }
+}
+template <DotKind kind>
+ATTNOPS_AMX_FN void blockGradientRows(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
+                                      int64_t nk, int64_t skv, int64_t R, const HeadRows& hr, const float* __restrict st,
+                                      const float* __restrict dpt, int64_t keyRowsPad, int64_t ld,
+                                      uint16_t* __restrict pa, uint16_t* __restrict dsa) {
+    if (fastExpApplies(p, rule, q0, q1, k0, nk, skv, R, hr, st))
+        blockGradientRowsWith<kind, true>(p, rule, q0, q1, k0, nk, skv, R, hr, st, dpt, keyRowsPad, ld, pa, dsa);
+    else
+        blockGradientRowsWith<kind, false>(p, rule, q0, q1, k0, nk, skv, R, hr, st, dpt, keyRowsPad, ld, pa, dsa);
 }
 
 template <DotKind kind, class Tiles>
@@ -314,33 +340,40 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
             if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
             const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
             loadQueryRows(bp, u.b, n1, q0, rows, R, hr, sc);
-            gemmOn<kind>(session.tiles, keyTiles, rowTiles, h.dChunks, sc.ka, ldq, hr.qb,
-                         rowTiles * kTileElems, sc.st, R, false);
-            gemmOn<kind>(session.tiles, keyTiles, rowTiles, h.dvChunks, sc.va, ldo, hr.dob,
-                         rowTiles * kTileElems, sc.dpt, R, false);
-            blockGradients(p, rule, q0, q0 + rows, u.k0, nk, skv, R, hr, sc.st, sc.dpt, nullptr);
             cpu::amx::packRowPairs(bp.dy, u.b, n1, qRow0, rows, h.dv, rowChunks, h.dvTiles, sc.dor);
             cpu::amx::packRowPairs(p.q, u.b, n1, qRow0, rows, h.d, rowChunks, h.dTiles, sc.qr);
             // The P^T and dS^T GEMMs multiply the zeros of masked keys by Q and dO: only with
             // finite ones; otherwise fp32 steps over the kept keys.
-            if (allFinite<kind>(sc.qr, rowChunks * h.dTiles * kTileElems) &&
-                allFinite<kind>(sc.dor, rowChunks * h.dvTiles * kTileElems)) {
-                packLanesAsRows<kind>(sc.st, nk, R, keyRowsPad, ldr, sc.pa);
-                packLanesAsRows<kind>(sc.dpt, nk, R, keyRowsPad, ldr, sc.dsa);
-                gemmOn<kind>(session.tiles, keyTiles, h.dvTiles, rowChunks, sc.pa, ldr, sc.dor,
-                             h.dvTiles * kTileElems, sc.dvAcc, ldv, true);
-                gemmOn<kind>(session.tiles, keyTiles, h.dTiles, rowChunks, sc.dsa, ldr, sc.qr,
-                             h.dTiles * kTileElems, sc.dkAcc, ldk, true);
-                continue;
-            }
-            tile::loadRows(p.q, u.b, n1, qRow0, rows, h.d, sc.qf);
-            for (int64_t r = 0; r < rows; ++r)
-                for (int64_t j = 0; j < nk; ++j) {
-                    if (hr.invL[r] == 0.0f || !rule.keeps(q0 + r, u.k0 + j)) continue;
-                    const float pj = sc.st[j * R + r], dsj = sc.dpt[j * R + r];
-                    for (int64_t c = 0; c < h.dv; ++c) sc.dvAcc[j * ldv + c] += pj * sc.dof[r * h.dv + c];
-                    for (int64_t c = 0; c < h.d; ++c) sc.dkAcc[j * ldk + c] += dsj * sc.qf[r * h.d + c];
+            const bool tiles = allFinite<kind>(sc.qr, rowChunks * h.dTiles * kTileElems) &&
+                               allFinite<kind>(sc.dor, rowChunks * h.dvTiles * kTileElems);
+            if (!tiles) tile::loadRows(p.q, u.b, n1, qRow0, rows, h.d, sc.qf);
+            for (int64_t j0 = 0; j0 < nk; j0 += kStripRows) {
+                const int64_t k0 = u.k0 + j0, nkS = std::min(kStripRows, nk - j0), stripTiles = tilesOf(nkS);
+                if (k0 + nkS <= keys.lo || k0 >= keys.hi) continue;  // no row of the block keeps these keys
+                float* dvAcc = sc.dvAcc + j0 * ldv;
+                float* dkAcc = sc.dkAcc + j0 * ldk;
+                gemmOn<kind>(session.tiles, stripTiles, rowTiles, h.dChunks, sc.ka + j0 * ldq, ldq, hr.qb,
+                             rowTiles * kTileElems, sc.st, R, false);
+                gemmOn<kind>(session.tiles, stripTiles, rowTiles, h.dvChunks, sc.va + j0 * ldo, ldo, hr.dob,
+                             rowTiles * kTileElems, sc.dpt, R, false);
+                if (tiles) {
+                    blockGradientRows<kind>(p, rule, q0, q0 + rows, k0, nkS, skv, R, hr, sc.st, sc.dpt,
+                                            stripTiles * kTileM, ldr, sc.pa, sc.dsa);
+                    gemmOn<kind>(session.tiles, stripTiles, h.dvTiles, rowChunks, sc.pa, ldr, sc.dor,
+                                 h.dvTiles * kTileElems, dvAcc, ldv, true);
+                    gemmOn<kind>(session.tiles, stripTiles, h.dTiles, rowChunks, sc.dsa, ldr, sc.qr,
+                                 h.dTiles * kTileElems, dkAcc, ldk, true);
+                    continue;
                 }
+                blockGradients(p, rule, q0, q0 + rows, k0, nkS, skv, R, hr, sc.st, sc.dpt, nullptr);
+                for (int64_t r = 0; r < rows; ++r)
+                    for (int64_t j = 0; j < nkS; ++j) {
+                        if (hr.invL[r] == 0.0f || !rule.keeps(q0 + r, k0 + j)) continue;
+                        const float pj = sc.st[j * R + r], dsj = sc.dpt[j * R + r];
+                        for (int64_t c = 0; c < h.dv; ++c) dvAcc[j * ldv + c] += pj * sc.dof[r * h.dv + c];
+                        for (int64_t c = 0; c < h.d; ++c) dkAcc[j * ldk + c] += dsj * sc.qf[r * h.d + c];
+                    }
+            }
         }
     }
     storeRows(bp.dk, u.b, u.n2, kvRow0, nk, h.d, sc.dkAcc, ldk);

@@ -398,12 +398,13 @@ ATTNOPS_AMX_FN void queryUnit(const BackwardParams& bp, TileShape t, const WorkU
 TileShape forwardTile(const ForwardParams& p, const PlatformInfo&) {
     return transposedForward(p) ? transposedForwardTile(p) : amxTile();
 }
-// Transposed backward: query units of up to 512 rows, key units of up to 256 keys. A query unit
-// packs each key and value block once for all its rows (in strips of 32): units of 512 rows
-// made the backward 6-14% faster than units of 128 on BNSD S4096, GQA 32/8 causal and TND 32K
-// causal (Intel Xeon with AMX, 2 threads; 256 rows: 7-10%). A key unit packs each query block's Q
-// and dO once for all its keys.
-constexpr int64_t kBackwardUnitRows = 512, kBackwardUnitKeys = 256;
+// Transposed backward: query units of up to 512 rows, key units of up to 1024 keys. A query unit
+// packs each key and value block once for all its rows, a key unit each query block's Q and dO
+// once for all its keys; both run in strips of 32 (fa_amx_backward.hpp). Against units of 128
+// rows and 256 keys without strips (Intel Xeon with AMX, 2 threads): BNSD S4096 0.87x the time,
+// causal 0.80x, GQA 32/8 causal 0.92x, TND 32K causal 0.85x (key units of 512: about 1-4% slower
+// than 1024; strips in 256-key units alone were 3% slower than no strips).
+constexpr int64_t kBackwardUnitRows = 512, kBackwardUnitKeys = 1024;
 TileShape backwardTile(const BackwardParams& bp, const PlatformInfo&) {
     const ForwardParams& p = bp.fwd;
     if (!transposedForward(p)) return amxTile();
