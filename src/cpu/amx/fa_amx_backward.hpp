@@ -206,9 +206,9 @@ ATTNOPS_AMX_FN bool fastExpApplies(const ForwardParams& p, const SeqRule& rule, 
 
 // The gradients of a block: st (raw S^T) becomes P and dpt (raw dP^T) scale * dS for keys
 // [k0, k0 + nk) and the R lanes (gradientLanes); with exactDelta, adds sum_j P dP per lane (keys
-// ascending). Whole blocks skip the band test. (Rounding P and dS for the tiles in this loop
-// instead of in the packs below made it slower on AMD Zen 4: 1.0 against 0.8 ns per score, its
-// chains too long for the out-of-order window: bench/results/intel-xeon-amx/softmax_steps.cpp.)
+// ascending). Whole blocks skip the band test. The tile paths round the values for their
+// operands in the same loop instead (blockGradientPairs, blockGradientRows); this fp32 form
+// serves the steps of blocks whose operands are not all finite.
 template <bool kFast>
 ATTNOPS_AMX_FN void blockGradientsWith(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
                                        int64_t nk, int64_t skv, int64_t R, const HeadRows& hr, float* __restrict st,
