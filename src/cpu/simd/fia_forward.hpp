@@ -62,18 +62,18 @@ ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64
     constexpr int kAcc = int(NK * kRowTile);
     Vec acc[kAcc];
     alignas(32) float sums[kAcc];
-#pragma GCC unroll 12
+#pragma GCC unroll 16
     for (int i = 0; i < kAcc; ++i) acc[i] = V::zero();
     for (int64_t c = 0, v = 0; c < d; c += V::kLanes, ++v) {
         const int64_t at = Dense ? c : kChunk[v];
         Vec x[NK];
-#pragma GCC unroll 3
+#pragma GCC unroll 4
         for (int k = 0; k < NK; ++k) x[k] = loadVec<V, T>(keys[k], at);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
             Vec qv = V::load(q + r * ldq + c);
             keepInRegister<V>(qv);
-#pragma GCC unroll 3
+#pragma GCC unroll 4
             for (int k = 0; k < NK; ++k) acc[k * kRowTile + r] = V::fmadd(qv, x[k], acc[k * kRowTile + r]);
         }
     }
@@ -81,19 +81,19 @@ ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64
         sumEach<V, kAcc>(acc, sums);
         for (int k = 0; k < NK; ++k)
             for (int r = 0; r < NR; ++r) st[r * ldst + k] = sums[k * kRowTile + r];
-#pragma GCC unroll 12
+#pragma GCC unroll 16
         for (int i = 0; i < kAcc; ++i) acc[i] = V::zero();
     }
     for (int64_t c = 0, v = 0; c < dr; c += V::kLanes, ++v) {  // MLA: the rope dims
         const int64_t at = rChunk[v];
         Vec x[NK];
-#pragma GCC unroll 3
+#pragma GCC unroll 4
         for (int k = 0; k < NK; ++k) x[k] = loadVec<V, TR>(ropes[k], at);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
             Vec qv = V::load(q + r * ldq + d + c);
             keepInRegister<V>(qv);
-#pragma GCC unroll 3
+#pragma GCC unroll 4
             for (int k = 0; k < NK; ++k) acc[k * kRowTile + r] = V::fmadd(qv, x[k], acc[k * kRowTile + r]);
         }
     }
@@ -103,28 +103,34 @@ ATTNOPS_SIMD_INLINE void dotStep(int64_t d, const char* const* keys, const int64
         for (int r = 0; r < NR; ++r) out[r * ldst + k] = sums[k * kRowTile + r];
 }
 
-// st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, kDotKeys keys per step (the last
-// step takes the one or two left); with Split the rope dots go to sr (dotStep). The first row
+// st[r * ldst + j] = q_r . key_j for NR rows and keys j < nk, dotKeysOf<V>() keys per step (the
+// last step takes the ones left); with Split the rope dots go to sr (dotStep). The first row
 // tile prefetches the next block's key and value rows (`pre`, NULL for the others): a block
-// ahead of their use, as the cache is read once from scattered pages.
+// ahead of their use, as the cache is read once from scattered pages. A dot's sum is the same
+// whatever the step that holds it.
 template <class V, DType T, DType TR, int NR, bool Dense, bool Split>
 ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* kChunk, int64_t dr,
                              const char* const* rRow, const int64_t* rChunk, int64_t nk, const float* q, int64_t ldq,
                              float* st, float* sr, int64_t ldst, const Scratch* pre) {
-    static_assert(kDotKeys == 3, "the remainder below takes one or two keys");
-    for (int64_t j = 0; j < nk; j += kDotKeys) {
+    constexpr int64_t kKeys = dotKeysOf<V>();
+    static_assert(kKeys == 3 || kKeys == 4, "the remainder below takes one to three keys");
+    for (int64_t j = 0; j < nk; j += kKeys) {
         if (pre != nullptr)
-            for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
+            for (int64_t i = j; i < std::min(j + kKeys, pre->nextRows); ++i) {
                 prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
                 if (pre->prefetchValues) prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
                 if (dr > 0) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
             }
         const char* const* ropes = dr > 0 ? rRow + j : nullptr;
         float* srj = Split ? sr + j : nullptr;
-        switch (std::min(kDotKeys, nk - j)) {
+        switch (std::min(kKeys, nk - j)) {
             case 1: dotStep<V, T, TR, NR, 1, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
             case 2: dotStep<V, T, TR, NR, 2, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
-            default: dotStep<V, T, TR, NR, 3, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
+            case 3: dotStep<V, T, TR, NR, 3, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst); break;
+            default:
+                if constexpr (kKeys == 4)
+                    dotStep<V, T, TR, NR, 4, Dense, Split>(d, kRow + j, kChunk, dr, ropes, rChunk, q, ldq, st + j, srj, ldst);
+                break;
         }
     }
 }

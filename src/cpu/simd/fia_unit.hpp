@@ -19,6 +19,13 @@ using simd::alignUp;
 
 constexpr int64_t kRowTile = 4;      // query rows sharing each converted key/value vector
 constexpr int64_t kDotKeys = 3;      // keys per dot step: 3 x kRowTile accumulators + 3 keys + 1 query
+// Keys per dot step of FusedInferAttentionScore's fp32 dot (dotRows): kDotKeys with 16 vector
+// registers (AVX2); 4 with AVX-512's 32, whose 16 accumulators are summed together (V::sum16,
+// the same bits). On Intel Xeon with AMX the decode steps took 0.96-0.98x the time (int8 KV, one
+// thread with the cache in L2/L3: 0.97x; bf16 KV at 2 threads 0.96-0.97x): the horizontal sums
+// were a third of the dot there (bench/results/intel-xeon-amx/NOTES.md).
+template <class V>
+constexpr int64_t dotKeysOf() { return V::kLanes == 16 ? 4 : kDotKeys; }
                                      // vector = the 16 ymm registers of AVX2 (each query load serves 3 keys)
 constexpr int64_t kGroupRows = 64;   // query rows of a unit, all heads of the group together
 constexpr int64_t kKeyRows = 128;    // keys per block: a paged cache block of 128 tokens is one step of the
@@ -230,10 +237,13 @@ ATTNOPS_SIMD_INLINE void prefetchRow(const char* row, const int64_t* lines, int6
 }
 
 // out[i] = the lanes of x[i] summed by V::sum8's tree, i < N (dotStep: NK x kRowTile): whole
-// groups of 8, then the rest padded by repeating it (each output depends on its own vector only).
+// groups of 16 where V has sum16 (the same tree), of 8, then the rest padded by repeating it
+// (each output depends on its own vector only).
 template <class V, int N>
 ATTNOPS_SIMD_INLINE void sumEach(const typename V::Vec* x, float* out) {
     int i = 0;
+    if constexpr (requires { V::sum16(x, out); })
+        for (; i + 16 <= N; i += 16) V::sum16(x + i, out + i);
     for (; i + 8 <= N; i += 8) V::sum8(x + i, out + i);
     if constexpr (N % 8 != 0) {
         typename V::Vec rest[8];
