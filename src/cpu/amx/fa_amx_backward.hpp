@@ -349,7 +349,7 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
             if (!tiles) tile::loadRows(p.q, u.b, n1, qRow0, rows, h.d, sc.qf);
             for (int64_t j0 = 0; j0 < nk; j0 += kStripRows) {
                 const int64_t k0 = u.k0 + j0, nkS = std::min(kStripRows, nk - j0), stripTiles = tilesOf(nkS);
-                if (k0 + nkS <= keys.lo || k0 >= keys.hi) continue;  // no row of the block keeps these keys
+                if (keysToLastKept(keys, k0, nkS) == 0) continue;  // no row of the block keeps these keys
                 float* dvAcc = sc.dvAcc + j0 * ldv;
                 float* dkAcc = sc.dkAcc + j0 * ldk;
                 gemmOn<kind>(session.tiles, stripTiles, rowTiles, h.dChunks, sc.ka + j0 * ldq, ldq, hr.qb,
@@ -429,8 +429,8 @@ ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, c
                     // The strip's real rows and the keys of the block that one of them keeps.
                     const int64_t q0 = u.q0 + s0, q1 = std::min(u.q1, q0 + kStripRows);
                     const KeyRange strip = keyRange(rule, q0, q1, skv);
-                    if (std::max(k0, strip.lo) >= std::min(k0 + nk, strip.hi)) continue;
-                    const int64_t nkS = std::min(k0 + nk, strip.hi) - k0, keyChunksS = chunksOf(nkS);
+                    const int64_t nkS = keysToLastKept(strip, k0, nk), keyChunksS = chunksOf(nkS);
+                    if (nkS == 0) continue;
                     const HeadRows hs = stripRows(hr, s0);
                     float* dqAcc = hr.dqAcc + s0 * dPad;  // the strip's dQ^T [16 dTiles][32]
                     const int64_t bStride = rowTiles * kTileElems, bStrip = s0 / kTileN * kTileElems;

@@ -157,6 +157,13 @@ inline KeptRows keptRows(const SeqRule& rule, int64_t q0, int64_t R, int64_t key
     if (key < rule.prefix) return {0, R};
     return {std::clamp<int64_t>(key - q0 - rule.maxDiff, 0, R), std::clamp<int64_t>(key - q0 - rule.minDiff + 1, 0, R)};
 }
+// The keys of [k0, k0 + nk) up to the last one in `kept` (the keys that some row of a strip or
+// block may keep: keyRange), counted from k0; 0 where the two do not meet (the caller skips the
+// block).
+inline int64_t keysToLastKept(const KeyRange& kept, int64_t k0, int64_t nk) {
+    const int64_t end = std::min(k0 + nk, kept.hi);
+    return std::max(k0, kept.lo) >= end ? 0 : end - k0;
+}
 ATTNOPS_AMX_FN inline __attribute__((always_inline)) I16x keptLanes(KeptRows k, int64_t r) {
     const I16x index = cpu::amx::laneIndex() + int32_t(r);
     return (index >= int32_t(k.lo)) & (index < int32_t(k.hi));
@@ -468,9 +475,9 @@ ATTNOPS_AMX_FN void forwardUnitTransposedWith(const ForwardParams& p, const View
                     const KeyRange strip = keyRange(rule, q0, q1, skv);
                     for (int64_t k0 = sb, blk = 0; k0 < sbEnd; k0 += kr, ++blk) {
                         const int64_t nk = std::min(kr, sbEnd - k0);
-                        if (std::max(k0, strip.lo) >= std::min(k0 + nk, strip.hi)) continue;
-                        stripBlock<kind>(p, v, u, rule, h, session.tiles, q0, q1, k0, nk,
-                                         std::min(k0 + nk, strip.hi) - k0, sc.ka + blk * kr * lda,
+                        const int64_t nkS = keysToLastKept(strip, k0, nk);
+                        if (nkS == 0) continue;
+                        stripBlock<kind>(p, v, u, rule, h, session.tiles, q0, q1, k0, nk, nkS, sc.ka + blk * kr * lda,
                                          sc.vt + blk * dvPad * kr, tiles[blk], qb + s0 / kTileN * kTileElems,
                                          rowTiles * kTileElems, sc.m + g * qrPad + s0, sc.l + g * qrPad + s0,
                                          sc.acc + g * dvPad * qrPad + s0 * dvPad, sc, out);

@@ -402,8 +402,8 @@ TileShape forwardTile(const ForwardParams& p, const PlatformInfo&) {
 // packs each key and value block once for all its rows, a key unit each query block's Q and dO
 // once for all its keys; both run in strips of 32 (fa_amx_backward.hpp). Against units of 128
 // rows and 256 keys without strips (Intel Xeon with AMX, 2 threads): BNSD S4096 0.87x the time,
-// causal 0.80x, GQA 32/8 causal 0.93x, TND 32K causal 0.85x (key units of 512: about 1-4% slower
-// than 1024; strips in 256-key units alone were 3% slower than no strips).
+// causal 0.80x, GQA 32/8 causal 0.93x, TND 32K causal 0.85x (key units of 512: 0-4% slower than
+// 1024; one thread, BNSD S2048, key strips in 256-key units were 3% slower than none).
 constexpr int64_t kBackwardUnitRows = 512, kBackwardUnitKeys = 1024;
 TileShape backwardTile(const BackwardParams& bp, const PlatformInfo&) {
     const ForwardParams& p = bp.fwd;
