@@ -26,6 +26,7 @@
 #include "child_process.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
+#include "amx_fused.hpp"
 #include "forced_impl.hpp"
 #include "threads_guard.hpp"
 
@@ -631,6 +632,13 @@ std::vector<Case> emulatedCases() {
     // with and without a band that starts and ends inside them.
     cases.push_back({"superblocks_bf16", fixed("BNSD", BF16, 1, 40, 1100, 2, 1, 32)});
     cases.push_back({"superblocks_band_bf16", withMode(fixed("BNSD", BF16, 1, 300, 1100, 2, 1, 32), 4, 500, 100)});
+    // The fused backward cuts a head with few (sequence, kv head) pairs into chunks of query
+    // rows whose partial dK, dV are added by the reduction: 2 chunks of 512 + 188 rows (a
+    // partial 128-row block), key blocks of 128 with a partial one, causal, with sinks; and
+    // GQA over varlen sequences (an empty one, one of a single row) cut into 256-row chunks.
+    cases.push_back({"chunks_bf16_causal_sink", withSink(withMode(fixed("BNSD", BF16, 1, 700, 650, 1, 1, 32), 3))});
+    cases.push_back({"chunks_tnd_gqa_bf16_band",
+                     withMode(tnd(BF16, {0, 600, 1, 40}, {3, 610, 1, 40}, 4, 2, 16), 4, 300, 20)});
     return cases;
 }
 
@@ -671,6 +679,34 @@ TEST_P(AmxEmulatedBackward, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, AmxEmulatedBackward, ::testing::ValuesIn(emulatedCases()), caseName);
 
+// The fused backward on the emulator: every case it takes (no pse, explicit mask or dropout)
+// passes; it declines the others.
+class AmxEmulatedFusedBackward : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AmxEmulatedFusedBackward, MatchesReference) {
+    FaInstance inst(GetParam().problem);
+    ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    FaGrads g = attnops::tools::makeGrads(inst);
+    attnopsStatus st;
+    {
+        ForcedImpl force("amx-emulated-fused");
+        st = attnops::tools::runBackward(inst, g);
+    }
+    if (attnops::testsupport::amxFusedDeclines("amx-emulated-fused", inst)) {
+        EXPECT_EQ(st, ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION) << attnopsGetLastErrorMessage();
+        return;
+    }
+    ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    EXPECT_EQ(attnops::tools::lastImplementation(), "amx-emulated-fused");
+    const attnops::tools::GradCheck rc = attnops::tools::checkBackward(inst, g);
+    std::string detail;
+    for (int t = 0; t < 4; ++t)
+        detail += " err " + std::to_string(rc.maxAbsError[t]) + " tol " + std::to_string(rc.tolerance[t]) + ";";
+    EXPECT_TRUE(rc.passed) << inst.problem.describe() << ":" << detail << " " << rc.failure;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AmxEmulatedFusedBackward, ::testing::ValuesIn(emulatedCases()), caseName);
+
 TEST(AmxEmulated, NonFiniteInputsTakeTheRowSteps) {
     // Inf in a value row that a causal mask hides from early rows, and in a key and a query row:
     // masked zeros must never multiply them.
@@ -687,6 +723,30 @@ TEST(AmxEmulated, NonFiniteInputsTakeTheRowSteps) {
     ASSERT_EQ(attnops::tools::runBackward(inst, g), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     const attnops::tools::GradCheck grc = attnops::tools::checkBackward(inst, g);
     EXPECT_TRUE(grc.passed) << grc.failure;
+}
+
+TEST(AmxEmulated, FusedBackwardTakesTheFp32StepsForNonFiniteOperands) {
+    // The fused backward decides per query block (Q and dO finite: the dK, dV GEMMs) and per key
+    // block (K finite: the dQ GEMM): an infinite key only, an infinite query only, and both, in
+    // causal problems whose masked pairs would multiply them; 200 rows and keys make two query
+    // blocks and two key blocks, so finite blocks run beside the fp32 ones.
+    struct Variant {
+        const char* name;
+        int64_t keyRow, queryRow;  // -1: none
+    };
+    for (const Variant v : {Variant{"key", 150, -1}, Variant{"query", -1, 20}, Variant{"both", 150, 20}}) {
+        FaInstance inst(withMode(fixed("BNSD", BF16, 1, 200, 200, 1, 1, 32), 2));
+        if (v.keyRow >= 0) inst.key.set(v.keyRow * 32 + 1, std::numeric_limits<float>::infinity());
+        if (v.queryRow >= 0) inst.query.set(v.queryRow * 32 + 2, -std::numeric_limits<float>::infinity());
+        ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        FaGrads g = attnops::tools::makeGrads(inst);
+        {
+            ForcedImpl force("amx-emulated-fused");
+            ASSERT_EQ(attnops::tools::runBackward(inst, g), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        }
+        const attnops::tools::GradCheck grc = attnops::tools::checkBackward(inst, g);
+        EXPECT_TRUE(grc.passed) << v.name << ": " << grc.failure;
+    }
 }
 
 TEST(AmxEmulated, NonFiniteValuesInALaterSuperblockTakeTheRowSteps) {
@@ -714,8 +774,8 @@ TEST(AmxEmulated, ANaNRowMaximumReachesTheGradients) {
     ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     constexpr int64_t kRow = 7;
     for (int64_t lane = 0; lane < 8; ++lane) inst.softmaxMax.set(kRow * 8 + lane, std::numeric_limits<float>::quiet_NaN());
-    std::vector<std::string> impls = {"amx-emulated"};
-    if (attnops::cpu::isa().amxGranted) impls.push_back("amx");
+    std::vector<std::string> impls = {"amx-emulated", "amx-emulated-fused"};
+    if (attnops::cpu::isa().amxGranted) impls.insert(impls.end(), {"amx", "amx-fused"});
     for (const std::string& impl : impls) {
         FaGrads g = attnops::tools::makeGrads(inst);
         {
@@ -764,6 +824,30 @@ TEST(AmxEmulated, ThreadCountsGiveTheSameBits) {
     }
 }
 
+TEST(AmxEmulated, FusedBackwardThreadCountsGiveTheSameBits) {
+    // GQA over varlen sequences with sinks, causal: 8 (sequence, kv head) pairs, so the 700-row
+    // sequence is cut into chunks whose partials the reduction adds.
+    attnops::testsupport::ThreadsGuard guard;
+    const FaProblem p = withSink(withMode(tnd(BF16, {0, 700, 1, 33}, {5, 680, 1, 20}, 4, 2, 16), 3));
+    FaInstance inst(p);
+    ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS);
+    ForcedImpl force("amx-emulated-fused");
+    std::vector<FaGrads> grads;
+    for (int32_t threads : {1, 2, 3}) {
+        ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
+        grads.push_back(attnops::tools::makeGrads(inst));
+        ASSERT_EQ(attnops::tools::runBackward(inst, grads.back()), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    }
+    const attnops::tools::GradCheck rc = attnops::tools::checkBackward(inst, grads[0]);
+    EXPECT_TRUE(rc.passed) << rc.failure;
+    for (size_t r = 1; r < grads.size(); ++r) {
+        EXPECT_EQ(grads[0].dq.bytes(), grads[r].dq.bytes()) << "run " << r;
+        EXPECT_EQ(grads[0].dk.bytes(), grads[r].dk.bytes()) << "run " << r;
+        EXPECT_EQ(grads[0].dv.bytes(), grads[r].dv.bytes()) << "run " << r;
+        EXPECT_EQ(grads[0].dsink.bytes(), grads[r].dsink.bytes()) << "run " << r;
+    }
+}
+
 TEST(AmxHardware, KernelsMatchTheEmulatedKernelsBitForBit) {
     requireAmx();
     if (IsSkipped()) return;
@@ -791,6 +875,20 @@ TEST(AmxHardware, KernelsMatchTheEmulatedKernelsBitForBit) {
         EXPECT_EQ(gh.dq.bytes(), ge.dq.bytes()) << c.name;
         EXPECT_EQ(gh.dk.bytes(), ge.dk.bytes()) << c.name;
         EXPECT_EQ(gh.dv.bytes(), ge.dv.bytes()) << c.name;
+        if (attnops::testsupport::amxFusedDeclines("amx-fused", hw)) continue;
+        FaGrads fh = attnops::tools::makeGrads(hw), fe = attnops::tools::makeGrads(hw);
+        {
+            ForcedImpl force("amx-fused");
+            ASSERT_EQ(attnops::tools::runBackward(hw, fh), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        }
+        {
+            ForcedImpl force("amx-emulated-fused");
+            ASSERT_EQ(attnops::tools::runBackward(hw, fe), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        }
+        EXPECT_EQ(fh.dq.bytes(), fe.dq.bytes()) << c.name << " (fused)";
+        EXPECT_EQ(fh.dk.bytes(), fe.dk.bytes()) << c.name << " (fused)";
+        EXPECT_EQ(fh.dv.bytes(), fe.dv.bytes()) << c.name << " (fused)";
+        EXPECT_EQ(fh.dsink.bytes(), fe.dsink.bytes()) << c.name << " (fused)";
     }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cpu/isa.hpp"
+#include "amx_fused.hpp"
 #include "forced_impl.hpp"
 #include "ops/flash_attention_score/bwd_chunks.hpp"
 #include "problem.hpp"
@@ -37,8 +38,9 @@ constexpr attnopsDataType F32 = ATTNOPS_FLOAT32;
 constexpr attnopsDataType F16 = ATTNOPS_FLOAT16;
 constexpr attnopsDataType BF16 = ATTNOPS_BFLOAT16;
 
-// Query blocks of the two fused entries (cpu::Avx2::kQueryRows, cpu::Avx512::kQueryRows).
-constexpr int64_t kQueryBlocks[] = {120, 64};
+// Query blocks of the fused entries (cpu::Avx2::kQueryRows, cpu::Avx512::kQueryRows, the AMX
+// kFusedQueryRows).
+constexpr int64_t kQueryBlocks[] = {120, 64, 128};
 
 fa::ForwardParams paramsOf(const FaProblem& p) {
     FaInstance inst(p);
@@ -168,7 +170,7 @@ TEST(FaBackwardChunks, SplitHeadsGiveTheSameBitsForAnyThreadCount) {
         ASSERT_EQ(attnopsSetDeviceThreads(0, 2), ATTNOPS_SUCCESS);
         FaInstance inst(problem);
         ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-        for (const char* impl : {"", "avx512-bf16-fused", "avx512-fused", "avx2-fused"}) {
+        for (const char* impl : {"", "amx-fused", "avx512-bf16-fused", "avx512-fused", "avx2-fused", "amx-emulated-fused"}) {
             ForcedImpl forced(impl);
             std::vector<FaGrads> runs;
             bool unsupported = false;
@@ -177,9 +179,12 @@ TEST(FaBackwardChunks, SplitHeadsGiveTheSameBitsForAnyThreadCount) {
                 runs.push_back(attnops::tools::makeGrads(inst));
                 poison(runs.back());
                 const attnopsStatus st = attnops::tools::runBackward(inst, runs.back());
-                // (avx512-bf16-fused takes bf16 problems only.)
-                if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE ||
-                    (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && problem.dtype != BF16)) {
+                // (avx512-bf16-fused takes bf16 problems only, the AMX ones 16-bit problems
+                // without pse, explicit mask or dropout.)
+                const bool declines = attnops::testsupport::isAmxFused(impl)
+                                          ? attnops::testsupport::amxFusedDeclines(impl, inst)
+                                          : problem.dtype != BF16;
+                if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE || (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && declines)) {
                     unsupported = true;
                     break;
                 }

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "amx_fused.hpp"
 #include "cpu/isa.hpp"
 #include "forced_impl.hpp"
 #include "ops/flash_attention_score/reference.hpp"
@@ -1334,6 +1335,8 @@ std::vector<FaProblem> determinismProblems() {
 }
 
 using attnops::testsupport::ForcedImpl;
+using attnops::testsupport::amxFusedDeclines;
+using attnops::testsupport::isAmxFused;
 
 // The entries that take bf16 problems only (amx: fp16 too on CPUs with AMX-FP16).
 bool bf16OnlyEntry(const std::string& impl) {
@@ -1347,13 +1350,14 @@ TEST(FaBackwardDeterminism, ThreadCountsAndRepeatedRunsAreBitwiseEqual) {
         ASSERT_EQ(attnopsSetDeviceThreads(0, 2), ATTNOPS_SUCCESS);
         FaInstance inst(p);
         runForward(inst);
-        for (const char* impl : {"", "amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2"}) {
+        for (const char* impl : {"", "amx-fused", "amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2"}) {
             ForcedImpl forced(impl);
             ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
             FaGrads probe = attnops::tools::makeGrads(inst);
             const attnopsStatus st = attnops::tools::runBackward(inst, probe);
             if (st == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) continue;
             if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && bf16OnlyEntry(impl) && p.dtype != BF16) continue;
+            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && isAmxFused(impl) && amxFusedDeclines(impl, inst)) continue;
             std::vector<FaGrads> runs;
             for (int32_t threads : {1, 2, 3, 1, 2, 3, 4, 7}) {
                 ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
@@ -1405,7 +1409,7 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
         runForward(inst);  // with the default forward
         if (HasFatalFailure()) return;
         std::vector<std::pair<std::string, FaGrads>> results;
-        for (const char* impl : {"amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated", "reference"}) {
+        for (const char* impl : {"amx-fused", "amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx512", "tiled-avx2", "tiled-generic", "amx-emulated-fused", "amx-emulated", "reference"}) {
             FaGrads g = attnops::tools::makeGrads(inst);
             poison(g);
             attnopsStatus st;
@@ -1419,10 +1423,17 @@ TEST(FaBackwardImplementations, EachAvailableImplementationMatchesReference) {
             }
             // Only the 16-bit-operand entries decline problems: the avx512-bf16 entries and amx
             // those whose operands are not bf16 (amx takes fp16 on CPUs with AMX-FP16),
-            // amx-emulated fp32 ones.
-            if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
-                (std::string(impl) == "amx-emulated" ? p.dtype == F32 : bf16OnlyEntry(impl) && p.dtype != BF16))
+            // amx-emulated fp32 ones; the fused AMX entries also those with pse, an explicit
+            // mask or dropout.
+            if (isAmxFused(impl)) {
+                if (amxFusedDeclines(impl, inst)) {
+                    EXPECT_EQ(st, ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION) << impl << " " << p.describe();
+                    continue;
+                }
+            } else if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION &&
+                       (std::string(impl) == "amx-emulated" ? p.dtype == F32 : bf16OnlyEntry(impl) && p.dtype != BF16)) {
                 continue;
+            }
             ASSERT_EQ(st, ATTNOPS_SUCCESS) << impl << ": " << attnopsGetLastErrorMessage();
             const GradCheck rc = attnops::tools::checkBackward(inst, g);
             EXPECT_TRUE(rc.passed) << impl << " " << p.describe() << ":" << describe(rc);
@@ -1467,6 +1478,10 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
         GTEST_SKIP() << ic.impl << " takes bf16 problems only (amx: fp16 too with AMX-FP16)";
     if (st == ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION && ic.impl == "amx-emulated" && ic.c.problem.dtype == F32)
         GTEST_SKIP() << "amx-emulated takes bf16 and fp16 problems";
+    if (isAmxFused(ic.impl) && amxFusedDeclines(ic.impl, inst)) {
+        EXPECT_EQ(st, ATTNOPS_ERROR_UNSUPPORTED_CONFIGURATION) << attnopsGetLastErrorMessage();
+        GTEST_SKIP() << ic.impl << " declines problems with pse, an explicit mask or dropout";
+    }
     ASSERT_EQ(st, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     expectGradChecked(inst, g);
     expectTndTails(inst, g);
@@ -1474,13 +1489,13 @@ TEST_P(FaBackwardForcedMatrix, MatchesReference) {
 
 std::vector<ImplCase> forcedCases() {
     std::vector<ImplCase> cases;
-    for (const char* impl : {"amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated"}) {
+    for (const char* impl : {"amx-fused", "amx", "avx512-bf16-fused", "avx512-bf16", "avx512-fused", "avx512", "avx2-fused", "avx2", "tiled-avx2", "tiled-generic", "amx-emulated-fused", "amx-emulated"}) {
         // The AMX kernels multiply 16-bit operands only: they take the fp32 cases as bf16, and
         // the avx512-bf16 entries every case as bf16. The AMX hardware entry is listed only where
         // AMX is granted (skips cost a process start each).
         const bool amx = std::string(impl).rfind("amx", 0) == 0;
         const bool pairs = std::string(impl).rfind("avx512-bf16", 0) == 0;
-        if (std::string(impl) == "amx" && !attnops::cpu::isa().amxGranted) continue;
+        if ((std::string(impl) == "amx" || std::string(impl) == "amx-fused") && !attnops::cpu::isa().amxGranted) continue;
         auto add = [&](const Case& c) {
             if ((amx && c.problem.dtype == F32) || (pairs && c.problem.dtype != BF16))
                 cases.push_back({impl, Case{c.name + "_as_bf16", withDtype(c.problem, BF16)}});

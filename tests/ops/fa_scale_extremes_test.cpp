@@ -39,6 +39,7 @@ struct Pair {
     const char* forward;
 };
 const Pair kPairs[] = {{"", ""},
+                       {"amx-fused", "amx"},
                        {"amx", "amx"},
                        {"avx512-bf16-fused", "avx512-bf16"},
                        {"avx512-bf16", "avx512-bf16"},
@@ -49,6 +50,7 @@ const Pair kPairs[] = {{"", ""},
                        {"tiled-avx512", "tiled-avx512"},
                        {"tiled-avx2", "tiled-avx2"},
                        {"tiled-generic", "tiled-generic"},
+                       {"amx-emulated-fused", "amx-emulated"},
                        {"amx-emulated", "amx-emulated"}};
 
 FaProblem scaled(FaProblem p, double scale) {

@@ -19,6 +19,8 @@ bool accepts(const Params& p) {
            (cpu::amx::HwTiles::kHasFp16 && cpu::isa().amxFp16 && allIn(p, DType::F16));
 }
 
+bool acceptsFused(const BackwardParams& p) { return accepts(p) && fusedAccepts(p); }
+
 }  // namespace
 
 const ForwardKernel& forwardKernelAmx() {
@@ -30,6 +32,16 @@ const ForwardKernel& forwardKernelAmx() {
 const BackwardKernel& backwardKernelAmx() {
     static const BackwardKernel k{"amx", hasAmx, accepts<BackwardParams>, backwardTile,
                                   backwardScratchBytes, Hw::key, Hw::query};
+    return k;
+}
+
+}  // namespace attnops::fa
+
+namespace attnops::fa {
+
+const BackwardKernel& backwardKernelAmxFused() {
+    static const BackwardKernel k{"amx-fused", hasAmx, acceptsFused, fusedBackwardTile, fusedBackwardScratchBytes,
+                                  nullptr,     nullptr, false,       Hw::head};
     return k;
 }
 

@@ -139,22 +139,23 @@ ATTNOPS_AMX_FN float dotInLanes(const float* a, const float* b, int64_t n) {
 }
 
 // Query rows [q0, q0 + rows) of head n1: Q^T and dO^T as B operands, fp32 dO rows, delta and the
-// saved statistics. Lanes past the rows get m = 0, 1/l = 0, delta = 0: their P and dS are 0.
+// saved statistics (dof: [rows][dv], row: [dv]). Lanes past the rows get m = 0, 1/l = 0,
+// delta = 0: their P and dS are 0.
 ATTNOPS_AMX_FN void loadQueryRows(const BackwardParams& bp, int64_t b, int64_t n1, int64_t q0, int64_t rows,
-                                  int64_t R, const HeadRows& hr, TransposedBackwardScratch& sc) {
+                                  int64_t R, const HeadRows& hr, float* dof, float* row) {
     const ForwardParams& p = bp.fwd;
     const HeadDims h(p);
     const int64_t row0 = p.seq.qStart[size_t(b)] + q0, rowTiles = R / kTileN;
     cpu::amx::packColumnPairs(p.q, b, n1, row0, rows, h.d, h.dChunks, rowTiles, hr.qb);
     cpu::amx::packColumnPairs(bp.dy, b, n1, row0, rows, h.dv, h.dvChunks, rowTiles, hr.dob);
-    tile::loadRows(bp.dy, b, n1, row0, rows, h.dv, sc.dof);
+    tile::loadRows(bp.dy, b, n1, row0, rows, h.dv, dof);
     for (int64_t r = 0; r < R; ++r) {
         if (r >= rows) {
             hr.m[r] = 0.0f, hr.l[r] = 0.0f, hr.invL[r] = 0.0f, hr.delta[r] = 0.0f;
             continue;
         }
-        cpu::loadRow(p.out.data, p.out.offset(b, n1, row0 + r, 0), p.out.stride[3], p.out.dtype, h.dv, sc.row);
-        hr.delta[r] = dotInLanes(sc.dof + r * h.dv, sc.row, h.dv);
+        cpu::loadRow(p.out.data, p.out.offset(b, n1, row0 + r, 0), p.out.stride[3], p.out.dtype, h.dv, row);
+        hr.delta[r] = dotInLanes(dof + r * h.dv, row, h.dv);
         hr.m[r] = loadAsFloat(p.softmaxMax.data, p.softmaxMax.offset(b, n1, row0 + r, 0), DType::F32);
         hr.l[r] = loadAsFloat(p.softmaxSum.data, p.softmaxSum.offset(b, n1, row0 + r, 0), DType::F32);
         hr.invL[r] = hr.l[r] != 0.0f ? 1.0f / hr.l[r] : 0.0f;  // a fully masked row has P = 0
@@ -339,7 +340,7 @@ ATTNOPS_AMX_FN void keyUnitTransposed(const BackwardParams& bp, TileShape t, con
             const KeyRange keys = keyRange(rule, q0, q0 + rows, skv);
             if (keys.hi <= u.k0 || keys.lo >= u.k1) continue;  // this query block never sees these keys
             const int64_t qRow0 = p.seq.qStart[size_t(u.b)] + q0;
-            loadQueryRows(bp, u.b, n1, q0, rows, R, hr, sc);
+            loadQueryRows(bp, u.b, n1, q0, rows, R, hr, sc.dof, sc.row);
             cpu::amx::packRowPairs(bp.dy, u.b, n1, qRow0, rows, h.dv, rowChunks, h.dvTiles, sc.dor);
             cpu::amx::packRowPairs(p.q, u.b, n1, qRow0, rows, h.d, rowChunks, h.dTiles, sc.qr);
             // The P^T and dS^T GEMMs multiply the zeros of masked keys by Q and dO: only with
@@ -410,7 +411,7 @@ ATTNOPS_AMX_FN void queryUnitTransposed(const BackwardParams& bp, TileShape t, c
         const int64_t heads = std::min(kHeadsPerPass, p.group - g0);
         for (int64_t g = 0; g < heads; ++g) {
             const HeadRows hr = headRows(sc, h, qrPad, g);
-            loadQueryRows(bp, u.b, u.n2 * p.group + g0 + g, u.q0, rows, R, hr, sc);
+            loadQueryRows(bp, u.b, u.n2 * p.group + g0 + g, u.q0, rows, R, hr, sc.dof, sc.row);
             std::fill(hr.dqAcc, hr.dqAcc + dPad * R, 0.0f);
             std::fill(hr.exactDelta, hr.exactDelta + R, 0.0f);
         }

@@ -22,6 +22,8 @@ bool accepts(const Params& p) {
     return allIn(p, DType::BF16) || allIn(p, DType::F16);
 }
 
+bool acceptsFused(const BackwardParams& p) { return accepts(p) && fusedAccepts(p); }
+
 }  // namespace
 
 const ForwardKernel& forwardKernelAmxEmulated() {
@@ -34,6 +36,13 @@ const BackwardKernel& backwardKernelAmxEmulated() {
     static const BackwardKernel k{"amx-emulated", always, accepts<BackwardParams>, backwardTile,
                                   backwardScratchBytes, Emulated::key, Emulated::query,
                                   true};
+    return k;
+}
+
+const BackwardKernel& backwardKernelAmxEmulatedFused() {
+    static const BackwardKernel k{"amx-emulated-fused", always,  acceptsFused, fusedBackwardTile,
+                                  fusedBackwardScratchBytes, nullptr, nullptr,     true,
+                                  Emulated::head};
     return k;
 }
 

@@ -31,6 +31,7 @@
 
 #include "cpu/amx/fa_amx_common.hpp"
 #include "cpu/amx/fa_amx_backward.hpp"
+#include "cpu/amx/fa_amx_backward_fused.hpp"
 #include "cpu/amx/fa_amx_forward.hpp"
 #include "cpu/generic/convert.hpp"
 #include "cpu/generic/score_row.hpp"
@@ -421,6 +422,10 @@ uint64_t backwardScratchBytes(const BackwardParams& p, TileShape t) {
                : scratchBytes<BackwardScratch>(p, t);
 }
 
+// Problems the fused backward takes: those of the transposed forward whose chunk split fits the
+// bounds of bwd_chunks.hpp (the others take the two-kind scheme of the plain entry).
+bool fusedAccepts(const BackwardParams& p) { return transposedForward(p.fwd) && fusedChunkRows(p.fwd) > 0; }
+
 // The entry points of one backend: bf16 through TDPBF16PS, fp16 through TDPFP16PS when
 // WithFp16.
 template <class Tiles, bool WithFp16>
@@ -454,6 +459,12 @@ struct Entries {
         if constexpr (WithFp16)
             if (p.fwd.q.dtype == DType::F16) return queryAs<DotKind::Fp16>(p, t, u, s);
         queryAs<DotKind::Bf16>(p, t, u, s);
+    }
+    // The fused scheme (fa_amx_backward_fused.hpp), for the problems fusedAccepts.
+    static void head(const BackwardParams& p, TileShape t, const HeadChunk& c, void* s) {
+        if constexpr (WithFp16)
+            if (p.fwd.q.dtype == DType::F16) return headUnitTransposed<DotKind::Fp16, Tiles>(p, t, c, s);
+        headUnitTransposed<DotKind::Bf16, Tiles>(p, t, c, s);
     }
 };
 

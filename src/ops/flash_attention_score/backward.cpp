@@ -14,6 +14,7 @@ namespace attnops::fa {
 
 const std::vector<const BackwardKernel*>& backwardKernels() {
     static const std::vector<const BackwardKernel*> list = {
+        &backwardKernelAmxFused(),
         &backwardKernelAmx(),
         &backwardKernelAvx512Bf16Fused(),
         &backwardKernelAvx512Bf16(),
@@ -24,6 +25,7 @@ const std::vector<const BackwardKernel*>& backwardKernels() {
         &backwardKernelTiledAvx512(),
         &backwardKernelTiledAvx2(),
         &backwardKernelTiledGeneric(),
+        &backwardKernelAmxEmulatedFused(),
         &backwardKernelAmxEmulated(),
         &backwardKernelReference(),
     };

@@ -79,7 +79,9 @@ struct BackwardKernel {
 
 const std::vector<const BackwardKernel*>& backwardKernels();
 
+const BackwardKernel& backwardKernelAmxFused();
 const BackwardKernel& backwardKernelAmx();
+const BackwardKernel& backwardKernelAmxEmulatedFused();
 const BackwardKernel& backwardKernelAmxEmulated();
 const BackwardKernel& backwardKernelAvx512Bf16Fused();
 const BackwardKernel& backwardKernelAvx512Bf16();
