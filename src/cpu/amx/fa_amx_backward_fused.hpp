@@ -144,10 +144,33 @@ uint64_t fusedBackwardScratchBytes(const BackwardParams& p, TileShape) {
     return counter.used();
 }
 
+// Two vectors narrowed to the element type as two consecutive rows of 16 (lo in elements 0-15):
+// for bf16, bf16RowsFlushed (one VCVTNE2PS2BF16 on the hardware; the denormals it flushes are
+// operands the tile products flush in any case).
+template <DotKind kind>
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) cpu::amx::H32x narrowRows(F16x lo, F16x hi) {
+    if constexpr (kind == DotKind::Bf16) {
+        return cpu::amx::bf16RowsFlushed(lo, hi);
+    } else {
+        const cpu::amx::H16x a = __builtin_convertvector(narrowLanes<kind>(lo), cpu::amx::H16x);
+        const cpu::amx::H16x b = __builtin_convertvector(narrowLanes<kind>(hi), cpu::amx::H16x);
+        return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                       21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+    }
+}
+
+// narrowRows' two rows to dst and dst + ld (the second only when `second`).
+ATTNOPS_AMX_FN inline __attribute__((always_inline)) void storeRowPair(uint16_t* dst, int64_t ld, bool second,
+                                                                       cpu::amx::H32x rows) {
+    std::memcpy(dst, &rows, 32);
+    if (second) std::memcpy(dst + ld, reinterpret_cast<const char*>(&rows) + 32, 32);
+}
+
 // The fused unit's gradients of a strip (keys [k0, k0 + nk), nk <= 32) with tiles: P^T and
 // scale * dS^T as rows ([keyRowsPad][ld], as blockGradientRows) and scale * dS^T in key pairs
 // (one key chunk of rowTiles B tiles, as blockGradientPairs), from one evaluation of each
-// gradient; exactDelta as in blockGradients (keys ascending).
+// gradient; exactDelta as in blockGradients (keys ascending). Keys are taken two at a time, so
+// that each narrowing makes two rows at once (narrowRows).
 template <DotKind kind, bool kFast>
 ATTNOPS_AMX_FN void stripGradientsWith(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t q1, int64_t k0,
                                        int64_t nk, int64_t skv, int64_t R, const HeadRows& hr,
@@ -155,10 +178,6 @@ ATTNOPS_AMX_FN void stripGradientsWith(const ForwardParams& p, const SeqRule& ru
                                        int64_t ld, uint16_t* __restrict pa, uint16_t* __restrict dsa,
                                        uint16_t* __restrict dsb, float* exactDelta) {
     const bool whole = blockFullyKept(rule, q0, q1, k0, k0 + nk, skv);
-    auto storeRow = [&](uint16_t* dst, auto narrowed) {
-        const cpu::amx::H16x half = __builtin_convertvector(narrowed, cpu::amx::H16x);
-        std::memcpy(dst, &half, sizeof half);
-    };
     for (int64_t j = 0; j < kTileK; j += 2) {
         uint16_t* pairRow = dsb + (j / 2) * kTileK;
         const KeptRows band0 = keptRows(rule, q0, R, k0 + j), band1 = keptRows(rule, q0, R, k0 + j + 1);
@@ -170,15 +189,11 @@ ATTNOPS_AMX_FN void stripGradientsWith(const ForwardParams& p, const SeqRule& ru
             if (j + 1 < nk)
                 gradientLanes<kFast>(p.scale, hr, r, whole, band1, loadLanes(st + (j + 1) * R + r),
                                      loadLanes(dpt + (j + 1) * R + r), p1, ds1, exactDelta);
-            const auto n0 = narrowLanes<kind>(ds0), n1 = narrowLanes<kind>(ds1);
-            storeLanes(pairRow + (r / kTileN) * kTileElems, n0 | (n1 << 16));
+            const cpu::amx::H32x dsRows = narrowRows<kind>(ds0, ds1);
+            storeLanes(pairRow + (r / kTileN) * kTileElems, cpu::amx::pairsOfRows(dsRows));
             if (j < keyRowsPad) {
-                storeRow(pa + j * ld + r, narrowLanes<kind>(p0));
-                storeRow(dsa + j * ld + r, n0);
-            }
-            if (j + 1 < keyRowsPad) {
-                storeRow(pa + (j + 1) * ld + r, narrowLanes<kind>(p1));
-                storeRow(dsa + (j + 1) * ld + r, n1);
+                storeRowPair(pa + j * ld + r, ld, j + 1 < keyRowsPad, narrowRows<kind>(p0, p1));
+                storeRowPair(dsa + j * ld + r, ld, j + 1 < keyRowsPad, dsRows);
             }
         }
         for (int64_t jj = j; jj < std::min(j + 2, keyRowsPad); ++jj) {

@@ -34,6 +34,7 @@ typedef float F16x __attribute__((vector_size(64)));     // 16 floats
 typedef int32_t I16x __attribute__((vector_size(64)));   // 16 int32 (comparison results: 0 or -1)
 typedef uint32_t U16x __attribute__((vector_size(64)));  // 16 uint32
 typedef uint16_t H16x __attribute__((vector_size(32)));  // 16 uint16
+typedef uint16_t H32x __attribute__((vector_size(64)));  // 32 uint16
 
 ATTNOPS_AMX_LANES F16x loadLanes(const float* p) {
     F16x x;
@@ -163,6 +164,34 @@ ATTNOPS_AMX_LANES U16x bf16PairsNotDenormal(F16x lo, F16x hi) {
 #else
     return bf16Lanes(lo) | (bf16Lanes(hi) << 16);
 #endif
+}
+
+// floatToBf16 of two vectors' lanes with denormal inputs first flushed to a zero of their sign
+// (VCVTNE2PS2BF16's rule; the tile products flush denormal operands anyway), lo's lanes in
+// elements 0-15 of the result and hi's in 16-31: two consecutive 16-element rows.
+ATTNOPS_AMX_LANES H32x bf16RowsFlushed(F16x lo, F16x hi) {
+#if defined(ATTNOPS_AMX_HW_LANES)
+    return H32x(_mm512_cvtne2ps_pbh(__m512(hi), __m512(lo)));
+#else
+    auto flushed = [](F16x x) {
+        const U16x bits = bitsOf(x);
+        const U16x zero = reinterpret_cast<U16x>((bits & 0x7f800000u) == 0u);
+        return __builtin_convertvector(bf16Lanes(floatsOf((bits & 0x80000000u & zero) | (bits & ~zero))), H16x);
+    };
+    const H16x a = flushed(lo), b = flushed(hi);
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                   22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+#endif
+}
+
+// Two rows of 16 (elements 0-15 and 16-31) as 16 pairs: row 0's element i in the low half of
+// pair i, row 1's in its high half.
+ATTNOPS_AMX_LANES U16x pairsOfRows(H32x rows) {
+    const H32x pairs = __builtin_shufflevector(rows, rows, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23, 8,
+                                               24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    U16x u;
+    std::memcpy(&u, &pairs, sizeof u);
+    return u;
 }
 
 // Two key rows' 16 16-bit elements as 16 pairs: lo in the low halves, hi in the high ones.
