@@ -24,6 +24,8 @@
 #include "cpu/amx/pack.hpp"
 #include "cpu/isa.hpp"
 #include "child_process.hpp"
+#include "ops/flash_attention_score/bwd_chunks.hpp"
+#include "ops/flash_attention_score/kernel.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
 #include "amx_fused.hpp"
@@ -632,13 +634,14 @@ std::vector<Case> emulatedCases() {
     // with and without a band that starts and ends inside them.
     cases.push_back({"superblocks_bf16", fixed("BNSD", BF16, 1, 40, 1100, 2, 1, 32)});
     cases.push_back({"superblocks_band_bf16", withMode(fixed("BNSD", BF16, 1, 300, 1100, 2, 1, 32), 4, 500, 100)});
-    // The fused backward cuts a head with few (sequence, kv head) pairs into chunks of query
-    // rows whose partial dK, dV are added by the reduction: 2 chunks of 512 + 188 rows (a
-    // partial 128-row block), key blocks of 128 with a partial one, causal, with sinks; and
-    // GQA over varlen sequences (an empty one, one of a single row) cut into 256-row chunks.
-    cases.push_back({"chunks_bf16_causal_sink", withSink(withMode(fixed("BNSD", BF16, 1, 700, 650, 1, 1, 32), 3))});
+    // The fused backward cuts a kv head with few (sequence, kv head) pairs into chunks of query
+    // rows (at least 2048 over the group's heads) whose partial dK, dV are added by the
+    // reduction: groups of 8, 3 chunks of 256 + 256 + 188 rows (a partial 128-row block), key
+    // blocks of 128 with a partial one, causal, with sinks; and varlen sequences (an empty one,
+    // one of a single row) with a band (AmxEmulated.FusedChunkCasesAreCut checks the cuts).
+    cases.push_back({"chunks_bf16_causal_sink", withSink(withMode(fixed("BNSD", BF16, 1, 700, 650, 8, 1, 16), 3))});
     cases.push_back({"chunks_tnd_gqa_bf16_band",
-                     withMode(tnd(BF16, {0, 600, 1, 40}, {3, 610, 1, 40}, 4, 2, 16), 4, 300, 20)});
+                     withMode(tnd(BF16, {0, 600, 1, 40}, {3, 610, 1, 40}, 8, 1, 16), 4, 300, 20)});
     return cases;
 }
 
@@ -723,6 +726,18 @@ TEST(AmxEmulated, NonFiniteInputsTakeTheRowSteps) {
     ASSERT_EQ(attnops::tools::runBackward(inst, g), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
     const attnops::tools::GradCheck grc = attnops::tools::checkBackward(inst, g);
     EXPECT_TRUE(grc.passed) << grc.failure;
+}
+
+TEST(AmxEmulated, FusedChunkCasesAreCut) {
+    for (const Case& c : emulatedCases()) {
+        if (c.name.rfind("chunks_", 0) != 0) continue;
+        FaInstance inst(c.problem);
+        FaGrads g = attnops::tools::makeGrads(inst);
+        const attnops::fa::ForwardParams p = attnops::tools::backwardParams(inst, g).fwd;
+        EXPECT_LT(attnops::fa::chunks::chunkRows(p, attnops::fa::kAmxFusedQueryRows, attnops::fa::kAmxFusedChunkGroupRows),
+                  p.seq.maxQLen)
+            << c.name;
+    }
 }
 
 TEST(AmxEmulated, FusedBackwardTakesTheFp32StepsForNonFiniteOperands) {
@@ -825,11 +840,17 @@ TEST(AmxEmulated, ThreadCountsGiveTheSameBits) {
 }
 
 TEST(AmxEmulated, FusedBackwardThreadCountsGiveTheSameBits) {
-    // GQA over varlen sequences with sinks, causal: 8 (sequence, kv head) pairs, so the 700-row
+    // GQA over varlen sequences with sinks, causal: 4 (sequence, kv head) pairs, so the 700-row
     // sequence is cut into chunks whose partials the reduction adds.
     attnops::testsupport::ThreadsGuard guard;
-    const FaProblem p = withSink(withMode(tnd(BF16, {0, 700, 1, 33}, {5, 680, 1, 20}, 4, 2, 16), 3));
+    const FaProblem p = withSink(withMode(tnd(BF16, {0, 700, 1, 33}, {5, 680, 1, 20}, 8, 1, 16), 3));
     FaInstance inst(p);
+    FaGrads probe = attnops::tools::makeGrads(inst);
+    const attnops::fa::ForwardParams params = attnops::tools::backwardParams(inst, probe).fwd;
+    ASSERT_LT(attnops::fa::chunks::chunkRows(params, attnops::fa::kAmxFusedQueryRows,
+                                             attnops::fa::kAmxFusedChunkGroupRows),
+              params.seq.maxQLen)
+        << "not cut into chunks";
     ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS);
     ForcedImpl force("amx-emulated-fused");
     std::vector<FaGrads> grads;

@@ -38,9 +38,9 @@ constexpr attnopsDataType F32 = ATTNOPS_FLOAT32;
 constexpr attnopsDataType F16 = ATTNOPS_FLOAT16;
 constexpr attnopsDataType BF16 = ATTNOPS_BFLOAT16;
 
-// Query blocks of the fused entries (cpu::Avx2::kQueryRows, cpu::Avx512::kQueryRows, the AMX
-// kFusedQueryRows).
-constexpr int64_t kQueryBlocks[] = {120, 64, 128};
+// Query blocks of the two vector fused entries (cpu::Avx2::kQueryRows, cpu::Avx512::kQueryRows).
+// (The AMX one's chunks, of at least kAmxFusedChunkGroupRows rows, are checked in amx_test.cpp.)
+constexpr int64_t kQueryBlocks[] = {120, 64};
 
 fa::ForwardParams paramsOf(const FaProblem& p) {
     FaInstance inst(p);

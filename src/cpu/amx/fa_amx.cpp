@@ -41,7 +41,8 @@ namespace attnops::fa {
 
 const BackwardKernel& backwardKernelAmxFused() {
     static const BackwardKernel k{"amx-fused", hasAmx, acceptsFused, fusedBackwardTile, fusedBackwardScratchBytes,
-                                  nullptr,     nullptr, false,       Hw::head};
+                                  nullptr,     nullptr, false,       Hw::head,
+                                  kFusedChunkGroupRows};
     return k;
 }
 

@@ -42,7 +42,7 @@ const BackwardKernel& backwardKernelAmxEmulated() {
 const BackwardKernel& backwardKernelAmxEmulatedFused() {
     static const BackwardKernel k{"amx-emulated-fused", always,  acceptsFused, fusedBackwardTile,
                                   fusedBackwardScratchBytes, nullptr, nullptr,     true,
-                                  Emulated::head};
+                                  Emulated::head,           kFusedChunkGroupRows};
     return k;
 }
 

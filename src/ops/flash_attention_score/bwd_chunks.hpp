@@ -67,9 +67,11 @@ inline uint64_t partialFloats(const ForwardParams& p, int64_t chunkRows) {
     return total;
 }
 
-// Rows per chunk for a kernel whose query blocks have queryRows rows; 0 when no split fits the bounds (the problem
-// then goes to the two-kind scheme). A function of the problem's shape only.
-inline int64_t chunkRows(const ForwardParams& p, int64_t queryRows) {
+// Rows per chunk for a kernel whose query blocks have queryRows rows and whose chunks hold at least
+// minGroupRows query rows over the group's heads (where the sequence has that many); 0 when no
+// split fits the bounds (the problem then goes to the two-kind scheme). A function of the
+// problem's shape and the kernel only.
+inline int64_t chunkRows(const ForwardParams& p, int64_t queryRows, int64_t minGroupRows = kMinGroupRows) {
     const int64_t maxQ = std::max<int64_t>(1, p.seq.maxQLen);
     const int64_t whole = ceilDiv(maxQ, queryRows) * queryRows;  // one chunk per sequence
     constexpr int64_t kMaxRows = int64_t(1) << 40;                 // no overflow below
@@ -79,7 +81,7 @@ inline int64_t chunkRows(const ForwardParams& p, int64_t queryRows) {
         int64_t sumQ = 0;
         for (int64_t b = 0; b < p.seq.count; ++b) sumQ += p.seq.qLen[size_t(b)];
         const int64_t want = ceilDiv(p.n2 * sumQ, kTargetUnits);
-        const int64_t least = ceilDiv(kMinGroupRows, p.group);
+        const int64_t least = ceilDiv(minGroupRows, p.group);
         rows = std::min(whole, ceilDiv(std::max(want, least), queryRows) * queryRows);
     }
     // The per-thread rows bound the chunk from above, the partials from below.
