@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/platform.hpp"
+
 namespace attnops::cpu {
 namespace {
 
@@ -104,6 +106,9 @@ IsaFeatures probe() {
     }
     const AmxCpuid amx = readAmxCpuid(maxLeaf, xcr0, maxLeaf >= 7 ? d : 0);
     f.amxStatus = amxUnusableReason(amx);
+    // ATTNOPS_NO_AMX=1: run as a CPU without the tile unit would (measuring the other kernels on an
+    // AMX machine), without asking Linux for the tile state.
+    if (f.amxStatus.empty() && envFlag("ATTNOPS_NO_AMX")) f.amxStatus = "disabled by ATTNOPS_NO_AMX";
     if (f.amxStatus.empty()) f.amxStatus = requestAmxPermission();  // only for a tile unit we can use
     f.amxGranted = f.amxStatus.empty();
     if (f.amxGranted) f.amxStatus = "granted";

@@ -514,6 +514,27 @@ TEST(AmxIsaChild, DISABLED_SmallAltStackBeforeTheProbe) {
     sigaltstack(&ss, nullptr);
 }
 
+// Run in a fresh child with ATTNOPS_NO_AMX=1 by the test below.
+TEST(AmxIsaChild, DISABLED_NoAmxVariable) {
+    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
+    EXPECT_FALSE(f.amxGranted);
+    EXPECT_EQ(f.amxStatus, "disabled by ATTNOPS_NO_AMX") << f.amxStatus;
+    FaInstance inst(fixed("BNSD", BF16, 1, 20, 20, 1, 1, 32));
+    ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    EXPECT_EQ(attnops::tools::lastImplementation().rfind("amx", 0), std::string::npos)
+        << attnops::tools::lastImplementation();
+    FaGrads g = attnops::tools::makeGrads(inst);
+    ASSERT_EQ(attnops::tools::runBackward(inst, g), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+    EXPECT_EQ(attnops::tools::lastImplementation().rfind("amx", 0), std::string::npos)
+        << attnops::tools::lastImplementation();
+}
+
+TEST(AmxIsa, NoAmxVariableRunsTheOtherKernels) {
+    const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
+    if (!f.amxGranted) GTEST_SKIP() << "AMX is not usable here anyway: " << f.amxStatus;
+    attnops::testing::expectChildPasses("AmxIsaChild.DISABLED_NoAmxVariable", {{"ATTNOPS_NO_AMX", "1"}});
+}
+
 TEST(AmxIsa, RefusedPermissionFallsBackWithoutSigill) {
     const attnops::cpu::IsaFeatures& f = attnops::cpu::isa();
     if (!f.amxTile) GTEST_SKIP() << f.amxStatus;
