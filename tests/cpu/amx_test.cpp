@@ -755,8 +755,8 @@ TEST(AmxEmulated, FusedChunkCasesAreCut) {
         FaInstance inst(c.problem);
         FaGrads g = attnops::tools::makeGrads(inst);
         const attnops::fa::ForwardParams p = attnops::tools::backwardParams(inst, g).fwd;
-        EXPECT_LT(attnops::fa::chunks::chunkRows(p, attnops::fa::kAmxFusedQueryRows, attnops::fa::kAmxFusedChunkGroupRows),
-                  p.seq.maxQLen)
+        namespace fa = attnops::fa;
+        EXPECT_LT(fa::chunks::chunkRows(p, fa::kAmxFusedQueryRows, fa::kAmxFusedChunkGroupRows), p.seq.maxQLen)
             << c.name;
     }
 }

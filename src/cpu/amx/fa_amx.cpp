@@ -1,7 +1,8 @@
-// The "amx" entries: the AMX kernels of fa_amx_kernel.hpp on the tile instructions, with the
-// fp32 steps vectorised for AVX-512 (every AMX CPU has it). Available where CPUID reports
-// AMX-TILE and AMX-BF16 with a sane palette and Linux granted the tile state (cpu::isa()).
-// bf16 problems; fp16 ones too where the CPU has AMX-FP16 and the compiler knows TDPFP16PS.
+// The "amx" and "amx-fused" entries: the AMX kernels of fa_amx_kernel.hpp on the tile
+// instructions, with the fp32 steps vectorised for AVX-512 (every AMX CPU has it). Available
+// where CPUID reports AMX-TILE and AMX-BF16 with a sane palette and Linux granted the tile state
+// (cpu::isa()). bf16 problems; fp16 ones too where the CPU has AMX-FP16 and the compiler knows
+// TDPFP16PS. "amx-fused" takes the problems fusedAccepts (the backward without recomputation).
 // (-Wpsabi is off for this file in CMakeLists.txt: 64-byte vector values of cpu/amx/lanes.hpp
 // pass only between always-inlined functions.)
 #include "cpu/amx/hw_build.hpp"
@@ -34,10 +35,6 @@ const BackwardKernel& backwardKernelAmx() {
                                   backwardScratchBytes, Hw::key, Hw::query};
     return k;
 }
-
-}  // namespace attnops::fa
-
-namespace attnops::fa {
 
 const BackwardKernel& backwardKernelAmxFused() {
     static const BackwardKernel k{"amx-fused", hasAmx, acceptsFused, fusedBackwardTile, fusedBackwardScratchBytes,

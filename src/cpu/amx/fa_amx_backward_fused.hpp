@@ -56,7 +56,9 @@ constexpr int64_t kFusedQueryRows = kAmxFusedQueryRows, kFusedKeyRows = 128;
 // 0.91x the time (Intel Xeon with AMX, 2 threads).
 constexpr int64_t kFusedChunkGroupRows = kAmxFusedChunkGroupRows;
 
-TileShape fusedBackwardTile(const BackwardParams&, const PlatformInfo&) { return TileShape{kFusedQueryRows, kFusedKeyRows}; }
+TileShape fusedBackwardTile(const BackwardParams&, const PlatformInfo&) {
+    return TileShape{kFusedQueryRows, kFusedKeyRows};
+}
 
 // Rows of a chunk for this kernel (0: the split passes the bounds; the two-kind scheme then).
 int64_t fusedChunkRows(const ForwardParams& p) { return chunks::chunkRows(p, kFusedQueryRows, kFusedChunkGroupRows); }
@@ -296,8 +298,10 @@ ATTNOPS_AMX_FN void fusedKeyBlock(const BackwardParams& bp, const HeadChunk& c, 
                             for (int64_t j = 0; j < nkS; ++j) {
                                 if (hr.invL[r] == 0.0f || !rule.keeps(q0 + r, k0 + j0 + j)) continue;
                                 const float pj = sc.st[j * R + r], dsj = sc.dpt[j * R + r];
-                                for (int64_t col = 0; col < h.dv; ++col) dvAcc[j * ldv + col] += pj * sc.dof[r * h.dv + col];
-                                for (int64_t col = 0; col < h.d; ++col) dkAcc[j * ldk + col] += dsj * sc.qf[r * h.d + col];
+                                for (int64_t col = 0; col < h.dv; ++col)
+                                    dvAcc[j * ldv + col] += pj * sc.dof[r * h.dv + col];
+                                for (int64_t col = 0; col < h.d; ++col)
+                                    dkAcc[j * ldk + col] += dsj * sc.qf[r * h.d + col];
                             }
                     }
                     if (kTiles) {

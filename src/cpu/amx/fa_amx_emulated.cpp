@@ -1,8 +1,8 @@
-// The "amx-emulated" entries: the AMX kernels of fa_amx_kernel.hpp on EmuTiles, the software
-// model of the tile unit, built for the x86-64 baseline. They run on every machine, so the AMX
-// kernels' packing, tiling, masks, softmax and backward are tested everywhere; they model a CPU
-// with AMX-FP16, so they take fp16 problems too. Thousands of times slower than the hardware:
-// never chosen by default, only through ATTNOPS_FORCE_IMPL=amx-emulated (forceOnly).
+// The "amx-emulated" and "amx-emulated-fused" entries: the AMX kernels of fa_amx_kernel.hpp on
+// EmuTiles, the software model of the tile unit, built for the x86-64 baseline. They run on every
+// machine, so the AMX kernels' packing, tiling, masks, softmax and backward are tested everywhere;
+// they model a CPU with AMX-FP16, so they take fp16 problems too. Many times slower than the
+// hardware: never chosen by default, only through ATTNOPS_FORCE_IMPL (forceOnly).
 // (-Wpsabi is off for this file in CMakeLists.txt: 64-byte vector values of cpu/amx/lanes.hpp
 // pass only between always-inlined functions.)
 #include "cpu/amx/emu_tiles.hpp"
