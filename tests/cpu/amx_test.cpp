@@ -24,7 +24,6 @@
 #include "cpu/amx/pack.hpp"
 #include "cpu/isa.hpp"
 #include "child_process.hpp"
-#include "ops/flash_attention_score/bwd_chunks.hpp"
 #include "ops/flash_attention_score/kernel.hpp"
 #include "problem.hpp"
 #include "problem_grad.hpp"
@@ -749,15 +748,21 @@ TEST(AmxEmulated, NonFiniteInputsTakeTheRowSteps) {
     EXPECT_TRUE(grc.passed) << grc.failure;
 }
 
+// Rows per chunk of the fused AMX backward's split of inst's problem, as its plan takes them.
+int64_t fusedChunkRows(const FaInstance& inst) {
+    FaGrads g = attnops::tools::makeGrads(inst);
+    const attnops::fa::BackwardParams bp = attnops::tools::backwardParams(inst, g);
+    const attnops::fa::BackwardKernel& k = attnops::fa::backwardKernelAmxEmulatedFused();
+    return attnops::fa::fusedChunkRowsOf(bp.fwd, k, k.tile(bp, attnops::platform()));
+}
+
 TEST(AmxEmulated, FusedChunkCasesAreCut) {
     for (const Case& c : emulatedCases()) {
         if (c.name.rfind("chunks_", 0) != 0) continue;
         FaInstance inst(c.problem);
         FaGrads g = attnops::tools::makeGrads(inst);
         const attnops::fa::ForwardParams p = attnops::tools::backwardParams(inst, g).fwd;
-        namespace fa = attnops::fa;
-        EXPECT_LT(fa::chunks::chunkRows(p, fa::kAmxFusedQueryRows, fa::kAmxFusedChunkGroupRows), p.seq.maxQLen)
-            << c.name;
+        EXPECT_LT(fusedChunkRows(inst), p.seq.maxQLen) << c.name;
     }
 }
 
@@ -866,12 +871,7 @@ TEST(AmxEmulated, FusedBackwardThreadCountsGiveTheSameBits) {
     attnops::testsupport::ThreadsGuard guard;
     const FaProblem p = withSink(withMode(tnd(BF16, {0, 700, 1, 33}, {5, 680, 1, 20}, 8, 1, 16), 3));
     FaInstance inst(p);
-    FaGrads probe = attnops::tools::makeGrads(inst);
-    const attnops::fa::ForwardParams params = attnops::tools::backwardParams(inst, probe).fwd;
-    ASSERT_LT(attnops::fa::chunks::chunkRows(params, attnops::fa::kAmxFusedQueryRows,
-                                             attnops::fa::kAmxFusedChunkGroupRows),
-              params.seq.maxQLen)
-        << "not cut into chunks";
+    ASSERT_LT(fusedChunkRows(inst), p.qSeqLens[1]) << "not cut into chunks";
     ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS);
     ForcedImpl force("amx-emulated-fused");
     std::vector<FaGrads> grads;

@@ -39,7 +39,7 @@ constexpr attnopsDataType F16 = ATTNOPS_FLOAT16;
 constexpr attnopsDataType BF16 = ATTNOPS_BFLOAT16;
 
 // Query blocks of the two vector fused entries (cpu::Avx2::kQueryRows, cpu::Avx512::kQueryRows).
-// (The AMX one's chunks, of at least kAmxFusedChunkGroupRows rows, are checked in amx_test.cpp.)
+// (The AMX one's chunks, of at least its chunkGroupRows, are checked in amx_test.cpp.)
 constexpr int64_t kQueryBlocks[] = {120, 64};
 
 fa::ForwardParams paramsOf(const FaProblem& p) {

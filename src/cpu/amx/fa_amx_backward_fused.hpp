@@ -47,14 +47,14 @@ namespace {
 
 // Query rows per block of a chunk (the unit of its arrays, and of the chunk size) and keys per
 // key block.
-constexpr int64_t kFusedQueryRows = kAmxFusedQueryRows, kFusedKeyRows = 128;
+constexpr int64_t kFusedQueryRows = 128, kFusedKeyRows = 128;
 
 // Chunks hold at least 2048 query rows over the group's heads (bwd_chunks.hpp's default is 512):
 // a chunk's partial dK, dV are written, faulted in as fresh workspace, read back and added, which
 // weighs more against this kernel's faster GEMMs. GQA 32/8 S2048 causal (8 kv heads, so cut into
 // chunks): 8 chunks per kv head and 128 MiB of partials with 512 rows, 4 and 64 MiB with 2048,
 // 0.91x the time (Intel Xeon with AMX, 2 threads).
-constexpr int64_t kFusedChunkGroupRows = kAmxFusedChunkGroupRows;
+constexpr int64_t kFusedChunkGroupRows = 2048;
 
 TileShape fusedBackwardTile(const BackwardParams&, const PlatformInfo&) {
     return TileShape{kFusedQueryRows, kFusedKeyRows};

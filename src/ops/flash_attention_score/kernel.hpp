@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/flash_attention_score/bwd_chunks.hpp"
 #include "ops/flash_attention_score/params.hpp"
 #include "runtime/platform.hpp"
 
@@ -75,10 +76,15 @@ struct BackwardKernel {
     // When set, the fused scheme (ops/flash_attention_score/bwd_chunks.hpp): chunk units write
     // their dq rows and their partial dk, dv; runKeyUnit and runQueryUnit are not called.
     void (*runHeadUnit)(const BackwardParams&, TileShape, const HeadChunk&, void* scratch) = nullptr;
-    // The fused scheme's fewest query rows (over the group's heads) per chunk; 0: the default of
-    // bwd_chunks.hpp. A faster kernel spends relatively more on a chunk's partial dk, dv.
-    int64_t chunkGroupRows = 0;
+    // The fused scheme's fewest query rows (over the group's heads) per chunk. A faster kernel
+    // spends relatively more on a chunk's partial dk, dv, so it may ask for more.
+    int64_t chunkGroupRows = chunks::kMinGroupRows;
 };
+
+// Rows per chunk of the fused scheme for kernel k with its tile (0: no split fits the bounds).
+inline int64_t fusedChunkRowsOf(const ForwardParams& p, const BackwardKernel& k, TileShape tile) {
+    return chunks::chunkRows(p, tile.queryRows, k.chunkGroupRows);
+}
 
 const std::vector<const BackwardKernel*>& backwardKernels();
 
@@ -105,9 +111,6 @@ const ForwardKernel& forwardKernelAmx();
 inline bool amxTransposedForward(const ForwardParams& p) {
     return p.pse.form == PseForm::None && !p.mask.explicitMask && !p.dropout.enabled;
 }
-// The fused AMX backward's query blocks (the granularity of its chunks) and fewest rows per chunk
-// over the group's heads (cpu/amx/fa_amx_backward_fused.hpp).
-constexpr int64_t kAmxFusedQueryRows = 128, kAmxFusedChunkGroupRows = 2048;
 const ForwardKernel& forwardKernelAmxEmulated();
 const ForwardKernel& forwardKernelAvx512Bf16();
 const ForwardKernel& forwardKernelAvx512();

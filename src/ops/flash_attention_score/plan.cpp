@@ -240,8 +240,7 @@ BackwardPlan makeBackwardPlan(const BackwardParams& bp, int32_t threads, const P
     plan.workspaceBytes = plan.sinkTermsOffset + (sinkTerms + 63) / 64 * 64;
     const TileShape tile = plan.tile;
     if (plan.kernel->runHeadUnit != nullptr) {
-        const int64_t least = plan.kernel->chunkGroupRows > 0 ? plan.kernel->chunkGroupRows : chunks::kMinGroupRows;
-        const int64_t rows = chunks::chunkRows(p, tile.queryRows, least);
+        const int64_t rows = fusedChunkRowsOf(p, *plan.kernel, tile);
         if (rows <= 0) internalError("the fused backward {} was chosen for a problem it declines", plan.kernel->name);
         plan.chunkRows = rows;
         plan.partialBase.resize(size_t(p.seq.count) + 1);
