@@ -12,6 +12,8 @@
 #include "fia_plan.hpp"
 #include "fia_problems.hpp"
 #include "forced_impl.hpp"
+#include "core/handles.hpp"
+#include "ops/fused_infer_attention_score/check_quant.hpp"
 #include "ops/fused_infer_attention_score/plan.hpp"
 #include "problem_fia.hpp"
 
@@ -440,6 +442,46 @@ TEST(FiaQuantModes, PerHeadModesEqualPerTokenRunsOnTheirSlices) {
                         const int64_t i = (b * base.heads + n) * dv + c;
                         EXPECT_EQ(one.attentionOut.get(i), headed.attentionOut.get(i)) << mode << " b " << b << " n " << n << " c " << c;
                     }
+        }
+    }
+}
+
+// readAll (the scales, offsets and sinks a call reads): every element of a strided view, in
+// row-major order of its logical indices, for ranks 0-4 with padded, permuted, broadcast (0) and
+// unit strides, against the index arithmetic written out.
+TEST(FiaQuantCheck, ReadAllReadsStridedViewsInRowMajorOrder) {
+    std::vector<float> storage(4096);
+    for (size_t i = 0; i < storage.size(); ++i) storage[i] = float(i) * 0.5f - 7.0f;
+    struct View {
+        std::vector<int64_t> shape, strides;
+    };
+    const View views[] = {{{}, {}},
+                          {{7}, {3}},
+                          {{5}, {0}},
+                          {{3, 4}, {4, 1}},
+                          {{3, 4}, {1, 3}},
+                          {{2, 3, 5}, {40, 10, 2}},
+                          {{4, 1, 6}, {6, 100, 1}},
+                          {{2, 3, 2, 4}, {1, 2, 6, 12}},
+                          {{2, 0, 3}, {3, 3, 1}}};
+    for (const View& v : views) {
+        attnopsTensor t;
+        t.data = storage.data();
+        t.dtype = DType::F32;
+        t.rank = int32_t(v.shape.size());
+        for (int i = 0; i < t.rank; ++i) {
+            t.shape[size_t(i)] = v.shape[size_t(i)];
+            t.strides[size_t(i)] = v.strides[size_t(i)];
+        }
+        const std::vector<float> got = attnops::fia::readAll(t);
+        ASSERT_EQ(int64_t(got.size()), t.numel());
+        for (int64_t flat = 0; flat < t.numel(); ++flat) {
+            int64_t rest = flat, at = 0;
+            for (int i = t.rank - 1; i >= 0; --i) {
+                at += rest % t.shape[size_t(i)] * t.strides[size_t(i)];
+                rest /= t.shape[size_t(i)];
+            }
+            ASSERT_EQ(got[size_t(flat)], storage[size_t(at)]) << "rank " << t.rank << " element " << flat;
         }
     }
 }
