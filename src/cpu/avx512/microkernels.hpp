@@ -134,11 +134,12 @@ struct Avx512 {
         const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(h[4], h[5]), _mm256_hadd_ps(h[6], h[7]));
         _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31)));
     }
-    // out[i] = the sum of the lanes of x[i], i < 16, by sum8's tree for each (lane c + lane c + 8,
-    // then adjacent pairs, then pairs of pairs, then the two halves): the same bits as sum8, in
-    // 47 instructions for 16 vectors where two sum8 take about 90 (FusedInferAttentionScore's dot
-    // steps of 4 keys x 4 rows). Two vectors share each register from the first step on.
-    ATTNOPS_AVX512_INLINE void sum16(const Vec* x, float* out) {
+    // The sums of the lanes of x[0..16) as one vector, lane i for x[i], by sum8's tree for each
+    // (lane c + lane c + 8, then adjacent pairs, then pairs of pairs, then the two halves): the
+    // same bits as sum8, in 46 instructions for 16 vectors where two sum8 take about 90
+    // (FusedInferAttentionScore's dot steps of 4 keys x 4 rows). Two vectors share each register
+    // from the first step on.
+    ATTNOPS_AVX512_INLINE Vec sum16Lanes(const Vec* x) {
         // (zero-masked forms with every lane kept: GCC 12 reports the "undefined" pass-through
         // vector of the unmasked shuffles as uninitialised, as for lowerHalf)
         Vec t[8], a[4], b[2];
@@ -155,7 +156,18 @@ struct Avx512 {
         const Vec c = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, b[0], b[1], 0x88),
                                     _mm512_maskz_shuffle_f32x4(0xFFFF, b[0], b[1], 0xDD));
         // blocks x0-3, x8-11, x4-7, x12-15, put in order
-        _mm512_storeu_ps(out, _mm512_maskz_shuffle_f32x4(0xFFFF, c, c, 0xD8));
+        return _mm512_maskz_shuffle_f32x4(0xFFFF, c, c, 0xD8);
+    }
+    // out[i] = the sum of the lanes of x[i], i < 16 (sum16Lanes).
+    ATTNOPS_AVX512_INLINE void sum16(const Vec* x, float* out) { _mm512_storeu_ps(out, sum16Lanes(x)); }
+    // out[(i / 4) * ld + i % 4] = the sum of the lanes of x[i], i < 16: four rows of four sums
+    // (sum16Lanes), stored straight to where they go, in registers all the way.
+    ATTNOPS_AVX512_INLINE void sum16Rows(const Vec* x, float* out, int64_t ld) {
+        const Vec s = sum16Lanes(x);  // (the zero-masked extracts: see lowerHalf)
+        _mm_storeu_ps(out, _mm512_maskz_extractf32x4_ps(0xF, s, 0));
+        _mm_storeu_ps(out + ld, _mm512_maskz_extractf32x4_ps(0xF, s, 1));
+        _mm_storeu_ps(out + 2 * ld, _mm512_maskz_extractf32x4_ps(0xF, s, 2));
+        _mm_storeu_ps(out + 3 * ld, _mm512_maskz_extractf32x4_ps(0xF, s, 3));
     }
     // The sum of the lanes (fixed order).
     ATTNOPS_AVX512_INLINE float sumLanes(Vec x) {
