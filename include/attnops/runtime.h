@@ -63,7 +63,9 @@ ATTNOPS_API attnopsStatus attnopsStreamDestroy(attnopsStream* stream);
  * raised by queued work since the last synchronize, then clears it: the stream stays usable. */
 ATTNOPS_API attnopsStatus attnopsStreamSynchronize(attnopsStream* stream);
 
-/* Workspace memory (64-byte aligned) from the current device's pool. */
+/* Workspace memory (64-byte aligned) from the current device's pool. Blocks of 2 MiB and more
+ * start on a 2 MiB boundary and, on Linux, are advised for transparent huge pages (madvise
+ * MADV_HUGEPAGE): a KV cache or workspace allocated here is read through fewer TLB entries. */
 ATTNOPS_API attnopsStatus attnopsMalloc(uint64_t bytes, void** ptr);
 ATTNOPS_API attnopsStatus attnopsFree(void* ptr);
 

@@ -3,8 +3,9 @@
 // vector kernel forced and required to run:
 //  - the score dot takes three keys per step and the last step of a key block one or two: key
 //    lengths 1, 2, 3 and around the 64-key blocks (and a key split) leave every remainder;
-//  - P.V takes three value vectors per strip, then two or one: head dims of 2, 6, 8, 10 and 16
-//    AVX2 vectors (1, 3, 4, 5, 8 AVX-512 ones) end on each;
+//  - P.V takes three value vectors per strip with AVX2 and four with AVX-512, then three, two or
+//    one: head dims of 2, 6, 8, 10 and 16 AVX2 vectors (strips 2; 3 + 3; 3 + 3 + 2; 3 + 3 + 2 + 2;
+//    four of 3, then 2 + 2) and of 1, 3, 4, 5 and 8 AVX-512 ones (1; 3; 4; 3 + 2; 4 + 4) end on each;
 //  - rows whose vectors are unit stride compute their offsets (contiguous BNSD rows, strided BSH
 //    rows, BnNBsD and BnBsH pages) and NZ rows read the chunk table; rows back to back in memory
 //    are prefetched as one span, the others row by row;

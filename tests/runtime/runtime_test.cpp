@@ -7,9 +7,12 @@
 #include <atomic>
 #include <barrier>
 #include <cerrno>
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <regex>
 #include <string>
@@ -743,6 +746,40 @@ TEST(Memory, MallocIsAlignedAndFreeChecksOwnership) {
     if (!kSanitized) {  // sanitizer allocators abort on this unless allocator_may_return_null=1
         EXPECT_EQ(attnopsMalloc(uint64_t(1) << 62, &p), ATTNOPS_ERROR_OUT_OF_MEMORY);
         EXPECT_EQ(p, nullptr);
+    }
+}
+
+// The VmFlags of the mapping that holds p, from /proc/self/smaps ("" if not found).
+std::string vmFlagsOf(const void* p) {
+    std::ifstream smaps("/proc/self/smaps");
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        uintptr_t lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 && line.find(':') > line.find('-'))
+            inside = lo <= at && at < hi;
+        else if (inside && line.rfind("VmFlags:", 0) == 0)
+            return line;
+    }
+    return "";
+}
+
+// Blocks of 2 MiB and more start on a 2 MiB boundary and carry the huge-page advice (VmFlags
+// "hg") wherever the kernel has transparent huge pages; smaller ones keep the 64-byte alignment.
+TEST(Memory, LargeBlocksAreHugePageAlignedAndAdvised) {
+    constexpr uint64_t kHuge = uint64_t(2) << 20;
+    const bool thp = std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good();
+    for (uint64_t bytes : {kHuge - 64, kHuge, kHuge + 1, 5 * kHuge + 7}) {
+        void* p = nullptr;
+        ASSERT_EQ(attnopsMalloc(bytes, &p), ATTNOPS_SUCCESS) << bytes;
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (bytes >= kHuge ? kHuge : 64), 0u) << bytes;
+        std::memset(p, 0x5a, size_t(bytes));
+        if (bytes >= kHuge && thp && !kSanitized) {
+            const std::string flags = vmFlagsOf(p);
+            EXPECT_NE(flags.find(" hg"), std::string::npos) << bytes << ": " << flags;
+        }
+        EXPECT_EQ(attnopsFree(p), ATTNOPS_SUCCESS);
     }
 }
 
