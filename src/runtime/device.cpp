@@ -124,9 +124,10 @@ void Device::setThreads(int32_t threads) {
 // Blocks of kHugeBytes and more start on a 2 MiB boundary and are advised for transparent huge
 // pages (Linux, MADV_HUGEPAGE: honoured where the system's policy is `madvise` or `always`, a no-op
 // under `never`). KV caches and workspaces are read once per step from scattered pages; on 4 KiB
-// pages every 4 KiB costs a TLB walk, nested in a VM. On the Intel Xeon VM (2 threads, B=32 x 4,096
-// paged decode, bench/results/intel-xeon-amx/NOTES.md) the caches on huge pages took about 0.88x
-// (bf16 KV) and 0.83x (int8 KV) the time.
+// pages every 4 KiB costs a TLB walk, nested in a VM. On the Intel Xeon VM with AMX (2 threads,
+// B=32 x 4,096 paged decode, `attnops bench -w decode-` and `attnops run fused-infer-attention`
+// with the system's policy set to `always` for the test, bench/results/intel-xeon-amx/NOTES.md)
+// the caches on huge pages took about 0.88x (bf16 KV) and 0.83x (int8 KV) the time.
 void* Device::allocate(uint64_t bytes) {
     constexpr uint64_t kAlign = 64, kHugeBytes = uint64_t(2) << 20;
     uint64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;

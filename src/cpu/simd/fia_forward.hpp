@@ -50,11 +50,12 @@ namespace attnops::fia::simd_forward {
 
 // out[r * ldst + k] = the lanes of acc[k * kRowTile + r] summed (sumEach's tree). Four rows of
 // four keys go row by row straight from registers where V has sum16Rows, instead of through a
-// stack array and 16 scalar copies (Intel Xeon with AMX, one thread, 128 int8 keys of D 128 in
-// L1, 4 rows, GCC 12 -O3: 10.6 ns a key before, 10.0 after; the same bits).
+// stack array and 16 scalar copies (Intel Xeon with AMX, one thread, dotRows on 128 int8 keys of
+// D 128 in L1 with 4 rows, called from a harness built with GCC 12 -O3 as the library is: 10.6 ns
+// a key before, 10.0 after; the same bits).
 template <class V, int NR, int NK>
 ATTNOPS_SIMD_INLINE void storeSums(const typename V::Vec* acc, float* out, int64_t ldst) {
-    if constexpr (NR == 4 && NK == 4 && kRowTile == 4 && requires { V::sum16Rows(acc, out, ldst); }) {
+    if constexpr (NR == 4 && NK == 4 && requires { V::sum16Rows(acc, out, ldst); }) {
         typename V::Vec byRow[16];
 #pragma GCC unroll 16
         for (int i = 0; i < 16; ++i) byRow[i] = acc[(i % 4) * kRowTile + i / 4];
@@ -191,9 +192,10 @@ ATTNOPS_SIMD_FN void accumulateColumns(int64_t c, const char* const* vRow, const
 // left. One vector left over after at least one wide strip goes with the last wide strip as
 // strips of 2 + 2 (W 3) or 3 + 2 (W 4): a one-vector strip has only NR accumulators, so each key
 // waits for the FMA latency (4 cycles on Zen 3) instead of the FMA throughput. On an Intel Xeon
-// (one thread, int8 values in L1, 4 rows, dv 128, GCC 12 -O3) a key took 7.7 ns in strips of 4
-// against 8.1 in strips of 3 + 3 + 2. Each column still takes the keys in the same order: the
-// same bits.
+// with AMX (one thread, accumulateRows on 128 int8 value rows of dv 128 in L1 with 4 rows, from a
+// harness built with GCC 12 -O3, three interleaved runs) a key took 7.9-8.0 ns in strips of 4
+// against 8.3-8.8 in strips of 3 + 3 + 2. Each column still takes the keys in the same order:
+// the same bits.
 template <class V, DType T, int NR, bool SkipZero, bool Dense>
 ATTNOPS_SIMD_FN void accumulateRows(int64_t dv, const char* const* vRow, const int64_t* vChunk, int64_t nk,
                                     const float* st, int64_t ldst, float* acc, int64_t ldacc) {
