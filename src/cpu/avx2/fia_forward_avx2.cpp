@@ -20,7 +20,7 @@ bool hasAvx2() {
 
 const ForwardKernel& forwardKernelAvx2() {
     static const ForwardKernel k{
-        "avx2", hasAvx2, accepts, simd_forward::chooseTile, simd_forward::scratchBytes, run, true};
+        "avx2", hasAvx2, accepts, simd_forward::chooseTile, simd_forward::scratchBytes, run, true, true};
     return k;
 }
 

@@ -30,13 +30,13 @@ bool hasAvx512Bf16() { return hasAvx512() && cpu::isa().avx512bf16; }
 
 const ForwardKernel& forwardKernelAvx512Bf16() {
     static const ForwardKernel k{"avx512-bf16",           hasAvx512Bf16, acceptsPairs, simd_forward::chooseTile,
-                                 simd_forward::scratchBytes, runPairs,      true};
+                                 simd_forward::scratchBytes, runPairs,      true, true};
     return k;
 }
 
 const ForwardKernel& forwardKernelAvx512() {
     static const ForwardKernel k{
-        "avx512", hasAvx512, accepts, simd_forward::chooseTile, simd_forward::scratchBytes, run, true};
+        "avx512", hasAvx512, accepts, simd_forward::chooseTile, simd_forward::scratchBytes, run, true, true};
     return k;
 }
 

@@ -75,9 +75,9 @@ ATTNOPS_SIMD_FN void pairDotRows(int64_t d, const char* const* kRow, int64_t nk,
                                  int64_t ldst, const Scratch* pre) {
     for (int64_t j = 0; j < nk; j += kDotKeys) {
         if (pre != nullptr)
-            for (int64_t i = j; i < std::min(j + kDotKeys, pre->nextRows); ++i) {
-                prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
-                if (pre->prefetchValues) prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
+            for (int64_t i = j; i < std::min(j + kDotKeys, pre->preRows); ++i) {
+                prefetchRow(pre->kPre[i], pre->kLines, pre->kLineCount);
+                if (pre->prefetchValues) prefetchRow(pre->vPre[i], pre->vLines, pre->vLineCount);
             }
         switch (std::min(kDotKeys, nk - j)) {
             case 1: pairDotStep<V, Pairs, NR, 1>(d, kRow + j, qp, st + j, ldst); break;

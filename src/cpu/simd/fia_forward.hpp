@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <type_traits>
 
 #include "cpu/generic/score_row.hpp"
@@ -131,10 +132,10 @@ ATTNOPS_SIMD_FN void dotRows(int64_t d, const char* const* kRow, const int64_t* 
     static_assert(kKeys == 3 || kKeys == 4, "the remainder below takes one to three keys");
     for (int64_t j = 0; j < nk; j += kKeys) {
         if (pre != nullptr)
-            for (int64_t i = j; i < std::min(j + kKeys, pre->nextRows); ++i) {
-                prefetchRow(pre->kNext[i], pre->kLines, pre->kLineCount);
-                if (pre->prefetchValues) prefetchRow(pre->vNext[i], pre->vLines, pre->vLineCount);
-                if (dr > 0) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
+            for (int64_t i = j; i < std::min(j + kKeys, pre->preRows); ++i) {
+                prefetchRow(pre->kPre[i], pre->kLines, pre->kLineCount);
+                if (pre->prefetchValues) prefetchRow(pre->vPre[i], pre->vLines, pre->vLineCount);
+                if (dr > 0 && i < pre->nextRows) prefetchRow(pre->rNext[i], pre->rLines, pre->rLineCount);
             }
         const char* const* ropes = dr > 0 ? rRow + j : nullptr;
         float* srj = Split ? sr + j : nullptr;
@@ -532,12 +533,12 @@ ATTNOPS_SIMD_FN void dotsPackedRows(int64_t R, int64_t d, int64_t dr, const Scra
 template <class V>
 ATTNOPS_SIMD_FN void dotsPacked(const Params& p, int64_t R, Scratch& sc, int64_t j0, int64_t j1, int64_t ldst) {
     const int64_t d = p.core.d, dk = d + p.ropeDim, n = j1 - j0, next = sc.nextRows;
-    packOf<V>(p.key.dtype, sc.kRow, sc.kChunk, d, j0, j1, sc.pk, dk, sc.kNext, next, sc.kLines, sc.kLineCount);
+    packOf<V>(p.key.dtype, sc.kRow, sc.kChunk, d, j0, j1, sc.pk, dk, sc.kPre, sc.preRows, sc.kLines, sc.kLineCount);
     if (p.ropeDim > 0)
         packOf<V>(p.keyRope.dtype, sc.rRow, sc.rChunk, p.ropeDim, j0, j1, sc.pk + d, dk, sc.rNext, next, sc.rLines,
                   sc.rLineCount);
     if (sc.prefetchValues)  // the value rows of the next block (packed later, after the softmax)
-        for (int64_t j = j0; j < std::min(j1, next); ++j) prefetchRow(sc.vNext[j], sc.vLines, sc.vLineCount);
+        for (int64_t j = j0; j < std::min(j1, sc.preRows); ++j) prefetchRow(sc.vPre[j], sc.vLines, sc.vLineCount);
     if (mlaFullQuant(p))
         dotsPackedRows<V, true>(R, d, p.ropeDim, sc, n, sc.pkRow + j0, j0, ldst);
     else
@@ -564,52 +565,65 @@ ATTNOPS_SIMD_FN void accumulatePacked(const Params& p, int64_t R, Scratch& sc, i
     }
 }
 
-// The unit: query rows [q0, q1) of every head of kv head n2's group against keys [k0, k1). With
-// Pairs, the bf16-pair decode where pairDecode() holds.
-template <class V, class Pairs = void>
-ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
-    const fa::ForwardParams& c = p.core;
-    Scratch sc(p, t, scratch);
-    const int64_t sq = c.seq.qLen[size_t(u.b)], skv = c.seq.kvLen[size_t(u.b)];
-    const fa::SeqRule rule = fa::seqRule(c.mask, u.b, sq, skv);
-    const int64_t rows = u.q1 - u.q0, R = c.group * rows, d = c.d, dv = c.dv, ldst = t.keyRows;
-    loadQueries<V>(p, u, rows, sc);
-    std::fill(sc.m, sc.m + R, kNegInf);
-    std::fill(sc.l, sc.l + R, 0.0f);
-    std::fill(sc.w, sc.w + R, 0.0f);
-    std::fill(sc.wo, sc.wo + R, 0.0f);
-    std::fill(sc.acc, sc.acc + R * dv, 0.0f);
-    sc.kLineCount = chunkOffsets(p.key, d, V::kLanes, sc.kChunk, sc.kLines);
-    sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
-    sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
-    sc.kDense = denseChunks(sc.kChunk, d, V::kLanes);
-    sc.vDense = denseChunks(sc.vChunk, dv, V::kLanes);
-    sc.prefetchValues = !p.valueIsKey;
-    const bool pack = packs(p, R);
+// One kv head's part of a unit: query rows [q0, q1) of every head of kv head n2's group against
+// keys [k0, k1), a key block at a time (advance, then compute). With Pairs, the bf16-pair decode
+// where pairDecode() holds.
+template <class V, class Pairs>
+struct HeadRun {
+    const Params& p;
+    const TileShape t;
+    const WorkUnit u;
+    Scratch sc;
+    const int64_t sq, skv, rows, R, d, dv, ldst;
+    const fa::SeqRule rule;
+    const bool pack;
     bool pairs = false;
-    if constexpr (!std::is_void_v<Pairs>) {
-        pairs = pairDecode(p, R, sc);
-        if (pairs) Pairs::packFloatColumnPairs(sc.q, R, d, d, d / 2, sc.qp);  // exact: a bf16 query
-    }
-    const int64_t keyRun = runKeys(d + p.ropeDim), valueRun = runKeys(dv);
-    if (pack) {
-        const int64_t dk = d + p.ropeDim;
-        for (int64_t j = 0; j < t.keyRows; ++j) {
-            sc.pkRow[j] = reinterpret_cast<const char*>(sc.pk + j * dk);
-            sc.pvRow[j] = p.valueIsKey ? sc.pkRow[j] : reinterpret_cast<const char*>(sc.pv + j * dv);
+    int64_t k0 = 0, nk = 0;  // the block being computed
+
+    ATTNOPS_SIMD_FN HeadRun(const Params& params, TileShape tile, const WorkUnit& unit, void* scratch)
+        : p(params), t(tile), u(unit), sc(params, tile, scratch), sq(params.core.seq.qLen[size_t(unit.b)]),
+          skv(params.core.seq.kvLen[size_t(unit.b)]), rows(unit.q1 - unit.q0), R(params.core.group * rows),
+          d(params.core.d), dv(params.core.dv), ldst(tile.keyRows),
+          rule(fa::seqRule(params.core.mask, unit.b, sq, skv)), pack(packs(params, R)) {
+        loadQueries<V>(p, u, rows, sc);
+        std::fill(sc.m, sc.m + R, kNegInf);
+        std::fill(sc.l, sc.l + R, 0.0f);
+        std::fill(sc.w, sc.w + R, 0.0f);
+        std::fill(sc.wo, sc.wo + R, 0.0f);
+        std::fill(sc.acc, sc.acc + R * dv, 0.0f);
+        sc.kLineCount = chunkOffsets(p.key, d, V::kLanes, sc.kChunk, sc.kLines);
+        sc.vLineCount = chunkOffsets(p.value, dv, V::kLanes, sc.vChunk, sc.vLines);
+        sc.rLineCount = p.ropeDim > 0 ? chunkOffsets(p.keyRope, p.ropeDim, V::kLanes, sc.rChunk, sc.rLines) : 0;
+        sc.kDense = denseChunks(sc.kChunk, d, V::kLanes);
+        sc.vDense = denseChunks(sc.vChunk, dv, V::kLanes);
+        sc.prefetchValues = !p.valueIsKey;
+        if constexpr (!std::is_void_v<Pairs>) {
+            pairs = pairDecode(p, R, sc);
+            if (pairs) Pairs::packFloatColumnPairs(sc.q, R, d, d, d / 2, sc.qp);  // exact: a bf16 query
         }
-        for (int64_t v = 0; v * V::kLanes < std::max(dk, dv); ++v) sc.pChunk[v] = v * V::kLanes;
-        if (mlaFullQuant(p))
-            for (int64_t v = 0; v * V::kLanes < p.ropeDim; ++v) sc.prChunk[v] = d + v * V::kLanes;
+        if (pack) {
+            const int64_t dk = d + p.ropeDim;
+            for (int64_t j = 0; j < t.keyRows; ++j) {
+                sc.pkRow[j] = reinterpret_cast<const char*>(sc.pk + j * dk);
+                sc.pvRow[j] = p.valueIsKey ? sc.pkRow[j] : reinterpret_cast<const char*>(sc.pv + j * dv);
+            }
+            for (int64_t v = 0; v * V::kLanes < std::max(dk, dv); ++v) sc.pChunk[v] = v * V::kLanes;
+            if (mlaFullQuant(p))
+                for (int64_t v = 0; v * V::kLanes < p.ropeDim; ++v) sc.prChunk[v] = d + v * V::kLanes;
+        }
+        const int64_t firstRows = std::min(t.keyRows, u.k1 - u.k0);
+        if (firstRows > 0) {
+            keyRows(p, u.b, u.n2, u.k0, firstRows, sc.kNext);
+            valueRows(p, u.b, u.n2, u.k0, firstRows, sc.vNext);
+            if (p.ropeDim > 0) sourceRows(p, p.keyRope, u.b, u.n2, u.k0, firstRows, sc.rNext);
+        }
     }
-    const int64_t firstRows = std::min(t.keyRows, u.k1 - u.k0);
-    if (firstRows > 0) {
-        keyRows(p, u.b, u.n2, u.k0, firstRows, sc.kNext);
-        valueRows(p, u.b, u.n2, u.k0, firstRows, sc.vNext);
-        if (p.ropeDim > 0) sourceRows(p, p.keyRope, u.b, u.n2, u.k0, firstRows, sc.rNext);
-    }
-    for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
-        const int64_t nk = std::min(t.keyRows, u.k1 - k0);
+
+    // Makes the block at `from` current: its rows (found a block ahead), the next block's rows
+    // (prefetched, by default this head's own: kPre = kNext), the token terms.
+    ATTNOPS_SIMD_FN void advance(int64_t from) {
+        k0 = from;
+        nk = std::min(t.keyRows, u.k1 - k0);
         std::swap(sc.kRow, sc.kNext);
         std::swap(sc.vRow, sc.vNext);
         std::swap(sc.rRow, sc.rNext);
@@ -617,11 +631,20 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         keyRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.kNext);
         valueRows(p, u.b, u.n2, k0 + nk, sc.nextRows, sc.vNext);
         if (p.ropeDim > 0) sourceRows(p, p.keyRope, u.b, u.n2, k0 + nk, sc.nextRows, sc.rNext);
+        sc.kPre = sc.kNext;
+        sc.vPre = sc.vNext;
+        sc.preRows = sc.nextRows;
         tokenTerms(p, p.keyQuant, u.b, u.n2, k0, nk, sc.kScale, sc.kOffset);
         tokenTerms(p, p.valueQuant, u.b, u.n2, k0, nk, sc.vScale, sc.vOffset);
+    }
+
+    // Scores, softmax and P.V of the current block.
+    ATTNOPS_SIMD_FN void compute() {
+        const fa::ForwardParams& c = p.core;
         if (pairs) {
             pairDots<V, Pairs>(R, d, sc, nk, ldst);
         } else if (pack) {
+            const int64_t keyRun = runKeys(d + p.ropeDim);
             for (int64_t j = 0; j < nk; j += keyRun) dotsPacked<V>(p, R, sc, j, std::min(nk, j + keyRun), ldst);
         } else {
             dotsOf<V>(p, p.key.dtype, R, d, p.ropeDim, sc, nk, ldst);
@@ -642,31 +665,83 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
             }
             softmaxRow<V>(p, nk, rowMax, s, sc, i);
         }
-        if (pairs && masked)
+        if (pairs && masked) {
             pairAccumulate<V, Pairs, true>(R, dv, sc, nk, ldst);
-        else if (pairs)
+        } else if (pairs) {
             pairAccumulate<V, Pairs, false>(R, dv, sc, nk, ldst);
-        else if (pack)
+        } else if (pack) {
+            const int64_t valueRun = runKeys(dv);
             for (int64_t j = 0; j < nk; j += valueRun) {
                 if (masked)
                     accumulatePacked<V, true>(p, R, sc, j, std::min(nk, j + valueRun), ldst);
                 else
                     accumulatePacked<V, false>(p, R, sc, j, std::min(nk, j + valueRun), ldst);
             }
-        else if (masked)
+        } else if (masked) {
             accumulateOf<V, true>(p.value.dtype, R, dv, sc, nk, ldst);
-        else
+        } else {
             accumulateOf<V, false>(p.value.dtype, R, dv, sc, nk, ldst);
+        }
     }
-    const AntiquantSpec& vq = p.valueQuant;
-    for (int64_t i = 0; i < R; ++i) {
-        float* acc = sc.acc + i * dv;
-        if (vq.mode == Antiquant::PerChannel)
-            for (int64_t e = 0; e < dv; ++e)
-                acc[e] = channelScale(vq, u.n2, e) * (acc[e] + channelOffset(vq, u.n2, e) * sc.w[i]);
-        else if (vq.mode == Antiquant::PerToken)
-            for (int64_t e = 0; e < dv; ++e) acc[e] += sc.wo[i];
-        emitRow(p, u, i / rows, i % rows, sc.m[i], sc.l[i], acc);
+
+    // The value dequantisation left to the end, then the rows out (or the split's partial rows).
+    ATTNOPS_SIMD_FN void finish() {
+        const AntiquantSpec& vq = p.valueQuant;
+        for (int64_t i = 0; i < R; ++i) {
+            float* acc = sc.acc + i * dv;
+            if (vq.mode == Antiquant::PerChannel)
+                for (int64_t e = 0; e < dv; ++e)
+                    acc[e] = channelScale(vq, u.n2, e) * (acc[e] + channelOffset(vq, u.n2, e) * sc.w[i]);
+            else if (vq.mode == Antiquant::PerToken)
+                for (int64_t e = 0; e < dv; ++e) acc[e] += sc.wo[i];
+            emitRow(p, u, i / rows, i % rows, sc.m[i], sc.l[i], acc);
+        }
+    }
+};
+
+// The unit: its kv heads (WorkUnit::heads, each with scratchBytes of scratch) block by block,
+// head after head within a block. One head runs as a loop over its blocks. With several (a
+// cache row holding kv heads side by side: Plan::headsPerUnit), head h's dots prefetch the next
+// block's rows of every head of the unit for keys [h * n / H, (h + 1) * n / H), key by key in
+// head order: for BnBsH pages and BSH / BSND caches, contiguous runs of H rows' slices instead of
+// one slice per key and head. Each head's arithmetic is the one-head unit's: the same bits.
+template <class V, class Pairs = void>
+ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
+    if (u.heads <= 1) {
+        HeadRun<V, Pairs> run(p, t, u, scratch);
+        for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
+            run.advance(k0);
+            run.compute();
+        }
+        run.finish();
+        return;
+    }
+    constexpr int64_t kMaxHeads = kHeadsPerUnit;
+    alignas(HeadRun<V, Pairs>) unsigned char storage[kMaxHeads][sizeof(HeadRun<V, Pairs>)];
+    HeadRun<V, Pairs>* runs[kMaxHeads];
+    const int64_t H = std::min(u.heads, kMaxHeads), perHead = int64_t(scratchBytes(p, t) + 63) / 64 * 64;
+    for (int64_t h = 0; h < H; ++h)
+        runs[h] = new (storage[h]) HeadRun<V, Pairs>(p, t, headOf(u, h), static_cast<char*>(scratch) + h * perHead);
+    for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
+        for (int64_t h = 0; h < H; ++h) runs[h]->advance(k0);
+        const int64_t n = runs[0]->sc.nextRows;
+        for (int64_t h = 0; h < H; ++h) {  // head h prefetches keys [j0, j1) of every head
+            Scratch& sc = runs[h]->sc;
+            const int64_t j0 = h * n / H, j1 = (h + 1) * n / H;
+            for (int64_t j = j0; j < j1; ++j)
+                for (int64_t g = 0; g < H; ++g) {
+                    sc.kPreList[(j - j0) * H + g] = runs[g]->sc.kNext[j];
+                    sc.vPreList[(j - j0) * H + g] = runs[g]->sc.vNext[j];
+                }
+            sc.kPre = sc.kPreList;
+            sc.vPre = sc.vPreList;
+            sc.preRows = (j1 - j0) * H;
+        }
+        for (int64_t h = 0; h < H; ++h) runs[h]->compute();
+    }
+    for (int64_t h = 0; h < H; ++h) {
+        runs[h]->finish();
+        runs[h]->~HeadRun<V, Pairs>();
     }
 }
 

@@ -73,6 +73,13 @@ struct Scratch {
     const char** rRow;   // [keyRows] key rope rows of the block (MLA)
     const char** rNext;  // [keyRows]
     int64_t nextRows = 0;  // rows of the next block
+    // The rows this head's dots prefetch (preRows of them): its own next rows (kNext, vNext), or
+    // in a unit of several kv heads its share of every head's (runUnit), listed in kPreList.
+    const char* const* kPre = nullptr;
+    const char* const* vPre = nullptr;
+    int64_t preRows = 0;
+    const char** kPreList;  // [keyRows + kHeadsPerUnit]
+    const char** vPreList;
     bool prefetchValues = true;  // false when the value rows are the key rows
     int64_t* kChunk;    // [d / kLanes] element offset of each vector of a key row (NZ: dim groups)
     int64_t* vChunk;    // [dv / kLanes]
@@ -104,7 +111,8 @@ struct Scratch {
     static int64_t floats(const Params& p, TileShape t) {
         const int64_t R = p.core.group * t.queryRows, kr = t.keyRows, dk = p.core.d + p.ropeDim;
         return alignUp(R * (p.core.d + p.ropeDim)) + 2 * alignUp(R) + alignUp(R * kr) + alignUp(R * p.core.dv) +
-               4 * alignUp(R) + 4 * alignUp(kr) + 6 * alignUp(2 * kr) + 2 * alignUp(2 * p.core.d) +
+               4 * alignUp(R) + 4 * alignUp(kr) + 6 * alignUp(2 * kr) + 2 * alignUp(2 * (kr + kHeadsPerUnit)) +
+               2 * alignUp(2 * p.core.d) +
                2 * alignUp(2 * p.core.dv) + 2 * alignUp(2 * p.ropeDim) + alignUp(kr) +
                (packs(p, R) ? alignUp(kr * dk) + alignUp(kr * p.core.dv) + 2 * alignUp(2 * kr) +
                                   alignUp(2 * std::max(dk, p.core.dv))
@@ -140,6 +148,8 @@ struct Scratch {
         vNext = reinterpret_cast<const char**>(take(2 * kr));
         rRow = reinterpret_cast<const char**>(take(2 * kr));
         rNext = reinterpret_cast<const char**>(take(2 * kr));
+        kPreList = reinterpret_cast<const char**>(take(2 * (kr + kHeadsPerUnit)));
+        vPreList = reinterpret_cast<const char**>(take(2 * (kr + kHeadsPerUnit)));
         kChunk = reinterpret_cast<int64_t*>(take(2 * p.core.d));
         vChunk = reinterpret_cast<int64_t*>(take(2 * p.core.dv));
         kLines = reinterpret_cast<int64_t*>(take(2 * p.core.d));

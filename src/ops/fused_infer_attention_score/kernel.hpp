@@ -51,13 +51,33 @@ inline fa::View4 sourceView(const KvSource& s) {
     return v;
 }
 
+// kv heads per unit where a cache row holds several kv heads side by side (BnBsH pages, BSH and
+// BSND caches) and every batch has one query block (decode): a unit then reads its keys' rows of
+// kHeadsPerUnit heads, and asks for them whole, a contiguous run per key, instead of one head's
+// slice of each (interleavedHeads in plan.cpp).
+constexpr int64_t kHeadsPerUnit = 8;
+
 struct WorkUnit {
     int64_t b = 0, n2 = 0, q0 = 0, q1 = 0;  // batch, kv head, query rows [q0, q1)
     int64_t k0 = 0, k1 = 0;                 // the keys of this unit (the rows' whole key range unless split)
     // NULL: the unit writes its output rows. Otherwise the partial rows of this split, record
     // g * (q1 - q0) + r for query head g of the group and row q0 + r: {m, l, acc[dv]}.
     float* partial = nullptr;
+    // kv heads [n2, n2 + heads) with the same rows and keys (Plan::headsPerUnit; only for a kernel
+    // that interleavesHeads); kv head n2 + h's partial rows start partialHeadStride floats after
+    // head n2 + h - 1's.
+    int64_t heads = 1;
+    int64_t partialHeadStride = 0;
 };
+
+// Unit u's kv head n2 + h alone.
+inline WorkUnit headOf(const WorkUnit& u, int64_t h) {
+    WorkUnit one = u;
+    one.n2 = u.n2 + h;
+    one.heads = 1;
+    if (u.partial != nullptr) one.partial = u.partial + h * u.partialHeadStride;
+    return one;
+}
 
 struct ForwardKernel {
     const char* name;
@@ -69,6 +89,8 @@ struct ForwardKernel {
     // the partial rows.
     void (*run)(const Params&, TileShape, const WorkUnit&, void* scratch);
     bool splitsKeys = false;  // honours WorkUnit::k0/k1/partial (else gets whole rows, never split)
+    // Honours WorkUnit::heads, with scratchBytes per head (else gets one kv head per unit).
+    bool interleavesHeads = false;
 };
 
 // Fastest first, reference last.

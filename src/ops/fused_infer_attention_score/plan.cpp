@@ -38,15 +38,26 @@ void appendSource(std::string& key, const KvSource& s, const AntiquantSpec& q) {
     append(key, unitParts);
 }
 
+// Whether a row of the source holds several kv heads side by side (BnBsH pages; BSH, BSND and
+// TND caches): one head's rows are then slices (D x 2 bytes of bf16 at D 128) at the stride of
+// a whole row (H_kv x D elements). Read a head at a time, such slices came from DRAM at about
+// half the rate of contiguous rows (Intel Xeon with AMX, one thread: 5.0-6.5 GB/s for 256 bytes
+// of every 2 KiB against 9.5 contiguous; the bf16 decode B=32 x 4,096 GQA 32/8 took 74-86 ms in
+// BnBsH pages against 33-40 ms in BnNBsD). Units of kHeadsPerUnit heads read them side by side.
+bool interleavedHeads(const KvSource& s) {
+    return !hasKvParts(s) && s.dimGroup == 0 && s.headStride > 0 && s.headStride < s.rowStride;
+}
+
 }  // namespace
 
 WorkUnit unitAt(const Params& p, const Plan& plan, int64_t b, int64_t local, float* partialArea) {
     const int64_t sq = p.core.seq.qLen[size_t(b)], splits = plan.splits[size_t(b)];
     const int64_t blocks = blocksOf(sq, plan.tile.unitRows());
-    const int64_t perHead = blocks * splits, block = (local % perHead) / splits, split = local % splits;
+    const int64_t perHeads = blocks * splits, block = (local % perHeads) / splits, split = local % splits;
     WorkUnit u;
     u.b = b;
-    u.n2 = local / perHead;
+    u.n2 = local / perHeads * plan.headsPerUnit;
+    u.heads = std::min(plan.headsPerUnit, p.core.n2 - u.n2);
     u.q0 = block * plan.tile.unitRows();
     u.q1 = std::min(sq, u.q0 + plan.tile.unitRows());
     const fa::KeyRange keys = blockKeys(p, b, u.q0, u.q1);
@@ -57,6 +68,7 @@ WorkUnit unitAt(const Params& p, const Plan& plan, int64_t b, int64_t local, flo
         u.k1 = std::min(keys.hi, u.k0 + kSplitKeys);
         const uint64_t record = uint64_t(p.core.group * sq * partialRowFloats(p.core.dv));
         if (partialArea != nullptr) u.partial = partialArea + plan.partialAt[size_t(b)] + uint64_t(u.n2 * splits + split) * record;
+        u.partialHeadStride = int64_t(uint64_t(splits) * record);
     }
     return u;
 }
@@ -71,6 +83,7 @@ std::string planKey(const Params& p, int32_t threads, const std::string& forcedK
     appendSource(key, p.key, p.keyQuant);
     appendSource(key, p.value, p.valueQuant);
     append(key, p.cache);
+    append(key, interleavedHeads(p.key) && interleavedHeads(p.value));
     append(key, p.fullQuant.on);
     append(key, p.queryDequant.scale != nullptr);
     append(key, p.ropeDim);  // MLA: the kernels' acceptance depends on the key rope's layout
@@ -114,8 +127,12 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
     plan.threads = std::max(1, threads);
     const fa::ForwardParams& c = p.core;
     plan.tile = fa::fitUnitsToThreads(c, plan.kernel->tile(p), plan.threads);  // the prefill route's blocks per unit
-    plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
     const TileShape tile = plan.tile;
+    bool oneBlock = true;  // every batch's query rows are one unit's
+    for (int64_t b = 0; b < c.seq.count; ++b) oneBlock = oneBlock && blocksOf(c.seq.qLen[size_t(b)], tile.unitRows()) <= 1;
+    if (plan.kernel->interleavesHeads && oneBlock && c.n2 > 1 && interleavedHeads(p.key) && interleavedHeads(p.value))
+        plan.headsPerUnit = std::min(kHeadsPerUnit, c.n2);
+    plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64 * uint64_t(plan.headsPerUnit);
     // Key splits: only where a batch's query rows form one block (its units would otherwise be
     // its kv heads alone), and from the lengths alone.
     plan.splits.assign(size_t(c.seq.count), 1);
@@ -136,10 +153,13 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
     plan.workspaceBytes = plan.partialOffset + (partialFloats * sizeof(float) + 63) / 64 * 64;
     plan.units = fa::partitionUnits(
         c.seq.count, plan.threads,
-        [&](int64_t b) { return c.n2 * blocksOf(c.seq.qLen[size_t(b)], tile.unitRows()) * plan.splits[size_t(b)]; },
+        [&](int64_t b) {
+            return blocksOf(c.n2, plan.headsPerUnit) * blocksOf(c.seq.qLen[size_t(b)], tile.unitRows()) *
+                   plan.splits[size_t(b)];
+        },
         [&](int64_t b, int64_t local) {
             const WorkUnit u = unitAt(p, plan, b, local, nullptr);
-            return double(c.group) * double((u.q1 - u.q0) * (u.k1 - u.k0) + kUnitOverhead);
+            return double(u.heads * c.group) * double((u.q1 - u.q0) * (u.k1 - u.k0) + kUnitOverhead);
         });
     return plan;
 }

@@ -24,9 +24,10 @@ struct Plan : PlanBase {
     const ForwardKernel* kernel = nullptr;
     TileShape tile;
     int32_t threads = 1;
-    fa::UnitSpace units;               // (batch, kv head, query block, key split)
+    fa::UnitSpace units;               // (batch, kv heads, query block, key split)
     std::vector<int64_t> splits;       // per batch: key splits of its query block (1: not split)
     std::vector<uint64_t> partialAt;   // per batch: first float of its partial rows in the partial area
+    int64_t headsPerUnit = 1;          // kv heads of a unit (WorkUnit::heads; the last unit of a batch may have fewer)
     uint64_t scratchPerThread = 0;     // bytes, 64-byte multiple
     uint64_t partialOffset = 0;        // bytes into the workspace of the partial area
     uint64_t workspaceBytes = 0;
