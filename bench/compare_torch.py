@@ -185,7 +185,8 @@ class TorchCase:
         probs = torch.softmax(logits.float(), dim=-1).to(sources.dtype)
         return torch.einsum("tk,tkh->th", probs, sources)
 
-    # ---- paged decode: a BnNBsD cache (blocks, KV_N, block size, D) in shuffled physical order
+    # ---- paged decode: a BnNBsD cache (blocks, KV_N, block size, D), or for the BnBsH workloads
+    # (blocks, block size, KV_N, D) as vLLM and flash-attn page it, in shuffled physical order
     def _build_decode(self, g):
         p, torch = self.p, self.torch
         b, n1, n2, d, bs = p["batch"], p["heads"], p["kvHeads"], p["dim"], p["blockSize"]
@@ -195,11 +196,13 @@ class TorchCase:
         blocks = b * per_request
         self.table = torch.randperm(blocks, generator=g).reshape(b, per_request)
         self.int8 = p["kvDtype"] == "int8"
+        self.bsh = p.get("cache") == "BnBsH" and not p.get("ropeDim", 0)  # (MLA: one kv head, the same either way)
+        shape = (blocks, bs, n2, d) if self.bsh else (blocks, n2, bs, d)
         if self.int8:
-            cache = lambda: torch.randint(-127, 128, (blocks, n2, bs, d), dtype=torch.int8, generator=g)
+            cache = lambda: torch.randint(-127, 128, shape, dtype=torch.int8, generator=g)
             self.k_scale, self.v_scale = self.rand(1, n2, 1, d) * 0.01, self.rand(1, n2, 1, d) * 0.01
         else:
-            cache = lambda: self.rand(blocks, n2, bs, d)
+            cache = lambda: self.rand(*shape)
         # MLA (ropeDim > 0): one cache of [k_nope ; k_pe] rows, whose first D dims are the value.
         self.rope = p.get("ropeDim", 0)
         if self.rope and self.int8:  # MLA full quant: int8 query and key cache, bf16 ropes beside them
@@ -222,8 +225,11 @@ class TorchCase:
 
     def _gather(self, cache, scale):
         b, per_request = self.table.shape
-        pages = cache[self.table]  # (B, blocks per request, KV_N, block size, D)
-        x = pages.permute(0, 2, 1, 3, 4).reshape(b, cache.shape[1], per_request * cache.shape[2], cache.shape[3])
+        pages = cache[self.table]  # (B, blocks per request, KV_N, block size, D); BnBsH: (..., block size, KV_N, D)
+        if self.bsh:
+            x = pages.permute(0, 3, 1, 2, 4).reshape(b, cache.shape[2], per_request * cache.shape[1], cache.shape[3])
+        else:
+            x = pages.permute(0, 2, 1, 3, 4).reshape(b, cache.shape[1], per_request * cache.shape[2], cache.shape[3])
         x = x[:, :, :self.context]
         return (x.to(self.dtype) * scale) if scale is not None else x
 

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <numbers>
 #include <numeric>
@@ -56,9 +57,11 @@ struct Workload {
 };
 
 // A decode step of `requests` requests with `context` cached tokens each, GQA 32/8, D 128, a
-// paged BnNBsD cache of 128-token blocks (each block of a kv head is one contiguous 32 KiB run),
-// bf16 query, bf16 or int8 KV (int8: per-channel bf16 scales, no offset, as vLLM-Ascend's C8).
-tools::FiaProblem decodeStep(int64_t requests, int64_t context, bool int8Kv) {
+// paged cache of 128-token blocks, bf16 query, bf16 or int8 KV (int8: per-channel bf16 scales, no
+// offset, as vLLM-Ascend's C8). BnNBsD: each block of a kv head is one contiguous 32 KiB run;
+// BnBsH (vLLM's and flash-attn's page layout): a block's token rows hold the 8 kv heads side by
+// side.
+tools::FiaProblem decodeStep(int64_t requests, int64_t context, bool int8Kv, const char* cache = "BnNBsD") {
     tools::FiaProblem p;
     p.layout = "BSND";
     p.batch = requests;
@@ -68,7 +71,7 @@ tools::FiaProblem decodeStep(int64_t requests, int64_t context, bool int8Kv) {
     p.kvHeads = 8;
     p.dim = 128;
     p.dtype = ATTNOPS_BFLOAT16;
-    p.cache = "BnNBsD";
+    p.cache = cache;
     p.blockSize = 128;
     p.int8Kv = int8Kv;
     p.quantOffset = false;
@@ -173,17 +176,19 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
                                      s2k);
         w.push_back(std::move(pf));
     }
-    auto decode = [&](int64_t requests, int64_t context, bool int8Kv) {
+    auto decode = [&](int64_t requests, int64_t context, bool int8Kv, const char* cache) {
         Workload d;
         d.fia = true;
-        d.fiaProblem = decodeStep(requests, context, int8Kv);
-        d.name = fmt::format("decode-b{}-s{}-{}kv", requests, context, int8Kv ? "int8" : "bf16");
-        d.description = fmt::format("FIA decode B={} context={} N1=32 N2=8 D=128, paged BnNBsD block 128, bf16 Q, {} KV",
-                                    requests, context, int8Kv ? "int8 (per-channel scale)" : "bf16");
+        d.fiaProblem = decodeStep(requests, context, int8Kv, cache);
+        const bool heads = std::string(cache) == "BnBsH";
+        d.name = fmt::format("decode-{}b{}-s{}-{}kv", heads ? "bsh-" : "", requests, context, int8Kv ? "int8" : "bf16");
+        d.description = fmt::format("FIA decode B={} context={} N1=32 N2=8 D=128, paged {} block 128, bf16 Q, {} KV",
+                                    requests, context, cache, int8Kv ? "int8 (per-channel scale)" : "bf16");
         w.push_back(std::move(d));
     };
-    for (bool int8Kv : {false, true}) decode(32, 4096 / q, int8Kv);
-    for (bool int8Kv : {false, true}) decode(1, 131072 / q, int8Kv);
+    for (bool int8Kv : {false, true}) decode(32, 4096 / q, int8Kv, "BnNBsD");
+    for (bool int8Kv : {false, true}) decode(1, 131072 / q, int8Kv, "BnNBsD");
+    for (bool int8Kv : {false, true}) decode(32, 4096 / q, int8Kv, "BnBsH");
     {
         Workload d;
         d.fia = true;
@@ -459,8 +464,9 @@ int runBench(const BenchOptions& o) {
         std::fflush(stdout);
     }
     const bool forward = std::find(o.directions.begin(), o.directions.end(), "fwd") != o.directions.end();
-    // By (rope dim, context): the bf16 KV time the int8 KV one (GQA, or MLA full quant) is compared with.
-    std::map<std::pair<int64_t, int64_t>, double> bf16DecodeMs;
+    // By (rope dim, context, cache format): the bf16 KV time the int8 KV one (GQA, or MLA full
+    // quant) is compared with.
+    std::map<std::tuple<int64_t, int64_t, std::string>, double> bf16DecodeMs;
     for (const Workload& w : chosen) {
         if (w.fia) {  // a decode step: bf16 query whatever --dtypes says, forward only
             if (!forward) continue;
@@ -489,7 +495,7 @@ int runBench(const BenchOptions& o) {
                 j["ratioToPeak"] = rate / readPeak;
             }
             std::string speedText;
-            const std::pair<int64_t, int64_t> twin{p.ropeDim, context};  // GQA and MLA each against their bf16 KV run
+            const std::tuple<int64_t, int64_t, std::string> twin{p.ropeDim, context, p.cache};  // each against its bf16 KV run
             if (!p.int8Kv) bf16DecodeMs[twin] = r.timing.median();
             else if (bf16DecodeMs.count(twin) != 0) {
                 const double speedup = bf16DecodeMs[twin] / r.timing.median();
