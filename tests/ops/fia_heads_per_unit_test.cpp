@@ -1,11 +1,10 @@
 // Decode units of several kv heads (Plan::headsPerUnit, cpu/simd/fia_forward.hpp runUnit): where
 // a cache row holds the kv heads side by side (BnBsH pages, BSH caches) a vector kernel's unit
-// takes up to kHeadsPerUnit heads block by block, and only the order of the reads and prefetches
-// changes. So the same logical cache in BnBsH pages (several heads a unit) and in BnNBsD pages
-// (one head a unit) gives the same bits, at any thread count: heads not a multiple of the unit
-// (12 = 8 + 4, 3), key splits whose blocks differ in length, bf16 and int8 caches (per channel,
-// per token), every group size of the row tiles, and the bf16-pair decode where the CPU has it.
-// The plan takes several heads only there: not for BnNBsD pages, nor for prefill.
+// takes up to kHeadsPerUnit heads, block by block in blocks of kInterleavedKeyRows keys. Checked
+// against the double reference, and for the same bits at 1 and 3 threads: heads not a multiple of
+// the unit (12 = 8 + 4, 3), key splits whose blocks differ in length, bf16 and int8 caches (per
+// channel, per token), every group size of the row tiles, and the bf16-pair decode where the CPU
+// has it. The plan takes several heads only there: not for BnNBsD pages, nor for prefill.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,6 +48,7 @@ struct Output {
     attnopsStatus status;
     std::string impl;
     std::vector<uint8_t> out, lse;
+    FiaCheck check;
 };
 
 Output runForced(const char* impl, const FiaProblem& p) {
@@ -62,12 +62,13 @@ Output runForced(const char* impl, const FiaProblem& p) {
     o.impl = lastImplementation();
     o.out = inst.attentionOut.bytes();
     o.lse = inst.softmaxLse.bytes();
+    o.check = checkFia(inst);
     return o;
 }
 
 }  // namespace
 
-TEST(FiaHeadsPerUnit, InterleavedPagesGiveTheBitsOfOneHeadUnits) {
+TEST(FiaHeadsPerUnit, InterleavedPagesAgainstReferenceAndThreadCounts) {
     ThreadsGuard guard;
     const std::pair<int64_t, int64_t> groups[] = {{32, 8}, {12, 12}, {24, 12}, {15, 3}, {10, 2}};
     int compared = 0;
@@ -75,20 +76,22 @@ TEST(FiaHeadsPerUnit, InterleavedPagesGiveTheBitsOfOneHeadUnits) {
         for (int i = 0; i < 5; ++i) {
             const int quant = std::string(impl) == "avx512-bf16" ? 0 : i % 3;  // the pairs take bf16 caches only
             const int64_t dim = i % 2 == 0 ? 128 : 64;
-            const FiaProblem inPages = decode("BnBsH", groups[i], dim, quant), oneHead = decode("BnNBsD", groups[i], dim, quant);
-            for (int32_t threads : {1, 3}) {
-                SCOPED_TRACE(std::string(impl) + ", " + std::to_string(threads) + " threads: " + inPages.describe());
-                ASSERT_EQ(attnopsSetDeviceThreads(0, threads), ATTNOPS_SUCCESS);
-                const Output a = runForced(impl, inPages);
-                if (a.status == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) break;
-                ASSERT_EQ(a.status, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-                ASSERT_EQ(a.impl, impl);
-                const Output b = runForced(impl, oneHead);
-                ASSERT_EQ(b.status, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
-                EXPECT_TRUE(a.out == b.out) << "attentionOut differs";
-                EXPECT_TRUE(a.lse == b.lse) << "softmaxLse differs";
-                ++compared;
-            }
+            const FiaProblem p = decode("BnBsH", groups[i], dim, quant);
+            SCOPED_TRACE(std::string(impl) + ": " + p.describe());
+            ASSERT_EQ(attnopsSetDeviceThreads(0, 1), ATTNOPS_SUCCESS);
+            const Output one = runForced(impl, p);
+            if (one.status == ATTNOPS_ERROR_UNSUPPORTED_HARDWARE) break;
+            ASSERT_EQ(one.status, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            ASSERT_EQ(one.impl, impl);
+            EXPECT_TRUE(one.check.passed) << one.check.firstFailure << " (rows " << one.check.rows << ", error "
+                                          << one.check.maxAbsError << ", tolerance " << one.check.tolerance << ")";
+            EXPECT_GT(one.check.rows, 0);
+            ASSERT_EQ(attnopsSetDeviceThreads(0, 3), ATTNOPS_SUCCESS);
+            const Output three = runForced(impl, p);
+            ASSERT_EQ(three.status, ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+            EXPECT_TRUE(one.out == three.out) << "attentionOut differs between 1 and 3 threads";
+            EXPECT_TRUE(one.lse == three.lse) << "softmaxLse differs between 1 and 3 threads";
+            ++compared;
         }
     EXPECT_GT(compared, 0) << "no vector kernel runs on this CPU";
 }
@@ -117,6 +120,7 @@ TEST(FiaHeadsPerUnit, PlanTakesSeveralHeadsOnlyForInterleavedDecode) {
         for (int32_t threads : {1, 2}) {
             const fia::Plan plan = fia::makePlan(params, threads, "avx512");
             EXPECT_EQ(plan.headsPerUnit, c.expected);
+            EXPECT_EQ(plan.tile.keyRows, c.expected > 1 ? fia::kInterleavedKeyRows : 128);
             // Every (batch, kv head, split) once: the units' heads add up to the kv heads.
             int64_t heads = 0;
             for (int64_t b = 0; b < params.core.seq.count; ++b)

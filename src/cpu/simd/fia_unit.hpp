@@ -32,7 +32,8 @@ constexpr int64_t kKeyRows = 128;    // keys per block: a paged cache block of 1
                                      // online softmax (half the per-block setup, finish, softmax and
                                      // rescale work of 64-key blocks: -5.5% instructions per decode row on
                                      // Zen 3). Its keys and values (2 x 32 KiB at D 128, bf16; 2 x 16 KiB
-                                     // int8) stay in L2 between the two passes over them.
+                                     // int8) stay in L2 between the two passes over them. Units of
+                                     // several kv heads take kInterleavedKeyRows (kernel.hpp).
 constexpr int64_t kLineBytes = 64;
 
 // Units of R query rows convert each key/value block once into packed fp32 runs (see dotsPacked)

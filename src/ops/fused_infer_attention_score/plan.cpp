@@ -127,12 +127,14 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
     plan.threads = std::max(1, threads);
     const fa::ForwardParams& c = p.core;
     plan.tile = fa::fitUnitsToThreads(c, plan.kernel->tile(p), plan.threads);  // the prefill route's blocks per unit
-    const TileShape tile = plan.tile;
     bool oneBlock = true;  // every batch's query rows are one unit's
-    for (int64_t b = 0; b < c.seq.count; ++b) oneBlock = oneBlock && blocksOf(c.seq.qLen[size_t(b)], tile.unitRows()) <= 1;
-    if (plan.kernel->interleavesHeads && oneBlock && c.n2 > 1 && interleavedHeads(p.key) && interleavedHeads(p.value))
+    for (int64_t b = 0; b < c.seq.count; ++b) oneBlock = oneBlock && blocksOf(c.seq.qLen[size_t(b)], plan.tile.unitRows()) <= 1;
+    if (plan.kernel->interleavesHeads && oneBlock && c.n2 > 1 && interleavedHeads(p.key) && interleavedHeads(p.value)) {
         plan.headsPerUnit = std::min(kHeadsPerUnit, c.n2);
+        plan.tile.keyRows = std::min(plan.tile.keyRows, kInterleavedKeyRows);
+    }
     plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64 * uint64_t(plan.headsPerUnit);
+    const TileShape tile = plan.tile;
     // Key splits: only where a batch's query rows form one block (its units would otherwise be
     // its kv heads alone), and from the lengths alone.
     plan.splits.assign(size_t(c.seq.count), 1);
