@@ -704,7 +704,8 @@ struct HeadRun {
 // cache row holding kv heads side by side: Plan::headsPerUnit), head h's dots prefetch the next
 // block's rows of every head of the unit for keys [h * n / H, (h + 1) * n / H), key by key in
 // head order: for BnBsH pages and BSH / BSND caches, contiguous runs of H rows' slices instead of
-// one slice per key and head. Each head's arithmetic is the one-head unit's: the same bits.
+// one slice per key and head. Each head's arithmetic is a one-head unit's over the same key blocks
+// (the plan gives such units kInterleavedKeyRows-key blocks).
 template <class V, class Pairs = void>
 ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, void* scratch) {
     if (u.heads <= 1) {
