@@ -180,8 +180,8 @@ std::vector<Workload> catalogue(const BenchOptions& o) {
         Workload d;
         d.fia = true;
         d.fiaProblem = decodeStep(requests, context, int8Kv, cache);
-        const bool heads = std::string(cache) == "BnBsH";
-        d.name = fmt::format("decode-{}b{}-s{}-{}kv", heads ? "bsh-" : "", requests, context, int8Kv ? "int8" : "bf16");
+        const bool bsh = std::string(cache) == "BnBsH";
+        d.name = fmt::format("decode-{}b{}-s{}-{}kv", bsh ? "bsh-" : "", requests, context, int8Kv ? "int8" : "bf16");
         d.description = fmt::format("FIA decode B={} context={} N1=32 N2=8 D=128, paged {} block 128, bf16 Q, {} KV",
                                     requests, context, cache, int8Kv ? "int8 (per-channel scale)" : "bf16");
         w.push_back(std::move(d));

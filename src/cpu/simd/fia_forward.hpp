@@ -37,7 +37,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <new>
+#include <optional>
 #include <type_traits>
 
 #include "cpu/generic/score_row.hpp"
@@ -574,17 +574,17 @@ struct HeadRun {
     const TileShape t;
     const WorkUnit u;
     Scratch sc;
-    const int64_t sq, skv, rows, R, d, dv, ldst;
+    const int64_t skv, rows, R, d, dv, ldst;
     const fa::SeqRule rule;
     const bool pack;
     bool pairs = false;
     int64_t k0 = 0, nk = 0;  // the block being computed
 
     ATTNOPS_SIMD_FN HeadRun(const Params& params, TileShape tile, const WorkUnit& unit, void* scratch)
-        : p(params), t(tile), u(unit), sc(params, tile, scratch), sq(params.core.seq.qLen[size_t(unit.b)]),
-          skv(params.core.seq.kvLen[size_t(unit.b)]), rows(unit.q1 - unit.q0), R(params.core.group * rows),
+        : p(params), t(tile), u(unit), sc(params, tile, scratch), skv(params.core.seq.kvLen[size_t(unit.b)]),
+          rows(unit.q1 - unit.q0), R(params.core.group * rows),
           d(params.core.d), dv(params.core.dv), ldst(tile.keyRows),
-          rule(fa::seqRule(params.core.mask, unit.b, sq, skv)), pack(packs(params, R)) {
+          rule(fa::seqRule(params.core.mask, unit.b, params.core.seq.qLen[size_t(unit.b)], skv)), pack(packs(params, R)) {
         loadQueries<V>(p, u, rows, sc);
         std::fill(sc.m, sc.m + R, kNegInf);
         std::fill(sc.l, sc.l + R, 0.0f);
@@ -717,12 +717,10 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         run.finish();
         return;
     }
-    constexpr int64_t kMaxHeads = kHeadsPerUnit;
-    alignas(HeadRun<V, Pairs>) unsigned char storage[kMaxHeads][sizeof(HeadRun<V, Pairs>)];
-    HeadRun<V, Pairs>* runs[kMaxHeads];
-    const int64_t H = std::min(u.heads, kMaxHeads), perHead = int64_t(scratchBytes(p, t) + 63) / 64 * 64;
-    for (int64_t h = 0; h < H; ++h)
-        runs[h] = new (storage[h]) HeadRun<V, Pairs>(p, t, headOf(u, h), static_cast<char*>(scratch) + h * perHead);
+    std::optional<HeadRun<V, Pairs>> runs[kHeadsPerUnit];
+    const int64_t H = std::min(u.heads, kHeadsPerUnit);  // (the plan never gives more)
+    const uint64_t perHead = headScratchBytes(scratchBytes(p, t));
+    for (int64_t h = 0; h < H; ++h) runs[h].emplace(p, t, headOf(u, h), static_cast<char*>(scratch) + h * perHead);
     for (int64_t k0 = u.k0; k0 < u.k1; k0 += t.keyRows) {
         for (int64_t h = 0; h < H; ++h) runs[h]->advance(k0);
         const int64_t n = runs[0]->sc.nextRows;
@@ -740,10 +738,7 @@ ATTNOPS_SIMD_FN void runUnit(const Params& p, TileShape t, const WorkUnit& u, vo
         }
         for (int64_t h = 0; h < H; ++h) runs[h]->compute();
     }
-    for (int64_t h = 0; h < H; ++h) {
-        runs[h]->finish();
-        runs[h]->~HeadRun<V, Pairs>();
-    }
+    for (int64_t h = 0; h < H; ++h) runs[h]->finish();
 }
 
 }  // namespace attnops::fia::simd_forward

@@ -77,6 +77,10 @@ struct WorkUnit {
     int64_t partialHeadStride = 0;
 };
 
+// The scratch a unit books per kv head (ForwardKernel::scratchBytes rounded to 64 bytes): head h
+// of a unit of several starts h times this into the thread's scratch.
+inline uint64_t headScratchBytes(uint64_t kernelBytes) { return (kernelBytes + 63) / 64 * 64; }
+
 // Unit u's kv head n2 + h alone.
 inline WorkUnit headOf(const WorkUnit& u, int64_t h) {
     WorkUnit one = u;

@@ -41,9 +41,11 @@ void appendSource(std::string& key, const KvSource& s, const AntiquantSpec& q) {
 // Whether a row of the source holds several kv heads side by side (BnBsH pages; BSH, BSND and
 // TND caches): one head's rows are then slices (D x 2 bytes of bf16 at D 128) at the stride of
 // a whole row (H_kv x D elements). Read a head at a time, such slices came from DRAM at about
-// half the rate of contiguous rows (Intel Xeon with AMX, one thread: 5.0-6.5 GB/s for 256 bytes
-// of every 2 KiB against 9.5 contiguous; the bf16 decode B=32 x 4,096 GQA 32/8 took 74-86 ms in
-// BnBsH pages against 33-40 ms in BnNBsD). Units of kHeadsPerUnit heads read them side by side.
+// half the rate of contiguous rows (Intel Xeon with AMX: one thread read 256 bytes of every 2 KiB
+// at 5.0-6.5 GB/s against 9.5 contiguous, bench/results/intel-xeon-amx/strided_rows.cpp; `attnops
+// run fused-infer-attention` bf16 decode B=32 x 4,096 GQA 32/8 D 128, 2 threads, took 74-101 ms
+// in BnBsH pages against 33-43 ms in BnNBsD, interleaved). Units of kHeadsPerUnit heads read
+// them side by side.
 bool interleavedHeads(const KvSource& s) {
     return !hasKvParts(s) && s.dimGroup == 0 && s.headStride > 0 && s.headStride < s.rowStride;
 }
@@ -133,7 +135,7 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
         plan.headsPerUnit = std::min(kHeadsPerUnit, c.n2);
         plan.tile.keyRows = std::min(plan.tile.keyRows, kInterleavedKeyRows);
     }
-    plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64 * uint64_t(plan.headsPerUnit);
+    plan.scratchPerThread = headScratchBytes(plan.kernel->scratchBytes(p, plan.tile)) * uint64_t(plan.headsPerUnit);
     const TileShape tile = plan.tile;
     // Key splits: only where a batch's query rows form one block (its units would otherwise be
     // its kv heads alone), and from the lengths alone.
