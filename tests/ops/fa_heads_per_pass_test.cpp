@@ -6,7 +6,7 @@
 // forwards (fp32, bf16, fp16; causal, band, TND with empty and length-1 sequences, pse, explicit
 // masks with fully masked rows, dropout, sinks, NaN inputs that send blocks through the row steps)
 // and FusedInferAttentionScore's prefill route give the same bytes with 1, 2, 3 and all the heads
-// of the group per pass and 1, 2 and 3 query blocks per unit, on every vector forward this CPU
+// of the group per pass and 1, 2, 3 and 8 query blocks per unit, on every vector forward this CPU
 // runs, and pass the double reference under the tolerance rule.
 #include <gtest/gtest.h>
 
@@ -69,7 +69,7 @@ struct Sharing {
 std::vector<Sharing> sharings(int64_t group) {
     std::vector<Sharing> s;
     for (Sharing c : {Sharing{1, 1}, Sharing{2, 1}, Sharing{3, 1}, Sharing{group, 1}, Sharing{1, 2}, Sharing{2, 2},
-                      Sharing{1, 3}, Sharing{group, 3}})
+                      Sharing{1, 3}, Sharing{group, 3}, Sharing{1, 8}})
         if (c.heads <= group) s.push_back(c);
     return s;
 }
@@ -118,12 +118,14 @@ TEST(FaBlocksPerUnit, ChosenFromTheL2AndTheThreads) {
     EXPECT_EQ(fwd::blocksPerUnit(p, t, 512 << 10), 2);  // Zen 3
     EXPECT_EQ(fwd::blocksPerUnit(p, t, shared + 2 * perState - 1), 1);
     EXPECT_EQ(fwd::blocksPerUnit(p, t, 2 << 20), fwd::kMaxBlocksPerUnit);
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, shared + 5 * perState), 5);  // what the L2 holds, below the maximum
     p.group = 4;  // a GQA group of 4 fills 2 states with heads on Zen 3, all 4 on a 2 MiB L2 with room for more
     t.headsPerPass = fwd::headsPerPass(p, t, 512 << 10);
     EXPECT_EQ(fwd::blocksPerUnit(p, t, 512 << 10), 1);
     t.headsPerPass = fwd::headsPerPass(p, t, 2 << 20);
     EXPECT_EQ(t.headsPerPass, 4);
-    EXPECT_EQ(fwd::blocksPerUnit(p, t, 2 << 20), 2);
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, 2 << 20), 3);  // 15 states fit: 3 query blocks of 4 heads
+    EXPECT_EQ(fwd::blocksPerUnit(p, t, 8 << 20), fwd::kMaxStatesPerPass / 4);  // at most 16 states per pass
     p.blocksPerUnit = 3;  // ATTNOPS_FA_BLOCKS_PER_UNIT
     EXPECT_EQ(fwd::blocksPerUnit(p, t, 256 << 10), 3);
     p.blocksPerUnit = 1000;
@@ -146,6 +148,17 @@ TEST(FaBlocksPerUnit, ChosenFromTheL2AndTheThreads) {
     EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 2).blocksPerUnit, 1);
     p.blocksPerUnit = 2;
     EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 8).blocksPerUnit, 2);
+    // More blocks per unit are halved until every thread has 8 units: 2 kv heads x 16 blocks.
+    p.blocksPerUnit = 0;
+    p.seq.count = 1;
+    p.seq.qLen = {1920};
+    t.blocksPerUnit = 8;
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 1).blocksPerUnit, 4);  // 8 units
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 2).blocksPerUnit, 2);  // 16 units
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 4).blocksPerUnit, 1);
+    t.blocksPerUnit = 5;  // 4 units per head
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 1).blocksPerUnit, 5);
+    EXPECT_EQ(attnops::fa::fitUnitsToThreads(p, t, 2).blocksPerUnit, 2);  // 5 -> 2: 16 units
 }
 
 TEST(FaBlocksPerUnit, BlocksSharePassesWhenTheirKeyBlocksLineUp) {

@@ -158,18 +158,26 @@ inline int64_t headsPerPass(const ForwardParams& p, TileShape t, uint64_t l2Byte
 
 // Query blocks per work unit (TileShape::blocksPerUnit), which go through a pass together when
 // their key blocks line up (runUnitWith): where the L2 holds states for more than the heads of a
-// pass (MHA and small groups), each packed block then serves kMaxBlocksPerUnit query blocks of a
-// head. A 120 x 128 fp32 block spent about 7% of its time copying K and packing V (AMD EPYC Zen 3,
-// bench/results/amd-epyc-zen3-avx2/fwd-s11-block-parts-under-load.txt); two blocks halve that.
-// More would make units coarser for little more. p.blocksPerUnit (ATTNOPS_FA_BLOCKS_PER_UNIT)
-// overrides; the plan goes back to 1 where units would be too few for the threads
-// (fa::fitUnitsToThreads).
-constexpr int64_t kMaxBlocksPerUnit = 2;
+// pass (MHA and small groups), each packed block then serves up to kMaxBlocksPerUnit query blocks
+// of a head. Every unit reads its head's keys and values once from L3 or DRAM as it packs them: a
+// 120 x 128 fp32 block spent about 7% of its time copying K and packing V (AMD EPYC Zen 3,
+// bench/results/amd-epyc-zen3-avx2/fwd-s11-block-parts-under-load.txt), and its 512 KiB L2 holds
+// two states. An Intel Xeon's 2 MiB L2 holds 28 (AVX-512, 64 rows, D 128): 8 blocks per unit
+// against 2 took 0.84-0.90x the time of the fp32 forward of BNSD S=4096 D=128, 0.82-0.85x causal,
+// 0.92x at D=64 and 0.94x at D=256, GQA 32/8 and TND 32K unchanged (2 threads, two interleaved
+// rounds), and 16 gained nothing over 8 (bench/results/intel-xeon-amx/NOTES.md, eighth session).
+// A pass keeps at most kMaxStatesPerPass states (heads x blocks): GQA 32/8 with 4 heads per pass
+// ran as fast with 2 or 4 blocks per unit and 1.00-1.05x the time with 8 (32 states, all of the
+// L2). p.blocksPerUnit (ATTNOPS_FA_BLOCKS_PER_UNIT) overrides; the plan takes fewer where units
+// would be too few for the threads (fa::fitUnitsToThreads).
+constexpr int64_t kMaxBlocksPerUnit = 8;
+constexpr int64_t kMaxStatesPerPass = 16;
 constexpr int64_t kMaxForcedBlocksPerUnit = 16;
 
 inline int64_t blocksPerUnit(const ForwardParams& p, TileShape t, uint64_t l2Bytes) {
     if (p.blocksPerUnit > 0) return std::min(p.blocksPerUnit, kMaxForcedBlocksPerUnit);
-    return std::clamp<int64_t>(statesInL2(p, t, l2Bytes) / std::max<int64_t>(1, t.headsPerPass), 1, kMaxBlocksPerUnit);
+    const int64_t states = std::min(statesInL2(p, t, l2Bytes), kMaxStatesPerPass);
+    return std::clamp<int64_t>(states / std::max<int64_t>(1, t.headsPerPass), 1, kMaxBlocksPerUnit);
 }
 
 // V::kQueryRows query rows (a whole number of softmax vectors); keys by the per-core L2.

@@ -143,13 +143,16 @@ WorkUnit queryUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t 
 
 TileShape fitUnitsToThreads(const ForwardParams& p, TileShape tile, int32_t threads) {
     if (p.blocksPerUnit > 0 || tile.blocksPerUnit <= 1) return tile;
-    int64_t units = 0, blocks = 0;
-    for (int64_t b = 0; b < p.seq.count; ++b) {
-        units += p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.unitRows());
-        blocks += p.n2 * blocksOf(p.seq.qLen[size_t(b)], tile.queryRows);
-    }
+    const auto unitsOf = [&](int64_t rows) {
+        int64_t units = 0;
+        for (int64_t b = 0; b < p.seq.count; ++b) units += p.n2 * blocksOf(p.seq.qLen[size_t(b)], rows);
+        return units;
+    };
+    const int64_t blocks = unitsOf(tile.queryRows), wanted = kMinUnitsPerThread * int64_t(std::max(1, threads));
+    // Halved until every thread has kMinUnitsPerThread units.
+    while (tile.blocksPerUnit > 1 && unitsOf(tile.unitRows()) < wanted) tile.blocksPerUnit /= 2;
     // No unit would hold two blocks (short sequences): the larger scratch would serve nothing.
-    if (units == blocks || units < kMinUnitsPerThread * int64_t(std::max(1, threads))) tile.blocksPerUnit = 1;
+    if (unitsOf(tile.unitRows()) == blocks) tile.blocksPerUnit = 1;
     return tile;
 }
 

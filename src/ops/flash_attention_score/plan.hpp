@@ -109,9 +109,9 @@ BackwardPlan makeBackwardPlan(const BackwardParams& p, int32_t threads, const Pl
 // (tile.unitRows() rows).
 WorkUnit queryUnitAt(const ForwardParams& p, TileShape tile, int64_t b, int64_t local);
 
-// `tile` with one query block per unit where its blocksPerUnit would leave fewer than
-// kMinUnitsPerThread units per thread or no sequence has more than one query block, unless p.blocksPerUnit (ATTNOPS_FA_BLOCKS_PER_UNIT) forced
-// the count. The vector forward gives the same bytes for any count, so choosing it by the thread
+// `tile` with its blocksPerUnit halved until every thread has kMinUnitsPerThread units (down to
+// one query block per unit), and one block per unit where no sequence has more than one query
+// block, unless p.blocksPerUnit (ATTNOPS_FA_BLOCKS_PER_UNIT) forced the count. The vector forward gives the same bytes for any count, so choosing it by the thread
 // count keeps results independent of it.
 constexpr int64_t kMinUnitsPerThread = 8;
 TileShape fitUnitsToThreads(const ForwardParams& p, TileShape tile, int32_t threads);
