@@ -765,6 +765,24 @@ TEST(AmxEmulated, FusedChunkCasesAreCut) {
     }
 }
 
+// The forward's query rows per unit (fa_amx_forward.hpp): 512 without a band or where the
+// sequences are 2,048 rows long on average, 256 under a band otherwise, halved while the problem
+// has fewer than 64 units; from the shape alone.
+TEST(AmxEmulated, ForwardUnitRowsFollowTheBandAndTheLengths) {
+    const auto unitRows = [](const FaProblem& problem) {
+        const FaInstance inst(problem);
+        const attnops::tools::FaGrads g = attnops::tools::makeGrads(inst);
+        const attnops::fa::ForwardParams p = attnops::tools::backwardParams(inst, g).fwd;
+        return attnops::fa::forwardKernelAmxEmulated().tile(p, attnops::platform()).queryRows;
+    };
+    EXPECT_EQ(unitRows(fixed("BNSD", BF16, 1, 4096, 4096, 8, 8, 16)), 512);                 // no band: 64 units
+    EXPECT_EQ(unitRows(withMode(fixed("BNSD", BF16, 1, 4096, 4096, 8, 8, 16), 3)), 512);    // causal, long
+    EXPECT_EQ(unitRows(withMode(fixed("BNSD", BF16, 1, 4096, 4096, 8, 8, 16), 4, 700, 30)), 512);
+    EXPECT_EQ(unitRows(withMode(fixed("BNSD", BF16, 1, 2040, 2040, 32, 32, 16), 3)), 256);  // causal, shorter
+    EXPECT_EQ(unitRows(fixed("BNSD", BF16, 1, 2040, 2040, 32, 32, 16)), 512);
+    EXPECT_EQ(unitRows(withMode(fixed("BNSD", BF16, 1, 4096, 4096, 2, 2, 16), 3)), 128);    // 2 x 32 units
+}
+
 TEST(AmxEmulated, FusedBackwardTakesTheFp32StepsForNonFiniteOperands) {
     // The fused backward decides per query block (Q and dO finite: the dK, dV GEMMs) and per key
     // block (K finite: the dQ GEMM): an infinite key only, an infinite query only, and both, in

@@ -108,17 +108,25 @@ inline int64_t rowsPerUnit(const ForwardParams& p, const std::vector<int64_t>& l
 // Units of up to 512 query rows where no band limits the keys a row sees (sparse mode 1, or
 // mode 0 with pre and next tokens past every length: each unit then packs every key and value,
 // and larger units pack them for more rows; BNSD S2048 D128 8% faster than with 256, Intel Xeon
-// with AMX, 2 threads), of up to 256 otherwise (TND 32K causal ran 5% slower with 512); key blocks
-// of 128.
-constexpr int64_t kForwardUnitRows = 512, kForwardBandUnitRows = 256, kForwardKeyRows = 128;
+// with AMX, 2 threads) or where the sequences are kLongRows long on average, of up to 256
+// otherwise; key blocks of 128. Under a band, 512 rows took 0.90-0.94x the time of 256 on BNSD
+// S4096 D128 causal, the same on GQA 32/8 S2048 causal, and 1.00-1.04x on TND 32K causal (41
+// sequences, median 512 rows; three interleaved rounds each, the same bits, Intel Xeon with AMX,
+// 2 threads, bench/results/intel-xeon-amx/NOTES.md, eighth session).
+constexpr int64_t kForwardUnitRows = 512, kForwardBandUnitRows = 256, kForwardKeyRows = 128, kLongRows = 2048;
 inline bool bandFree(const ForwardParams& p) {
     const MaskSpec& m = p.mask;
     return m.sparseMode == 1 ||
            (m.sparseMode == 0 && m.preTokens >= p.seq.maxQLen && m.nextTokens >= p.seq.maxKvLen);
 }
+inline bool longSequences(const ForwardParams& p) {
+    int64_t rows = 0;
+    for (int64_t b = 0; b < p.seq.count; ++b) rows += p.seq.qLen[size_t(b)];
+    return p.seq.count > 0 && rows >= kLongRows * p.seq.count;
+}
 inline TileShape transposedForwardTile(const ForwardParams& p) {
-    return TileShape{rowsPerUnit(p, p.seq.qLen, bandFree(p) ? kForwardUnitRows : kForwardBandUnitRows),
-                     kForwardKeyRows};
+    const bool large = bandFree(p) || longSequences(p);
+    return TileShape{rowsPerUnit(p, p.seq.qLen, large ? kForwardUnitRows : kForwardBandUnitRows), kForwardKeyRows};
 }
 // A thread's scratch holds the largest unit rowsPerUnit may choose, whatever it chose for this
 // call: the workspace then depends on the head dims and the group, never on how many sequences a
