@@ -748,6 +748,29 @@ TEST(AmxEmulated, NonFiniteInputsTakeTheRowSteps) {
     EXPECT_TRUE(grc.passed) << grc.failure;
 }
 
+// A NaN key element makes every score of its key NaN, and every output row NaN. The fast maxima
+// test the scores of even and odd keys in separate sums (stripMaximaFast): a NaN at either
+// parity, at the start, the middle or the end of a block, must send the block to the fp32 steps.
+void expectNaNKeysGiveNaNRows(const char* impl) {
+    for (int64_t key : {0, 6, 7, 38, 39}) {
+        FaInstance inst(fixed("BNSD", BF16, 1, 40, 40, 1, 1, 32));
+        inst.key.set(key * 32 + 1, std::numeric_limits<float>::quiet_NaN());
+        ForcedImpl force(impl);
+        ASSERT_EQ(inst.runForward(), ATTNOPS_SUCCESS) << attnopsGetLastErrorMessage();
+        const auto rc = attnops::tools::checkForwardRows(inst, -1);
+        EXPECT_TRUE(rc.passed) << impl << " key " << key << ": " << rc.firstFailure
+                               << (rc.nanMismatch ? " NaN mismatch" : "");
+    }
+}
+
+TEST(AmxEmulated, NaNKeysOfEitherParityGiveNaNRows) { expectNaNKeysGiveNaNRows("amx-emulated"); }
+
+TEST(AmxHardware, NaNKeysOfEitherParityGiveNaNRows) {
+    requireAmx();
+    if (IsSkipped()) return;
+    expectNaNKeysGiveNaNRows("amx");
+}
+
 // Whether the fused AMX backward's plan cuts inst's longest sequence into chunks (its rows per
 // chunk, as the plan takes them, below the longest query length).
 bool fusedBackwardCuts(const FaInstance& inst) {

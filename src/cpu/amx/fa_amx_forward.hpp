@@ -233,15 +233,18 @@ ATTNOPS_AMX_FN inline __attribute__((always_inline)) F16x probabilityLanes(float
 // (the common case; returns false otherwise, and the caller runs stripMaxima): MAXPS's rule in
 // place of maxLanes, which gives the same maximum (up to the sign of a zero) in one instruction,
 // and no multiplication by the sign; the test is a sum of s - s (NaN for a NaN or infinite score)
-// riding along.
+// riding along, in one sum per maximum: with a single sum, its chain of dependent additions (4
+// cycles each, one per vector of scores) set the pace of the pass (perf annotate, Intel Xeon with
+// AMX); the sums only tell zero from NaN, so how they are split changes nothing.
 template <bool kWhole>
 ATTNOPS_AMX_FN inline __attribute__((always_inline)) void maximaStepFast(const SeqRule& rule, int64_t q0, int64_t key,
                                                                          const float* __restrict s,
-                                                                         F16x (&m)[kStripTiles], F16x& bad) {
+                                                                         F16x (&m)[kStripTiles],
+                                                                         F16x (&bad)[kStripTiles]) {
     const KeptRows band = kWhole ? KeptRows{0, kStripRows} : keptRows(rule, q0, kStripRows, key);
     for (int64_t g = 0; g < kStripTiles; ++g) {
         F16x x = loadLanes(s + g * kLanes);
-        bad = bad + (x - x);
+        bad[g] = bad[g] + (x - x);
         if (!kWhole) x = select(keptLanes(band, g * kLanes), x, splat(tile::kNegInf));
         m[g] = cpu::amx::maxLanesFast(m[g], x);
     }
@@ -249,15 +252,20 @@ ATTNOPS_AMX_FN inline __attribute__((always_inline)) void maximaStepFast(const S
 template <bool kWhole>
 ATTNOPS_AMX_FN bool stripMaximaFast(const ForwardParams& p, const SeqRule& rule, int64_t q0, int64_t k0, int64_t nk,
                                     const float* __restrict st, F16x (&blockMax)[kStripTiles]) {
-    F16x even[kStripTiles], odd[kStripTiles], bad = splat(0.0f);
-    for (int64_t g = 0; g < kStripTiles; ++g) even[g] = odd[g] = splat(tile::kNegInf);
+    F16x even[kStripTiles], odd[kStripTiles], badEven[kStripTiles], badOdd[kStripTiles];
+    for (int64_t g = 0; g < kStripTiles; ++g) {
+        even[g] = odd[g] = splat(tile::kNegInf);
+        badEven[g] = badOdd[g] = splat(0.0f);
+    }
     int64_t j = 0;
     for (; j + 1 < nk; j += 2) {
-        maximaStepFast<kWhole>(rule, q0, k0 + j, st + j * kStripRows, even, bad);
-        maximaStepFast<kWhole>(rule, q0, k0 + j + 1, st + (j + 1) * kStripRows, odd, bad);
+        maximaStepFast<kWhole>(rule, q0, k0 + j, st + j * kStripRows, even, badEven);
+        maximaStepFast<kWhole>(rule, q0, k0 + j + 1, st + (j + 1) * kStripRows, odd, badOdd);
     }
-    if (j < nk) maximaStepFast<kWhole>(rule, q0, k0 + j, st + j * kStripRows, even, bad);
-    if (cpu::amx::anyLane(bad != 0.0f)) return false;
+    if (j < nk) maximaStepFast<kWhole>(rule, q0, k0 + j, st + j * kStripRows, even, badEven);
+    I16x bad{};
+    for (int64_t g = 0; g < kStripTiles; ++g) bad |= (badEven[g] != 0.0f) | (badOdd[g] != 0.0f);
+    if (cpu::amx::anyLane(bad)) return false;
     for (int64_t g = 0; g < kStripTiles; ++g) blockMax[g] = cpu::amx::maxLanesFast(even[g], odd[g]) * p.scale;
     return true;
 }
@@ -324,18 +332,25 @@ ATTNOPS_AMX_FN void stripProbabilitiesFast(const ForwardParams& p, const SeqRule
                                            int64_t nk, int64_t keyChunks, const float* __restrict st,
                                            const F16x (&mSub)[kStripTiles], F16x (&total)[kStripTiles],
                                            uint16_t* __restrict pb) {
+    // The sums in registers (the loop over the strip's tiles unrolled): GCC kept them in memory, a
+    // load and a store per pair of keys in their chains of additions (no change in time measured
+    // on an Intel Xeon with AMX, where the exps set the pace).
+    F16x sum[kStripTiles];
+    for (int64_t g = 0; g < kStripTiles; ++g) sum[g] = total[g];
     for (int64_t j = 0; j < keyChunks * kTileK; j += 2)
+#pragma GCC unroll 2
         for (int64_t g = 0; g < kStripTiles; ++g) {
             const F16x e0 = probabilityLanesFast<kWhole>(p.scale, rule, q0, k0, j, nk, g, mSub[g], st);
             const F16x e1 = probabilityLanesFast<kWhole>(p.scale, rule, q0, k0, j + 1, nk, g, mSub[g], st);
-            total[g] = total[g] + e0;
-            total[g] = total[g] + e1;
+            sum[g] = sum[g] + e0;
+            sum[g] = sum[g] + e1;
             uint16_t* row = pb + (j / kTileK) * kStripTiles * kTileElems + ((j % kTileK) / 2) * kTileK + g * kTileElems;
             if constexpr (kind == DotKind::Bf16)
                 storeLanes(row, cpu::amx::bf16PairsNotDenormal(e0, e1));
             else
                 storeLanes(row, narrowLanes<kind>(e0) | (narrowLanes<kind>(e1) << 16));
         }
+    for (int64_t g = 0; g < kStripTiles; ++g) total[g] = sum[g];
 }
 
 // Row i of head n1 from its accumulator row (dv fp32, scaled here), m and l: tile::storeRow's
