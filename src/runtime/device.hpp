@@ -60,6 +60,7 @@ public:
     void* allocate(uint64_t bytes);
     bool release(void* ptr);
     size_t liveAllocations();  // attnopsMalloc blocks not yet freed
+    uint64_t cachedBytes();    // freed blocks kept for reuse (see allocate)
 
 private:
     struct Task {
@@ -83,8 +84,18 @@ private:
     std::unique_ptr<ThreadPool> pool_;  // the queue thread's alone: made (or remade) by it before a task
     std::thread queueThread_;
 
+    struct Block {
+        void* ptr;
+        uint64_t size;  // as allocated (a whole number of its alignment)
+    };
+    void* reuse(uint64_t size);  // caller holds allocMutex_
+    void flushCache();           // caller holds allocMutex_
+
     std::mutex allocMutex_;
-    std::unordered_map<void*, uint64_t> allocations_;
+    std::unordered_map<void*, Block> allocations_;  // live blocks
+    std::vector<Block> cache_;                      // freed blocks, oldest first
+    uint64_t cached_ = 0;
+    uint64_t cacheLimit_ = 0;
 };
 
 // The process-wide runtime: the devices (created on first use, from the environment) and the

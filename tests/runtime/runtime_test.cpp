@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cerrno>
@@ -747,6 +748,69 @@ TEST(Memory, MallocIsAlignedAndFreeChecksOwnership) {
         EXPECT_EQ(attnopsMalloc(uint64_t(1) << 62, &p), ATTNOPS_ERROR_OUT_OF_MEMORY);
         EXPECT_EQ(p, nullptr);
     }
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kBlocksCached = false;  // AddressSanitizer builds keep no freed block (device.cpp)
+#else
+constexpr bool kBlocksCached = true;
+#endif
+
+// A freed block of 1 MiB or more is kept by its device and handed out again for a request of at
+// least half its size; smaller blocks go back at once; a double free stays an error. 37 MiB: a
+// size no other test leaves in the cache (blocks of 2 MiB and more are whole 2 MiB pages: 38 MiB).
+void expectFreedBlocksReused(uint64_t limitBytes) {
+    attnops::Device& device = attnops::Runtime::get().device(0, "device");
+    const uint64_t mib = uint64_t(1) << 20, bytes = 37 * mib, size = 38 * mib;
+    const bool cached = kBlocksCached && limitBytes >= size;
+    const size_t live = device.liveAllocations();
+    void* p = nullptr;
+    ASSERT_EQ(attnopsMalloc(bytes, &p), ATTNOPS_SUCCESS) << lastError();
+    std::memset(p, 0x5a, size_t(bytes));
+    const uint64_t before = device.cachedBytes();
+    ASSERT_EQ(attnopsFree(p), ATTNOPS_SUCCESS);
+    EXPECT_EQ(device.liveAllocations(), live);
+    if (cached) {
+        EXPECT_GE(device.cachedBytes(), size);
+        EXPECT_LE(device.cachedBytes(), limitBytes);
+    } else {
+        EXPECT_EQ(device.cachedBytes(), before);
+    }
+    EXPECT_EQ(attnopsFree(p), ATTNOPS_ERROR_INVALID_ARGUMENT) << "double free is an error, cached or not";
+    void* small = nullptr;  // 16 MiB: less than half of the cached block
+    ASSERT_EQ(attnopsMalloc(16 * mib, &small), ATTNOPS_SUCCESS) << lastError();
+    EXPECT_NE(small, p);
+    void* q = nullptr;
+    ASSERT_EQ(attnopsMalloc(20 * mib, &q), ATTNOPS_SUCCESS) << lastError();
+    if (cached) {
+        EXPECT_EQ(q, p) << "the cached 38 MiB block serves 20 MiB";
+    }
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % (2 * mib), 0u);
+    std::memset(q, 0x33, size_t(20 * mib));
+    EXPECT_EQ(device.liveAllocations(), live + 2);
+    EXPECT_EQ(attnopsFree(q), ATTNOPS_SUCCESS);
+    EXPECT_EQ(attnopsFree(small), ATTNOPS_SUCCESS);
+    EXPECT_EQ(device.liveAllocations(), live);
+    EXPECT_LE(device.cachedBytes(), limitBytes);
+    void* tiny = nullptr;  // under 1 MiB: never cached
+    const uint64_t cachedNow = device.cachedBytes();
+    ASSERT_EQ(attnopsMalloc(4096, &tiny), ATTNOPS_SUCCESS);
+    EXPECT_EQ(attnopsFree(tiny), ATTNOPS_SUCCESS);
+    EXPECT_EQ(device.cachedBytes(), cachedNow);
+}
+
+TEST(Memory, FreedBlocksAreReused) { expectFreedBlocksReused(uint64_t(1024) << 20); }
+
+TEST(MemoryChild, DISABLED_CacheLimit) {
+    const char* limit = std::getenv("ATTNOPS_DEVICE_CACHE_MB");
+    ASSERT_NE(limit, nullptr);
+    expectFreedBlocksReused(uint64_t(std::max(0, std::atoi(limit))) << 20);
+}
+
+TEST(Memory, CacheLimitIsReadFromTheEnvironment) {
+    expectChildPasses("MemoryChild.DISABLED_CacheLimit", {{"ATTNOPS_DEVICE_CACHE_MB", "0"}});
+    expectChildPasses("MemoryChild.DISABLED_CacheLimit", {{"ATTNOPS_DEVICE_CACHE_MB", "16"}});
+    expectChildPasses("MemoryChild.DISABLED_CacheLimit", {{"ATTNOPS_DEVICE_CACHE_MB", "64"}});
 }
 
 // The VmFlags of the mapping that holds p, from /proc/self/smaps ("" if not found).
