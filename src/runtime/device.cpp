@@ -22,8 +22,15 @@ namespace {
 // the cache off). Under AddressSanitizer nothing is kept, so that a use after attnopsFree is
 // still reported.
 constexpr int64_t kDefaultCacheMiB = 1024;
+#if defined(__SANITIZE_ADDRESS__)  // GCC
+#define ATTNOPS_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // Clang
+#define ATTNOPS_ADDRESS_SANITIZER 1
+#endif
+#endif
 uint64_t cacheLimitBytes() {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(ATTNOPS_ADDRESS_SANITIZER)
     return 0;
 #else
     const int64_t mib = envInt("ATTNOPS_DEVICE_CACHE_MB", kDefaultCacheMiB);
