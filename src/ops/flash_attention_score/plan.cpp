@@ -212,8 +212,11 @@ ForwardPlan makeForwardPlan(const ForwardParams& p, int32_t threads, const Platf
     plan.kernel = &chooseKernel(forwardKernels(), p, forcedKernel, "FlashAttentionScore",
                                  [&](const ForwardKernel& k) { return passedOver(k, p, info); });
     plan.threads = std::max(1, threads);
-    plan.tile = fitUnitsToThreads(p, plan.kernel->tile(p, info), plan.threads);
-    plan.scratchPerThread = (plan.kernel->scratchBytes(p, plan.tile) + 63) / 64 * 64;
+    const TileShape chosen = plan.kernel->tile(p, info);
+    plan.tile = fitUnitsToThreads(p, chosen, plan.threads);
+    // The scratch of the blocks per unit chosen before the fit: the workspace then depends on
+    // neither the lengths nor the thread count through it (fewer blocks need less).
+    plan.scratchPerThread = (plan.kernel->scratchBytes(p, chosen) + 63) / 64 * 64;
     plan.workspaceBytes = plan.scratchPerThread * uint64_t(plan.threads);
     const TileShape tile = plan.tile;
     plan.units = partitionUnits(

@@ -128,14 +128,18 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
     });
     plan.threads = std::max(1, threads);
     const fa::ForwardParams& c = p.core;
-    plan.tile = fa::fitUnitsToThreads(c, plan.kernel->tile(p), plan.threads);  // the prefill route's blocks per unit
+    const TileShape chosen = plan.kernel->tile(p);
+    plan.tile = fa::fitUnitsToThreads(c, chosen, plan.threads);  // the prefill route's blocks per unit
     bool oneBlock = true;  // every batch's query rows are one unit's
     for (int64_t b = 0; b < c.seq.count; ++b) oneBlock = oneBlock && blocksOf(c.seq.qLen[size_t(b)], plan.tile.unitRows()) <= 1;
     if (plan.kernel->interleavesHeads && oneBlock && c.n2 > 1 && interleavedHeads(p.key) && interleavedHeads(p.value)) {
         plan.headsPerUnit = std::min(kHeadsPerUnit, c.n2);
         plan.tile.keyRows = std::min(plan.tile.keyRows, kInterleavedKeyRows);
     }
-    plan.scratchPerThread = headScratchBytes(plan.kernel->scratchBytes(p, plan.tile)) * uint64_t(plan.headsPerUnit);
+    // The scratch of the blocks per unit chosen before the fit (as FlashAttentionScore's plan).
+    TileShape scratchTile = plan.tile;
+    scratchTile.blocksPerUnit = std::max(plan.tile.blocksPerUnit, chosen.blocksPerUnit);
+    plan.scratchPerThread = headScratchBytes(plan.kernel->scratchBytes(p, scratchTile)) * uint64_t(plan.headsPerUnit);
     const TileShape tile = plan.tile;
     // Key splits: only where a batch's query rows form one block (its units would otherwise be
     // its kv heads alone), and from the lengths alone.
