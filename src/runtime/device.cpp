@@ -21,7 +21,6 @@ namespace {
 // Bound on the freed blocks a device keeps for reuse (ATTNOPS_DEVICE_CACHE_MB overrides; 0 turns
 // the cache off). Under AddressSanitizer nothing is kept, so that a use after attnopsFree is
 // still reported.
-constexpr int64_t kDefaultCacheMiB = 1024;
 #if defined(__SANITIZE_ADDRESS__)  // GCC
 #define ATTNOPS_ADDRESS_SANITIZER 1
 #elif defined(__has_feature)
@@ -33,6 +32,7 @@ uint64_t cacheLimitBytes() {
 #if defined(ATTNOPS_ADDRESS_SANITIZER)
     return 0;
 #else
+    constexpr int64_t kDefaultCacheMiB = 1024;
     const int64_t mib = envInt("ATTNOPS_DEVICE_CACHE_MB", kDefaultCacheMiB);
     return mib <= 0 ? 0 : uint64_t(std::min<int64_t>(mib, int64_t(1) << 30)) << 20;
 #endif
