@@ -61,6 +61,7 @@ public:
     bool release(void* ptr);
     size_t liveAllocations();  // attnopsMalloc blocks not yet freed
     uint64_t cachedBytes();    // freed blocks kept for reuse (see allocate)
+    uint64_t cacheLimit() const { return cacheLimit_; }  // their bound (0 under AddressSanitizer)
 
 private:
     struct Task {
@@ -95,7 +96,7 @@ private:
     std::unordered_map<void*, Block> allocations_;  // live blocks
     std::vector<Block> cache_;                      // freed blocks, oldest first
     uint64_t cached_ = 0;
-    uint64_t cacheLimit_ = 0;
+    const uint64_t cacheLimit_;
 };
 
 // The process-wide runtime: the devices (created on first use, from the environment) and the

@@ -110,7 +110,7 @@ inline int64_t rowsPerUnit(const ForwardParams& p, const std::vector<int64_t>& l
 // and larger units pack them for more rows; BNSD S2048 D128 8% faster than with 256, Intel Xeon
 // with AMX, 2 threads) or where the sequences are kLongRows long on average, of up to 256
 // otherwise; key blocks of 128. Under a band, 512 rows took 0.90-0.94x the time of 256 on BNSD
-// S4096 D128 causal, the same on GQA 32/8 S2048 causal, and 1.00-1.04x on TND 32K causal (41
+// S4096 D128 causal, the same on GQA 32/8 S2048 causal, and 1.00-1.07x on TND 32K causal (41
 // sequences, median 512 rows; three interleaved rounds each, the same bits, Intel Xeon with AMX,
 // 2 threads, bench/results/intel-xeon-amx/NOTES.md, eighth session).
 constexpr int64_t kForwardUnitRows = 512, kForwardBandUnitRows = 256, kForwardKeyRows = 128, kLongRows = 2048;

@@ -163,11 +163,11 @@ inline int64_t headsPerPass(const ForwardParams& p, TileShape t, uint64_t l2Byte
 // 120 x 128 fp32 block spent about 7% of its time copying K and packing V (AMD EPYC Zen 3,
 // bench/results/amd-epyc-zen3-avx2/fwd-s11-block-parts-under-load.txt), and its 512 KiB L2 holds
 // two states. An Intel Xeon's 2 MiB L2 holds 28 (AVX-512, 64 rows, D 128): 8 blocks per unit
-// against 2 took 0.84-0.90x the time of the fp32 forward of BNSD S=4096 D=128, 0.82-0.85x causal,
-// 0.92x at D=64 and 0.94x at D=256, GQA 32/8 and TND 32K unchanged (2 threads, two interleaved
+// against 2 took 0.89-0.91x the time of the fp32 forward of BNSD S=4096 D=128, 0.82-0.85x causal,
+// 0.92-0.93x at D=64 and 0.94x at D=256, GQA 32/8 and TND 32K unchanged (2 threads, two interleaved
 // rounds), and 16 gained nothing over 8 (bench/results/intel-xeon-amx/NOTES.md, eighth session).
 // A pass keeps at most kMaxStatesPerPass states (heads x blocks): GQA 32/8 with 4 heads per pass
-// ran as fast with 2 or 4 blocks per unit and 1.00-1.05x the time with 8 (32 states, all of the
+// ran as fast with 2 or 4 blocks per unit and 0.98-1.05x the time of 2 with 8 (32 states, all of the
 // L2). p.blocksPerUnit (ATTNOPS_FA_BLOCKS_PER_UNIT) overrides; the plan takes fewer where units
 // would be too few for the threads (fa::fitUnitsToThreads).
 constexpr int64_t kMaxBlocksPerUnit = 8;

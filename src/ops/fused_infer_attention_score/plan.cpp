@@ -138,7 +138,7 @@ Plan makePlan(const Params& p, int32_t threads, const std::string& forcedKernel)
     }
     // The scratch of the blocks per unit chosen before the fit (as FlashAttentionScore's plan).
     TileShape scratchTile = plan.tile;
-    scratchTile.blocksPerUnit = std::max(plan.tile.blocksPerUnit, chosen.blocksPerUnit);
+    scratchTile.blocksPerUnit = chosen.blocksPerUnit;  // the fit only lowers it
     plan.scratchPerThread = headScratchBytes(plan.kernel->scratchBytes(p, scratchTile)) * uint64_t(plan.headsPerUnit);
     const TileShape tile = plan.tile;
     // Key splits: only where a batch's query rows form one block (its units would otherwise be
